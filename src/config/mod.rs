@@ -1,0 +1,561 @@
+//! The configuration: read `pika.toml`, check it, and resolve it into a `Config` that
+//! the rest of pika can use without ever failing again.
+//!
+//! Everything that can be wrong with a config is found here, before any socket is bound
+//! or any process forked, so that `pika -t` and a reload (`HUP`) catch it: syntax and
+//! unknown keys (serde + toml give line and column), bad addresses, users that do not
+//! exist, docroots that are missing, log formats that do not compile. Relative paths are
+//! resolved against `server.root`, which defaults to the folder above the config file's
+//! folder (`conf/pika.toml` → the folder holding `conf/`, `htdocs/`, `logs/`).
+
+mod cidr;
+mod raw;
+pub mod units;
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use cidr::Cidr;
+use log::LevelFilter;
+use nix::unistd::{Gid, Group, Uid, User};
+use raw::{RawConfig, RawVhost};
+use toml::Spanned;
+
+use crate::http::mime::MimeTypes;
+use crate::log::format::LogFormat;
+pub use crate::sys::Symlinks;
+
+/// A config that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read the config: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid { path: String, line: usize, column: usize, message: String },
+}
+
+/// Where the error log goes.
+#[derive(Debug, Clone)]
+pub enum ErrorLogTarget {
+    File(PathBuf),
+    Stderr,
+    /// `syslog` or `syslog:FACILITY`.
+    Syslog(syslog::Facility),
+}
+
+/// The identity workers run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: String,
+    pub uid: Uid,
+    pub gid: Gid,
+}
+
+/// How much the `Server` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerTokens {
+    /// `pika/0.1.0`
+    Full,
+    /// `pika`
+    Product,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The config file, absolute, so a reload reads the same file.
+    pub file: PathBuf,
+    pub root: PathBuf,
+    pub listen: Vec<SocketAddr>,
+    pub backlog: u32,
+    pub pid_file: PathBuf,
+    pub error_log: ErrorLogTarget,
+    pub log_level: LevelFilter,
+    pub mime: MimeTypes,
+    pub run_as: Option<RunAs>,
+    pub graceful_timeout: Duration,
+    pub max_open_files: Option<u64>,
+    pub server_tokens: ServerTokens,
+    pub workers: Workers,
+    pub http: Http,
+    pub status: Status,
+    pub vhosts: Vec<Vhost>,
+    pub access_logs: Vec<AccessLog>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    pub start: u32,
+    pub min_spare: u32,
+    pub max_spare: u32,
+    pub max: u32,
+    pub max_requests: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Http {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub send_timeout: Duration,
+    pub request_timeout: Duration,
+    pub keepalive: bool,
+    pub max_keepalive_requests: u64,
+    pub max_request_line: usize,
+    pub max_header_size: usize,
+    pub max_headers: usize,
+    pub max_body_size: u64,
+    pub max_ranges: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub enabled: bool,
+    pub path: String,
+    pub allow: Vec<Cidr>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Vhost {
+    /// Lower-case names; `*.example.com` entries are kept with their `*.`.
+    pub server_names: Vec<String>,
+    pub root: PathBuf,
+    pub index: Vec<String>,
+    pub autoindex: bool,
+    pub serve_hidden: bool,
+    pub symlinks: Symlinks,
+    /// Status code → path of the page (URL path under this vhost's root).
+    pub error_pages: Vec<(u16, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AccessLog {
+    pub path: PathBuf,
+    pub format: LogFormat,
+}
+
+/// Reads and resolves a config file.
+pub fn load(file: &Path) -> Result<Config, ConfigError> {
+    let abs = if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(file)).unwrap_or_else(|_| file.to_path_buf())
+    };
+    let text = std::fs::read_to_string(&abs)
+        .map_err(|source| ConfigError::Read { path: file.display().to_string(), source })?;
+    parse(&text, &abs)
+}
+
+/// Parses and resolves config text; `file` names it in errors and anchors `root`.
+pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    let ctx = Ctx { text, file };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        ctx.error(span, e.message().to_string())
+    })?;
+    ctx.resolve(raw)
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    file: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn error(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+        let before = &self.text[..span.start.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        ConfigError::Invalid { path: self.file.display().to_string(), line, column, message: message.into() }
+    }
+
+    fn spanned<T>(&self, v: &Spanned<T>, message: impl Into<String>) -> ConfigError {
+        self.error(v.span(), message)
+    }
+
+    /// Position of a table header, for errors about keys that may have been defaulted.
+    fn table(&self, name: &str) -> Range<usize> {
+        let header = format!("[{name}]");
+        let at = self.text.find(&header).unwrap_or(0);
+        at..at
+    }
+
+    fn resolve(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let conf_dir = self.file.parent().unwrap_or(Path::new("/"));
+        let root = match &raw.server.root {
+            Some(r) => absolute(conf_dir, r),
+            None => conf_dir.parent().unwrap_or(conf_dir).to_path_buf(),
+        };
+        let at_root = |p: &str| absolute(&root, p);
+
+        if raw.server.listen.is_empty() {
+            return Err(self.error(self.table("server"), "server.listen needs at least one address"));
+        }
+        let mut listen = Vec::new();
+        for l in &raw.server.listen {
+            let addr = parse_listen(l.get_ref()).ok_or_else(|| {
+                self.spanned(
+                    l,
+                    format!(
+                        "bad listen address {:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")",
+                        l.get_ref()
+                    ),
+                )
+            })?;
+            if listen.contains(&addr) {
+                return Err(self.spanned(l, format!("listen address {addr} given twice")));
+            }
+            listen.push(addr);
+        }
+
+        let log_level = match &raw.server.log_level {
+            None => LevelFilter::Info,
+            Some(l) => l
+                .get_ref()
+                .parse::<LevelFilter>()
+                .map_err(|_| self.spanned(l, "log_level must be one of off, error, warn, info, debug, trace"))?,
+        };
+        let error_log = parse_error_log(&raw.server.error_log, &root)
+            .ok_or_else(|| self.error(self.table("server"), format!("bad error_log {:?}", raw.server.error_log)))?;
+
+        let mime_path = at_root(&raw.server.mime_types);
+        let mime_text = std::fs::read_to_string(&mime_path).map_err(|e| {
+            self.error(self.table("server"), format!("cannot read mime_types {}: {e}", mime_path.display()))
+        })?;
+        let mime = MimeTypes::parse(&mime_text, &raw.server.default_type);
+
+        let run_as = self.run_as(&raw)?;
+        let server_tokens = match &raw.server.server_tokens {
+            None => ServerTokens::Full,
+            Some(t) => match t.get_ref().as_str() {
+                "full" => ServerTokens::Full,
+                "product" => ServerTokens::Product,
+                _ => return Err(self.spanned(t, "server_tokens must be \"full\" or \"product\"")),
+            },
+        };
+
+        let workers = self.workers(&raw)?;
+        let h = &raw.http;
+        let http = Http {
+            header_timeout: h.header_timeout.0,
+            body_timeout: h.body_timeout.0,
+            keepalive_timeout: h.keepalive_timeout.0,
+            send_timeout: h.send_timeout.0,
+            request_timeout: h.request_timeout.0,
+            keepalive: h.keepalive,
+            max_keepalive_requests: h.max_keepalive_requests,
+            max_request_line: h.max_request_line.0 as usize,
+            max_header_size: h.max_header_size.0 as usize,
+            max_headers: h.max_headers as usize,
+            max_body_size: h.max_body_size.0,
+            max_ranges: h.max_ranges as usize,
+        };
+        for (name, d) in [
+            ("header_timeout", http.header_timeout),
+            ("body_timeout", http.body_timeout),
+            ("keepalive_timeout", http.keepalive_timeout),
+            ("send_timeout", http.send_timeout),
+            ("request_timeout", http.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(self.error(self.table("http"), format!("http.{name} must be more than zero")));
+            }
+        }
+        if http.max_request_line < 16
+            || http.max_header_size < http.max_request_line
+            || http.max_headers == 0
+            || http.max_headers > crate::http::request::MAX_HEADERS
+        {
+            return Err(self.error(
+                self.table("http"),
+                format!(
+                    "http limits: max_request_line >= 16, max_header_size >= max_request_line, max_headers from 1 to {}",
+                    crate::http::request::MAX_HEADERS
+                ),
+            ));
+        }
+
+        let mut allow = Vec::new();
+        for a in &raw.status.allow {
+            allow.push(
+                Cidr::parse(a.get_ref())
+                    .ok_or_else(|| self.spanned(a, format!("bad address range {:?}", a.get_ref())))?,
+            );
+        }
+        if allow.is_empty() {
+            // Loopback only unless the operator says otherwise, as mod_status is usually set up.
+            allow = vec![
+                Cidr::parse("127.0.0.0/8").unwrap_or_else(|| unreachable!()),
+                Cidr::parse("::1").unwrap_or_else(|| unreachable!()),
+            ];
+        }
+        if !raw.status.path.starts_with('/') {
+            return Err(self.error(self.table("status"), "status.path must start with '/'"));
+        }
+        let status = Status { enabled: raw.status.enabled, path: raw.status.path.clone(), allow };
+
+        if raw.vhost.is_empty() {
+            return Err(self.error(0..0, "at least one [[vhost]] is needed (the first is the default)"));
+        }
+        let vhosts = raw.vhost.iter().map(|v| self.vhost(v, &root)).collect::<Result<Vec<_>, _>>()?;
+
+        let mut access_logs = Vec::new();
+        for a in &raw.access_log {
+            let format = match &a.format {
+                None => LogFormat::parse("combined").map_err(|e| self.error(0..0, e))?,
+                Some(f) => {
+                    LogFormat::parse(f.get_ref()).map_err(|e| self.spanned(f, format!("bad access log format: {e}")))?
+                }
+            };
+            access_logs.push(AccessLog { path: at_root(&a.path), format });
+        }
+
+        Ok(Config {
+            file: self.file.to_path_buf(),
+            listen,
+            backlog: raw.server.backlog.max(1),
+            pid_file: at_root(&raw.server.pid_file),
+            error_log,
+            log_level,
+            mime,
+            run_as,
+            graceful_timeout: raw.server.graceful_timeout.0,
+            max_open_files: raw.server.max_open_files,
+            server_tokens,
+            workers,
+            http,
+            status,
+            vhosts,
+            access_logs,
+            root,
+        })
+    }
+
+    fn workers(&self, raw: &RawConfig) -> Result<Workers, ConfigError> {
+        let w = &raw.workers;
+        let at = self.table("workers");
+        if w.max == 0 {
+            return Err(self.error(at, "workers.max must be at least 1"));
+        }
+        if w.max > 20_000 {
+            return Err(self.error(at, "workers.max above 20000 is not supported"));
+        }
+        if w.min_spare > w.max_spare {
+            return Err(self.error(at, "workers.min_spare must not be above workers.max_spare"));
+        }
+        Ok(Workers {
+            start: w.start.min(w.max),
+            min_spare: w.min_spare,
+            // Apache keeps MaxSpare at least MinSpare + 1, so the pool cannot oscillate
+            // between spawning and retiring on every tick.
+            max_spare: w.max_spare.max(w.min_spare + 1),
+            max: w.max,
+            max_requests: w.max_requests,
+        })
+    }
+
+    fn run_as(&self, raw: &RawConfig) -> Result<Option<RunAs>, ConfigError> {
+        let Some(user) = &raw.server.user else {
+            if let Some(g) = &raw.server.group {
+                return Err(self.spanned(g, "server.group needs server.user"));
+            }
+            return Ok(None);
+        };
+        let u = User::from_name(user.get_ref())
+            .ok()
+            .flatten()
+            .ok_or_else(|| self.spanned(user, format!("no such user {:?}", user.get_ref())))?;
+        let gid = match &raw.server.group {
+            None => u.gid,
+            Some(g) => {
+                Group::from_name(g.get_ref())
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| self.spanned(g, format!("no such group {:?}", g.get_ref())))?
+                    .gid
+            }
+        };
+        Ok(Some(RunAs { user: u.name, uid: u.uid, gid }))
+    }
+
+    fn vhost(&self, v: &RawVhost, root: &Path) -> Result<Vhost, ConfigError> {
+        let doc_root = absolute(root, v.root.get_ref());
+        let meta = std::fs::metadata(&doc_root)
+            .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
+        if !meta.is_dir() {
+            return Err(self.spanned(&v.root, format!("vhost root {} is not a directory", doc_root.display())));
+        }
+        let mut error_pages = Vec::new();
+        for (code, page) in &v.error_pages {
+            let code: u16 = code.parse().ok().filter(|c| (400..600).contains(c)).ok_or_else(|| {
+                self.spanned(page, format!("error_pages key {code:?} is not a status from 400 to 599"))
+            })?;
+            if !page.get_ref().starts_with('/') {
+                return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
+            }
+            error_pages.push((code, page.get_ref().clone()));
+        }
+        for idx in &v.index {
+            if idx.is_empty() || idx.contains('/') {
+                return Err(self.spanned(&v.root, format!("index entry {idx:?} must be a plain file name")));
+            }
+        }
+        let symlinks = match &v.symlinks {
+            None => Symlinks::Inside,
+            Some(s) => match s.get_ref().as_str() {
+                "inside" => Symlinks::Inside,
+                "never" => Symlinks::Never,
+                "follow" => Symlinks::Follow,
+                _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
+            },
+        };
+        Ok(Vhost {
+            symlinks,
+            server_names: v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect(),
+            // Canonical, so that containment checks compare like with like.
+            root: std::fs::canonicalize(&doc_root).unwrap_or(doc_root),
+            index: v.index.clone(),
+            autoindex: v.autoindex,
+            serve_hidden: v.serve_hidden,
+            error_pages,
+        })
+    }
+}
+
+fn absolute(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+}
+
+/// `"8080"` (all IPv4 addresses), `"127.0.0.1:8080"`, `"[::1]:8080"`, `"*:8080"`.
+fn parse_listen(s: &str) -> Option<SocketAddr> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Some(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if let Some(port) = s.strip_prefix("*:") {
+        return Some(SocketAddr::from(([0, 0, 0, 0], port.parse().ok()?)));
+    }
+    s.parse().ok()
+}
+
+fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
+    use syslog::Facility::*;
+    if s == "stderr" {
+        return Some(ErrorLogTarget::Stderr);
+    }
+    if s == "syslog" {
+        return Some(ErrorLogTarget::Syslog(LOG_DAEMON));
+    }
+    if let Some(f) = s.strip_prefix("syslog:") {
+        let fac = match f {
+            "daemon" => LOG_DAEMON,
+            "user" => LOG_USER,
+            "local0" => LOG_LOCAL0,
+            "local1" => LOG_LOCAL1,
+            "local2" => LOG_LOCAL2,
+            "local3" => LOG_LOCAL3,
+            "local4" => LOG_LOCAL4,
+            "local5" => LOG_LOCAL5,
+            "local6" => LOG_LOCAL6,
+            "local7" => LOG_LOCAL7,
+            _ => return None,
+        };
+        return Some(ErrorLogTarget::Syslog(fac));
+    }
+    if s.is_empty() {
+        return None;
+    }
+    Some(ErrorLogTarget::File(absolute(root, s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("conf")).unwrap();
+        std::fs::create_dir_all(dir.path().join("htdocs")).unwrap();
+        std::fs::write(dir.path().join("conf/mime.types"), "text/html html\n").unwrap();
+        dir
+    }
+
+    fn try_parse(dir: &tempfile::TempDir, text: &str) -> Result<Config, ConfigError> {
+        parse(text, &dir.path().join("conf/pika.toml"))
+    }
+
+    const MINIMAL: &str = "[server]\nlisten = [\"127.0.0.1:8080\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let dir = setup();
+        let c = try_parse(&dir, MINIMAL).unwrap();
+        assert_eq!(c.root, dir.path());
+        assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+        assert_eq!(c.workers, Workers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0 });
+        assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
+        assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
+        assert_eq!(c.vhosts[0].index, vec!["index.html".to_string()]);
+        assert_eq!(c.http.keepalive_timeout, Duration::from_secs(5));
+        assert_eq!(c.backlog, 511);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_position() {
+        let dir = setup();
+        let text = "[server]\nlisten = [\"127.0.0.1:8080\"]\nlisen = 1\n[[vhost]]\nroot = \"htdocs\"\n";
+        match try_parse(&dir, text) {
+            Err(ConfigError::Invalid { line, column, message, .. }) => {
+                assert_eq!((line, column), (3, 1));
+                assert!(message.contains("unknown field"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn semantic_errors_point_at_the_value() {
+        let dir = setup();
+        let text = "[server]\nlisten = [\"127.0.0.1:8080\", \"nope\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+        let err = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(err.contains("pika.toml:2:29: bad listen address"), "{err}");
+
+        let text = "[server]\nlisten = [\"8080\"]\n[[vhost]]\nroot = \"missing\"\n";
+        let err = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(err.contains(":4:8: vhost root"), "{err}");
+
+        let text = "[server]\nlisten = [\"8080\"]\nuser = \"no-such-user-here\"\n[[vhost]]\nroot = \"htdocs\"\n";
+        let err = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(err.contains(":3:8: no such user"), "{err}");
+    }
+
+    #[test]
+    fn workers_band_is_checked_and_widened() {
+        let dir = setup();
+        let text = format!("{MINIMAL}[workers]\nmin_spare = 4\nmax_spare = 2\n");
+        assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("min_spare"));
+        let text = format!("{MINIMAL}[workers]\nmin_spare = 3\nmax_spare = 3\nstart = 900\nmax = 8\n");
+        let w = try_parse(&dir, &text).unwrap().workers;
+        assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (8, 3, 4, 8));
+    }
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(parse_listen("8080"), Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(parse_listen("*:81"), Some("0.0.0.0:81".parse().unwrap()));
+        assert_eq!(parse_listen("[::1]:8080"), Some("[::1]:8080".parse().unwrap()));
+        assert_eq!(parse_listen("localhost:8080"), None);
+    }
+
+    #[test]
+    fn units_in_http_section() {
+        let dir = setup();
+        let text = format!("{MINIMAL}[http]\nkeepalive_timeout = \"1500ms\"\nmax_body_size = \"2MiB\"\n");
+        let c = try_parse(&dir, &text).unwrap();
+        assert_eq!(c.http.keepalive_timeout, Duration::from_millis(1500));
+        assert_eq!(c.http.max_body_size, 2 << 20);
+        let text = format!("{MINIMAL}[http]\nkeepalive_timeout = \"soon\"\n");
+        assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("a duration"));
+    }
+}

@@ -1,0 +1,171 @@
+//! The config file exactly as serde reads it: every table, every key, every default.
+//!
+//! Unknown keys are errors (`deny_unknown_fields` everywhere): a typo in a daemon's
+//! config must fail `pika -t`, not be silently ignored. `Config` (in `mod.rs`) is built
+//! from this once paths are resolved and names looked up.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::units::{Bytes, Secs};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub(crate) server: RawServer,
+    #[serde(default)]
+    pub(crate) workers: RawWorkers,
+    #[serde(default)]
+    pub(crate) http: RawHttp,
+    #[serde(default)]
+    pub(crate) status: RawStatus,
+    #[serde(default)]
+    pub(crate) vhost: Vec<RawVhost>,
+    #[serde(default)]
+    pub(crate) access_log: Vec<RawAccessLog>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub(crate) listen: Vec<Spanned<String>>,
+    pub(crate) root: Option<String>,
+    #[serde(default = "default_pid_file")]
+    pub(crate) pid_file: String,
+    #[serde(default = "default_error_log")]
+    pub(crate) error_log: String,
+    pub(crate) log_level: Option<Spanned<String>>,
+    #[serde(default = "default_mime_types")]
+    pub(crate) mime_types: String,
+    #[serde(default = "default_mime_type")]
+    pub(crate) default_type: String,
+    #[serde(default = "default_backlog")]
+    pub(crate) backlog: u32,
+    pub(crate) user: Option<Spanned<String>>,
+    pub(crate) group: Option<Spanned<String>>,
+    #[serde(default = "default_graceful_timeout")]
+    pub(crate) graceful_timeout: Secs,
+    pub(crate) max_open_files: Option<u64>,
+    pub(crate) server_tokens: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawWorkers {
+    pub(crate) start: u32,
+    pub(crate) min_spare: u32,
+    pub(crate) max_spare: u32,
+    pub(crate) max: u32,
+    pub(crate) max_requests: u64,
+}
+
+impl Default for RawWorkers {
+    fn default() -> Self {
+        // Apache prefork's defaults (StartServers 5, MinSpare 5, MaxSpare 10,
+        // MaxRequestWorkers 256): operators know them and they fit a small machine.
+        RawWorkers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawHttp {
+    pub(crate) header_timeout: Secs,
+    pub(crate) body_timeout: Secs,
+    pub(crate) keepalive_timeout: Secs,
+    pub(crate) send_timeout: Secs,
+    pub(crate) request_timeout: Secs,
+    pub(crate) keepalive: bool,
+    pub(crate) max_keepalive_requests: u64,
+    pub(crate) max_request_line: Bytes,
+    pub(crate) max_header_size: Bytes,
+    pub(crate) max_headers: u32,
+    pub(crate) max_body_size: Bytes,
+    pub(crate) max_ranges: u32,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp {
+            // mod_reqtimeout's default: the head within 20 s.
+            header_timeout: Secs(std::time::Duration::from_secs(20)),
+            body_timeout: Secs(std::time::Duration::from_secs(20)),
+            // Apache's KeepAliveTimeout: a worker held by an idle client is a worker lost.
+            keepalive_timeout: Secs(std::time::Duration::from_secs(5)),
+            send_timeout: Secs(std::time::Duration::from_secs(60)),
+            request_timeout: Secs(std::time::Duration::from_secs(300)),
+            keepalive: true,
+            max_keepalive_requests: 100,
+            // Apache's LimitRequestLine / LimitRequestFieldSize / LimitRequestFields.
+            max_request_line: Bytes(8190),
+            max_header_size: Bytes(16384),
+            max_headers: 100,
+            max_body_size: Bytes(1 << 20),
+            // Apache's MaxRanges default.
+            max_ranges: 200,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawStatus {
+    pub(crate) enabled: bool,
+    pub(crate) path: String,
+    pub(crate) allow: Vec<Spanned<String>>,
+}
+
+impl Default for RawStatus {
+    fn default() -> Self {
+        RawStatus { enabled: false, path: "/server-status".into(), allow: Vec::new() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVhost {
+    #[serde(default)]
+    pub(crate) server_names: Vec<String>,
+    pub(crate) root: Spanned<String>,
+    #[serde(default = "default_index")]
+    pub(crate) index: Vec<String>,
+    #[serde(default)]
+    pub(crate) autoindex: bool,
+    #[serde(default)]
+    pub(crate) serve_hidden: bool,
+    pub(crate) symlinks: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) error_pages: BTreeMap<String, Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccessLog {
+    pub(crate) path: String,
+    pub(crate) format: Option<Spanned<String>>,
+}
+
+fn default_pid_file() -> String {
+    "logs/pika.pid".into()
+}
+fn default_error_log() -> String {
+    "logs/error.log".into()
+}
+fn default_mime_types() -> String {
+    "conf/mime.types".into()
+}
+fn default_mime_type() -> String {
+    "application/octet-stream".into()
+}
+fn default_backlog() -> u32 {
+    // Apache's ListenBacklog and nginx's default; the kernel clamps to somaxconn.
+    511
+}
+fn default_graceful_timeout() -> Secs {
+    Secs(std::time::Duration::from_secs(30))
+}
+fn default_index() -> Vec<String> {
+    vec!["index.html".into()]
+}

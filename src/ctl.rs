@@ -1,0 +1,136 @@
+//! `pika -k COMMAND`: control a running server through its pid file, and wait until
+//! the command's effect is visible (the master gone, a new generation serving).
+//!
+//! Exit codes: 0 done; 1 failed or not running; for `status`, 3 when not running
+//! (the LSB code, so init scripts can pass it through).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::cli::fail;
+use crate::config::{self, Config};
+use crate::pidfile;
+
+/// How long `stop` waits beyond the graceful timeout before giving up.
+const STOP_SLACK: Duration = Duration::from_secs(10);
+/// How long `reload` waits for the new generation.
+const RELOAD_WAIT: Duration = Duration::from_secs(30);
+
+/// The status file the master rewrites every tick, beside the pid file.
+pub fn status_file(pid_file: &Path) -> PathBuf {
+    pid_file.with_extension("status")
+}
+
+pub fn run(command: &str, config_path: &Path) -> ExitCode {
+    let config = match config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    match command {
+        "start" => start(config),
+        "stop" => stop(&config, Signal::SIGTERM, "stopped"),
+        "graceful-stop" => stop(&config, Signal::SIGQUIT, "stopped gracefully"),
+        "reload" | "graceful" => reload(&config),
+        "restart" => {
+            if pidfile::running(&config.pid_file).is_some() {
+                let code = stop(&config, Signal::SIGTERM, "stopped");
+                if code != ExitCode::SUCCESS {
+                    return code;
+                }
+            }
+            start(config)
+        }
+        "reopen-logs" => signal(&config, Signal::SIGUSR1, "asked to reopen its logs"),
+        "status" => status(&config),
+        other => fail(format!("unknown command {other:?} (see pika -h)")),
+    }
+}
+
+fn start(config: Config) -> ExitCode {
+    if let Some(pid) = pidfile::running(&config.pid_file) {
+        println!("pika is already running (pid {pid})");
+        return ExitCode::SUCCESS;
+    }
+    crate::daemon::start_daemon(config)
+}
+
+fn master_pid(config: &Config) -> Option<Pid> {
+    pidfile::running(&config.pid_file).map(Pid::from_raw)
+}
+
+fn signal(config: &Config, sig: Signal, what: &str) -> ExitCode {
+    let Some(pid) = master_pid(config) else { return fail("not running") };
+    if let Err(e) = kill(pid, sig) {
+        return fail(format!("cannot signal pid {pid}: {e}"));
+    }
+    println!("pika (pid {pid}) {what}");
+    ExitCode::SUCCESS
+}
+
+fn stop(config: &Config, sig: Signal, what: &str) -> ExitCode {
+    let Some(pid) = master_pid(config) else { return fail("not running") };
+    if let Err(e) = kill(pid, sig) {
+        return fail(format!("cannot signal pid {pid}: {e}"));
+    }
+    let limit = if sig == Signal::SIGQUIT { config.graceful_timeout + STOP_SLACK } else { STOP_SLACK };
+    if wait_for(limit, || pidfile::running(&config.pid_file).is_none() && kill(pid, None).is_err()) {
+        println!("pika (pid {pid}) {what}");
+        ExitCode::SUCCESS
+    } else {
+        fail(format!("pid {pid} still running after {limit:?}"))
+    }
+}
+
+fn reload(config: &Config) -> ExitCode {
+    let Some(pid) = master_pid(config) else { return fail("not running") };
+    let before = read_status(&config.pid_file).and_then(|s| field(&s, "generation"));
+    if let Err(e) = kill(pid, Signal::SIGHUP) {
+        return fail(format!("cannot signal pid {pid}: {e}"));
+    }
+    let ok = wait_for(RELOAD_WAIT, || {
+        let Some(s) = read_status(&config.pid_file) else { return false };
+        let generation = field(&s, "generation");
+        generation.is_some() && generation != before && field(&s, "current_generation_ready").unwrap_or(0) > 0
+    });
+    if ok {
+        println!("pika (pid {pid}) reloaded");
+        ExitCode::SUCCESS
+    } else {
+        fail(format!("pid {pid} did not start a new generation within {RELOAD_WAIT:?} (see the error log)"))
+    }
+}
+
+fn status(config: &Config) -> ExitCode {
+    let Some(pid) = master_pid(config) else {
+        println!("pika is not running");
+        return ExitCode::from(3);
+    };
+    println!("pika is running (pid {pid})");
+    if let Some(s) = read_status(&config.pid_file) {
+        print!("{s}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn read_status(pid_file: &Path) -> Option<String> {
+    std::fs::read_to_string(status_file(pid_file)).ok()
+}
+
+fn field(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse().ok())
+}
+
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}

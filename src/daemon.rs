@@ -1,0 +1,214 @@
+//! Starting the server: in the foreground (`-F`), or as a classic Unix daemon.
+//!
+//! Both paths run the same `boot`: limits, bind, pid file, error log, then the master
+//! loop. A daemon start forks, `setsid`s and forks again, and the command that
+//! launched it waits on a ready pipe: it exits 0 only once the listeners are bound
+//! and the workers are up, and otherwise prints why the server did not start.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::master::Master;
+use crate::pidfile::PidFile;
+use crate::sys::{self, Forked};
+
+/// Runs the master in this process until it stops.
+pub fn run_foreground(config: Config) -> ExitCode {
+    boot(config, None)
+}
+
+/// Serves in this one process (`-X`): no master, no fork; for debugging.
+pub fn run_single(config: Config) -> ExitCode {
+    let mut listeners = Vec::new();
+    for addr in &config.listen {
+        match crate::listen::bind(*addr, config.backlog) {
+            Ok(l) => listeners.push(l),
+            Err(e) => return crate::cli::fail(format!("cannot listen on {addr}: {e}")),
+        }
+    }
+    if let Err(e) = crate::listen::set_mode(&listeners) {
+        return crate::cli::fail(e);
+    }
+    let setup = || -> Result<_, String> {
+        let sb = crate::scoreboard::Scoreboard::new(1).map_err(|e| e.to_string())?;
+        let logs = crate::log::access::AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
+        let token = crate::pod::make_token().map_err(|e| e.to_string())?;
+        Ok((sb, logs, token))
+    };
+    let (scoreboard, logs, token) = match setup() {
+        Ok(s) => s,
+        Err(e) => return crate::cli::fail(e),
+    };
+    if let Err(e) = crate::log::set_target(&config.error_log, config.log_level) {
+        return crate::cli::fail(format!("cannot open the error log: {e}"));
+    }
+    for l in &listeners {
+        log::info!("listening on {} (single process)", l.bound);
+    }
+    let ctx = crate::worker::WorkerCtx {
+        config: &config,
+        listeners: &listeners,
+        scoreboard: &scoreboard,
+        slot: 0,
+        generation: 0,
+        pod: None,
+        token: &token,
+        logs,
+        master: None,
+    };
+    let code = crate::worker::run(ctx);
+    if code == crate::worker::ChildExit::Retired { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Starts a daemon and waits until it is serving, or says why not.
+pub fn start_daemon(config: Config) -> ExitCode {
+    let (read, write): (OwnedFd, OwnedFd) = match nix::unistd::pipe() {
+        Ok(p) => p,
+        Err(e) => return crate::cli::fail(format!("pipe: {e}")),
+    };
+    match sys::fork() {
+        Err(e) => crate::cli::fail(format!("fork: {e}")),
+        Ok(Forked::Parent(child)) => {
+            drop(write);
+            let _ = nix::sys::wait::waitpid(child, None);
+            let mut msg = String::new();
+            let _ = File::from(read).read_to_string(&mut msg);
+            match msg.trim() {
+                "ok" => ExitCode::SUCCESS,
+                "" => crate::cli::fail("the server exited before it was ready (see the error log)"),
+                m => crate::cli::fail(m),
+            }
+        }
+        Ok(Forked::Child) => {
+            drop(read);
+            // A new session without a controlling terminal, then a second fork so the
+            // daemon is not a session leader and can never acquire one.
+            let _ = nix::unistd::setsid();
+            match sys::fork() {
+                Ok(Forked::Child) => {}
+                Ok(Forked::Parent(_)) => sys::exit_now(0),
+                Err(e) => {
+                    let _ = File::from(write).write_all(format!("fork: {e}\n").as_bytes());
+                    sys::exit_now(1)
+                }
+            }
+            let _ = nix::unistd::chdir("/");
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+            let code = boot(config, Some(File::from(write)));
+            sys::exit_now(if code == ExitCode::SUCCESS { 0 } else { 1 })
+        }
+    }
+}
+
+/// Tells the launching command how the start went (daemon mode only).
+pub struct Ready(Option<File>);
+
+impl Ready {
+    pub fn ok(&mut self) {
+        if let Some(mut f) = self.0.take() {
+            let _ = f.write_all(b"ok\n");
+        }
+    }
+
+    pub fn fail(&mut self, msg: &str) {
+        if let Some(mut f) = self.0.take() {
+            let _ = f.write_all(format!("{msg}\n").as_bytes());
+        }
+    }
+
+    pub fn pending(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+fn boot(config: Config, ready: Option<File>) -> ExitCode {
+    let daemon = ready.is_some();
+    let mut ready = Ready(ready);
+    let fail = |ready: &mut Ready, msg: String| {
+        ready.fail(&msg);
+        if !daemon {
+            eprintln!("pika: {msg}");
+        }
+        log::error!("{msg}");
+        ExitCode::FAILURE
+    };
+    if let Some(n) = config.max_open_files {
+        raise_nofile(n);
+    }
+    let pid_file = match PidFile::acquire(&config.pid_file) {
+        Ok(p) => p,
+        Err(e) => return fail(&mut ready, e),
+    };
+    let master = match Master::new(config.clone()) {
+        Ok(m) => m,
+        Err(e) => {
+            pid_file.remove();
+            return fail(&mut ready, e);
+        }
+    };
+    if let Err(e) = crate::log::set_target(&config.error_log, config.log_level) {
+        pid_file.remove();
+        return fail(&mut ready, format!("cannot open the error log: {e}"));
+    }
+    if daemon {
+        redirect_stdio(&config);
+    }
+    if config.run_as.is_none() && nix::unistd::geteuid().is_root() {
+        log::warn!(
+            "running as root with no server.user set: workers keep root's rights (set server.user, e.g. \"www-data\")"
+        );
+    }
+    for addr in master.bound() {
+        log::info!("listening on {addr}");
+    }
+    log::info!(
+        "pika {} started (pid {}), config {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        config.file.display()
+    );
+    let code = master.run(&mut ready);
+    pid_file.remove();
+    code
+}
+
+/// stdin and stdout to /dev/null; stderr to the error log file if it is one (so a
+/// panic message is not lost), else /dev/null.
+fn redirect_stdio(config: &Config) {
+    use std::os::fd::AsRawFd;
+    let null = File::options().read(true).write(true).open("/dev/null");
+    let err = match &config.error_log {
+        crate::config::ErrorLogTarget::File(p) => crate::log::open_append(p).ok(),
+        _ => None,
+    };
+    if let Ok(null) = null {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        match err {
+            Some(e) => {
+                let _ = nix::unistd::dup2_stderr(&e);
+            }
+            None => {
+                let _ = nix::unistd::dup2_stderr(&null);
+            }
+        }
+        let _ = null.as_raw_fd();
+    }
+}
+
+/// Raises the descriptor limit as far as allowed (`server.max_open_files`).
+fn raise_nofile(want: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
+    let target = want.min(hard.max(want));
+    if setrlimit(Resource::RLIMIT_NOFILE, target, hard.max(target)).is_err() {
+        // Not root: only up to the hard limit.
+        let target = want.min(hard);
+        if target > soft && setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_err() {
+            log::warn!("cannot raise the open-file limit to {want}");
+        }
+    }
+}

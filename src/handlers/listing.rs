@@ -1,0 +1,209 @@
+//! Directory listings (`autoindex = true`): an HTML table, or JSON for clients that
+//! ask for `application/json`.
+//!
+//! Names come from the file system, which an uploader may control, so every name is
+//! HTML-escaped in text and percent-encoded in links. Sorting follows Apache's query
+//! keys: `?C=N|S|M` (name, size, modified) and `;O=A|D` (ascending, descending).
+
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::time::UNIX_EPOCH;
+
+use super::static_file::Site;
+use crate::http::path::{CleanPath, encode_path, html_escape};
+use crate::http::request::Request;
+use crate::http::response::{Body, Reply};
+
+struct Entry {
+    name: Vec<u8>,
+    is_dir: bool,
+    size: u64,
+    mtime: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Name,
+    Size,
+    Modified,
+}
+
+/// Sort key and direction from Apache's `C=` and `O=` query keys.
+fn sort_order(query: Option<&[u8]>) -> (Key, bool) {
+    let (mut key, mut desc) = (Key::Name, false);
+    for pair in query.unwrap_or(b"").split(|&b| b == b';' || b == b'&') {
+        match pair {
+            b"C=N" => key = Key::Name,
+            b"C=S" => key = Key::Size,
+            b"C=M" => key = Key::Modified,
+            b"O=A" => desc = false,
+            b"O=D" => desc = true,
+            _ => {}
+        }
+    }
+    (key, desc)
+}
+
+fn sort(entries: &mut [Entry], key: Key, desc: bool) {
+    // Directories first, as most listings show them; then the chosen key, name as tie-break.
+    entries.sort_by(|a, b| {
+        let ord = match key {
+            Key::Name => a.name.cmp(&b.name),
+            Key::Size => a.size.cmp(&b.size).then_with(|| a.name.cmp(&b.name)),
+            Key::Modified => a.mtime.cmp(&b.mtime).then_with(|| a.name.cmp(&b.name)),
+        };
+        b.is_dir.cmp(&a.is_dir).then(if desc { ord.reverse() } else { ord })
+    });
+}
+
+pub fn render(site: &Site<'_>, req: &Request<'_>, path: &CleanPath, query: Option<&[u8]>, reply: &mut Reply<'_>) {
+    let dir = site.vhost.root.join(path.relative());
+    let read = match std::fs::read_dir(&dir) {
+        Ok(r) => r,
+        Err(_) => {
+            reply.error(403, "This directory cannot be listed.");
+            return;
+        }
+    };
+    let mut entries: Vec<Entry> = read
+        .filter_map(Result::ok)
+        .filter(|e| site.vhost.serve_hidden || !e.file_name().as_bytes().starts_with(b"."))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            let mtime = meta.modified().ok()?.duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+            Some(Entry { name: e.file_name().as_bytes().to_vec(), is_dir: meta.is_dir(), size: meta.len(), mtime })
+        })
+        .collect();
+    let (key, desc) = sort_order(query);
+    sort(&mut entries, key, desc);
+
+    let wants_json =
+        req.header("accept").is_some_and(|a| a.windows(16).any(|w| w.eq_ignore_ascii_case(b"application/json")));
+    if wants_json {
+        reply.header("Content-Type", "application/json");
+        reply.body = Body::Owned(json(&entries).into_bytes());
+    } else {
+        reply.header("Content-Type", "text/html; charset=utf-8");
+        reply.body = Body::Owned(html(&path.bytes, &entries, key, desc).into_bytes());
+    }
+    // Variants by Accept: caches must keep them apart.
+    reply.header("Vary", "Accept");
+}
+
+fn rfc3339(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn html(dir: &[u8], entries: &[Entry], key: Key, desc: bool) -> String {
+    let title = html_escape(&String::from_utf8_lossy(dir));
+    let mut s = String::with_capacity(512 + entries.len() * 160);
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<table>\n<tr>"
+    );
+    for (k, label, c) in [(Key::Name, "Name", 'N'), (Key::Size, "Size", 'S'), (Key::Modified, "Last modified", 'M')] {
+        // Clicking the current column flips its order, as in Apache.
+        let order = if k == key && !desc { 'D' } else { 'A' };
+        let _ = write!(s, "<th><a href=\"?C={c};O={order}\">{label}</a></th>");
+    }
+    s.push_str("</tr>\n");
+    if dir != b"/" {
+        s.push_str("<tr><td><a href=\"../\">../</a></td><td>-</td><td></td></tr>\n");
+    }
+    for e in entries {
+        let slash = if e.is_dir { "/" } else { "" };
+        let href = encode_path(&e.name);
+        let name = html_escape(&String::from_utf8_lossy(&e.name));
+        let size = if e.is_dir { "-".to_string() } else { e.size.to_string() };
+        let _ = writeln!(
+            s,
+            "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td><td>{size}</td><td>{}</td></tr>",
+            rfc3339(e.mtime)
+        );
+    }
+    s.push_str("</table>\n</body></html>\n");
+    s
+}
+
+fn json(entries: &[Entry]) -> String {
+    let mut s = String::from("[");
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(
+            s,
+            "{{\"name\":{},\"type\":\"{}\",\"size\":{},\"mtime\":\"{}\"}}",
+            json_string(&String::from_utf8_lossy(&e.name)),
+            if e.is_dir { "directory" } else { "file" },
+            e.size,
+            rfc3339(e.mtime)
+        );
+    }
+    s.push_str("]\n");
+    s
+}
+
+/// A JSON string literal (RFC 8259 escaping).
+pub fn json_string(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '<' || c == '>' => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(name: &str, is_dir: bool, size: u64, mtime: i64) -> Entry {
+        Entry { name: name.as_bytes().to_vec(), is_dir, size, mtime }
+    }
+
+    #[test]
+    fn sorting() {
+        let mut v = vec![e("b", false, 1, 30), e("a", false, 3, 10), e("d", true, 0, 0), e("c", false, 2, 20)];
+        let names = |v: &[Entry]| v.iter().map(|e| String::from_utf8(e.name.clone()).unwrap()).collect::<Vec<_>>();
+        sort(&mut v, Key::Name, false);
+        assert_eq!(names(&v), ["d", "a", "b", "c"]);
+        sort(&mut v, Key::Size, true);
+        assert_eq!(names(&v), ["d", "a", "c", "b"]);
+        sort(&mut v, Key::Modified, false);
+        assert_eq!(names(&v), ["d", "a", "c", "b"]);
+        assert_eq!(sort_order(Some(b"C=S;O=D")), (Key::Size, true));
+        assert_eq!(sort_order(Some(b"C=M&O=A")), (Key::Modified, false));
+        assert_eq!(sort_order(None), (Key::Name, false));
+    }
+
+    #[test]
+    fn names_are_escaped_and_encoded() {
+        let page = html(
+            b"/d/",
+            &[e("<img src=x onerror=alert(1)>.txt", false, 1, 0), e("a b\"c", false, 1, 0)],
+            Key::Name,
+            false,
+        );
+        assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;.txt"));
+        assert!(page.contains("href=\"./%3Cimg%20src=x%20onerror=alert(1)%3E.txt\""));
+        assert!(page.contains("href=\"./a%20b%22c\""));
+        assert!(!page.contains("<img"));
+        let j = json(&[e("q\"<", false, 5, 0)]);
+        assert_eq!(
+            j,
+            "[{\"name\":\"q\\\"\\u003c\",\"type\":\"file\",\"size\":5,\"mtime\":\"1970-01-01T00:00:00Z\"}]\n"
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! Serving a path under a vhost's root: files (with validators, conditionals and
+//! ranges), directories (redirect, index file, listing), and the refusals in between.
+//!
+//! Paths are opened with `openat2(RESOLVE_BENEATH)` relative to the root directory's
+//! descriptor, so the kernel refuses anything that would leave the root, links
+//! included (DESIGN §3).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::config::Vhost;
+use crate::http::conditional::{self, Conditions, Precondition};
+use crate::http::mime::MimeTypes;
+use crate::http::path::{CleanPath, encode_path};
+use crate::http::range::{self, RangeOutcome};
+use crate::http::request::{Method, Request};
+use crate::http::response::{ALLOW, Body, Reply};
+use crate::sys;
+
+/// One vhost as a worker serves it: its config and an open descriptor on its root.
+pub struct Site<'c> {
+    pub vhost: &'c Vhost,
+    pub root: File,
+}
+
+impl<'c> Site<'c> {
+    pub fn open(vhost: &'c Vhost) -> io::Result<Site<'c>> {
+        let root = File::open(&vhost.root)?;
+        Ok(Site { vhost, root })
+    }
+}
+
+/// What the handler needs besides the request.
+pub struct Env<'a> {
+    pub mime: &'a MimeTypes,
+    pub max_ranges: usize,
+}
+
+/// Serves `path` (already cleaned) for a GET or HEAD.
+pub fn serve(
+    site: &Site<'_>,
+    env: &Env<'_>,
+    req: &Request<'_>,
+    path: &CleanPath,
+    query: Option<&[u8]>,
+    reply: &mut Reply<'_>,
+) {
+    match req.method {
+        Method::Get | Method::Head => {}
+        Method::Options => {
+            reply.header("Allow", ALLOW);
+            reply.body = Body::Owned(Vec::new());
+            return;
+        }
+        Method::OtherKnown => {
+            reply.error(405, "This resource only answers GET, HEAD and OPTIONS.");
+            return;
+        }
+    }
+    if !site.vhost.serve_hidden && path.has_hidden_segment() {
+        reply.error(404, "The requested resource was not found.");
+        return;
+    }
+    let file = match sys::open_beneath(site.root.as_fd(), path.relative(), site.vhost.symlinks) {
+        Ok(f) => f,
+        Err(e) => return open_error(e, reply),
+    };
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return open_error(e, reply),
+    };
+    if meta.is_dir() {
+        return directory(site, env, req, path, query, reply);
+    }
+    if !meta.is_file() {
+        reply.error(403, "This resource cannot be served.");
+        return;
+    }
+    let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
+    send_file(env, req, file, &meta, env.mime.lookup(name), reply);
+}
+
+fn open_error(e: io::Error, reply: &mut Reply<'_>) {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => {
+            reply.error(404, "The requested resource was not found.");
+        }
+        // EXDEV: resolution would leave the root; ELOOP: a link where none is allowed.
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EXDEV) | Some(libc::ELOOP) => {
+            reply.error(403, "Access to this resource is forbidden.");
+        }
+        Some(libc::EMFILE) | Some(libc::ENFILE) => {
+            log::error!("out of file descriptors: {e}");
+            reply.error(503, "The server is out of resources; try again shortly.");
+        }
+        _ => {
+            log::warn!("open failed: {e}");
+            reply.error(500, "The resource could not be opened.");
+        }
+    }
+}
+
+/// A directory: redirect to add the slash, else the first index file, else a listing.
+fn directory(
+    site: &Site<'_>,
+    env: &Env<'_>,
+    req: &Request<'_>,
+    path: &CleanPath,
+    query: Option<&[u8]>,
+    reply: &mut Reply<'_>,
+) {
+    if !path.ends_with_slash() {
+        let mut location = encode_path(&path.bytes);
+        location.push('/');
+        if let Some(q) = query {
+            location.push('?');
+            location.push_str(&encode_query(q));
+        }
+        reply.error(301, "The resource has moved; follow the Location header.");
+        reply.header("Location", location);
+        return;
+    }
+    for index in &site.vhost.index {
+        let rel = path.relative().join(index);
+        let Ok(file) = sys::open_beneath(site.root.as_fd(), &rel, site.vhost.symlinks) else { continue };
+        let Ok(meta) = file.metadata() else { continue };
+        if meta.is_file() {
+            return send_file(env, req, file, &meta, env.mime.lookup(index.as_bytes()), reply);
+        }
+    }
+    if site.vhost.autoindex {
+        super::listing::render(site, req, path, query, reply);
+    } else {
+        reply.error(403, "Directory listing is not allowed here.");
+    }
+}
+
+/// A query string re-emitted in a Location: bytes outside the safe set are encoded.
+fn encode_query(q: &[u8]) -> String {
+    let mut s = String::with_capacity(q.len());
+    for &b in q {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// A regular file: validators, preconditions, ranges, then the mapped body.
+fn send_file(
+    env: &Env<'_>,
+    req: &Request<'_>,
+    file: File,
+    meta: &std::fs::Metadata,
+    content_type: &str,
+    reply: &mut Reply<'_>,
+) {
+    let len = meta.len();
+    let mtime = meta.mtime().max(0) as u64;
+    let etag = conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino());
+    let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime));
+    let conds = Conditions {
+        if_match: req.header("if-match"),
+        if_none_match: req.header("if-none-match"),
+        if_modified_since: req.header("if-modified-since"),
+        if_unmodified_since: req.header("if-unmodified-since"),
+    };
+    match conditional::evaluate(&conds, &etag, mtime, true) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            reply.status = 304;
+            reply.header("ETag", &etag).header("Last-Modified", &last_modified);
+            reply.body = Body::None;
+            return;
+        }
+        Precondition::Failed => {
+            reply.error(412, "A precondition in the request did not hold.");
+            return;
+        }
+    }
+
+    let ranges = match req.header("range") {
+        Some(r) if req.header("if-range").is_none_or(|v| conditional::if_range_allows(v, &etag, mtime)) => {
+            range::parse_range(r, len, env.max_ranges)
+        }
+        _ => RangeOutcome::Full,
+    };
+    if let RangeOutcome::Unsatisfiable = ranges {
+        reply.error(416, "The requested range is not satisfiable.");
+        reply.header("Content-Range", format_args!("bytes */{len}"));
+        return;
+    }
+
+    reply.header("Last-Modified", &last_modified).header("ETag", &etag).header("Accept-Ranges", "bytes");
+    if len == 0 {
+        reply.header("Content-Type", content_type);
+        reply.body = Body::Owned(Vec::new());
+        return;
+    }
+    let map = match sys::map_file(&file) {
+        Ok(m) => m,
+        Err(e) => {
+            log::warn!("mmap failed: {e}");
+            reply.error(500, "The resource could not be read.");
+            return;
+        }
+    };
+    // The descriptor is no longer needed once mapped.
+    drop(file);
+    match ranges {
+        RangeOutcome::Full | RangeOutcome::Unsatisfiable => {
+            reply.header("Content-Type", content_type);
+            reply.body = Body::Mapped { map, start: 0, end: len as usize };
+        }
+        RangeOutcome::Partial(rs) if rs.len() == 1 => {
+            let r = rs[0];
+            reply.status = 206;
+            reply.header("Content-Type", content_type).header("Content-Range", range::content_range(&r, len));
+            reply.body = Body::Mapped { map, start: r.start as usize, end: r.end as usize + 1 };
+        }
+        RangeOutcome::Partial(rs) => {
+            let boundary = boundary(&etag);
+            let parts = rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let head = format!(
+                        "{}--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
+                        if i == 0 { "" } else { "\r\n" },
+                        range::content_range(r, len)
+                    );
+                    (head.into_bytes(), *r)
+                })
+                .collect();
+            reply.status = 206;
+            reply.header("Content-Type", format_args!("multipart/byteranges; boundary={boundary}"));
+            reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
+        }
+    }
+}
+
+/// A multipart boundary that cannot occur in the part heads: derived from the ETag's
+/// hex digits and the time, which is all it needs (RFC 2046 only asks it not to appear
+/// in the parts, and file bytes are not scanned).
+fn boundary(etag: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let tag: String = etag.chars().filter(char::is_ascii_hexdigit).take(16).collect();
+    format!("pika_{tag}_{nanos:08x}")
+}
+
+/// Opens a vhost-relative URL path for an error page (no listing, no redirect).
+pub fn open_error_page(site: &Site<'_>, url_path: &str) -> Option<(File, u64)> {
+    let rel = Path::new(std::ffi::OsStr::from_bytes(url_path.trim_start_matches('/').as_bytes()));
+    let file = sys::open_beneath(site.root.as_fd(), rel, site.vhost.symlinks).ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then_some((file, meta.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_reencoded() {
+        assert_eq!(encode_query(b"a=1&b=<x>"), "a=1&b=%3Cx%3E");
+        assert_eq!(encode_query(b"x\r\nSet-Cookie: y"), "x%0D%0ASet-Cookie:%20y");
+    }
+
+    #[test]
+    fn boundary_is_token() {
+        let b = boundary("\"12ab-34-56\"");
+        assert!(b.starts_with("pika_12ab3456_"));
+        assert!(b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'));
+    }
+}

@@ -1,0 +1,654 @@
+//! One connection, from the first byte to the close: the keep-alive loop.
+//!
+//! read the head (bounded in size and time) → parse and validate → read and discard
+//! any body (so the next pipelined request starts where it should) → pick the vhost →
+//! run the handler → `writev` head and body → log → keep alive or close.
+//!
+//! This code knows nothing about processes: what the worker needs to see (state
+//! changes for the scoreboard, whether it must stop keeping connections alive) goes
+//! through the [`Observer`] it is given.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::date::DateCache;
+use super::path::{self, PathError};
+use super::request::{self, Framing, HttpError, Limits, MAX_HEADERS, Method, Request};
+use super::response::{self, ALLOW, Body, Reply};
+use crate::config::{Config, ServerTokens};
+use crate::handlers::static_file::{self, Env, Site};
+use crate::log::access::AccessLogs;
+use crate::log::format::Record;
+use crate::vhost;
+
+/// What a connection is doing, for the scoreboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    Reading,
+    KeepAlive,
+    Writing,
+    Logging,
+    Closing,
+}
+
+/// The worker's view into a connection.
+pub trait Observer {
+    fn state(&mut self, state: ConnState);
+    /// A request head has been read.
+    fn request(&mut self, line: &[u8], client: SocketAddr);
+    /// A response has been sent, `bytes` of it.
+    fn served(&mut self, bytes: u64);
+    /// Progress on a long write (a stuck-worker watchdog reads it).
+    fn heartbeat(&mut self);
+    /// The worker must finish: answer this request with `Connection: close`.
+    fn must_close(&self) -> bool;
+    /// An optional page the worker serves itself (`server-status`).
+    fn status_page(&mut self, _req: &Request<'_>, _query: Option<&[u8]>, _reply: &mut Reply<'_>) -> bool {
+        false
+    }
+}
+
+/// How a connection ended.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub requests: u64,
+    /// The connection carried the master's internal dummy request.
+    pub internal: bool,
+}
+
+/// Header carrying the master's per-boot token on an internal dummy request.
+pub const INTERNAL_HEADER: &str = "Pika-Internal";
+
+/// How long a closing connection is drained so the client reads our response
+/// instead of a reset (Apache's lingering close).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Everything a worker keeps from one connection to the next: config, open roots,
+/// logs, and buffers reused for every request.
+pub struct Server<'c> {
+    config: &'c Config,
+    sites: Vec<Site<'c>>,
+    token: String,
+    limits: Limits,
+    out: Output,
+    buf: Vec<u8>,
+    req_head: Vec<u8>,
+}
+
+/// The write side: what builds, sends and logs responses.
+struct Output {
+    logs: AccessLogs,
+    date: DateCache,
+    server_header: &'static str,
+    head: Vec<u8>,
+    extra: Vec<u8>,
+    request_id: u64,
+}
+
+/// The read side of a connection: the socket, the buffer and what is in it.
+struct Input<'a> {
+    stream: &'a TcpStream,
+    buf: &'a mut Vec<u8>,
+    start: usize,
+    end: usize,
+    timeout: Option<Duration>,
+    bytes_in: u64,
+}
+
+enum HeadError {
+    /// The client closed or went idle between requests: close quietly.
+    Quiet,
+    Http(HttpError),
+}
+
+impl<'c> Server<'c> {
+    /// Prepares to serve: opens every vhost root.
+    pub fn new(config: &'c Config, logs: AccessLogs, token: String) -> io::Result<Server<'c>> {
+        let sites = config.vhosts.iter().map(Site::open).collect::<io::Result<Vec<_>>>()?;
+        let limits = Limits {
+            max_request_line: config.http.max_request_line,
+            max_header_size: config.http.max_header_size,
+            max_headers: config.http.max_headers,
+        };
+        let server_header = match config.server_tokens {
+            ServerTokens::Full => concat!("pika/", env!("CARGO_PKG_VERSION")),
+            ServerTokens::Product => "pika",
+        };
+        Ok(Server {
+            config,
+            sites,
+            token,
+            limits,
+            out: Output {
+                logs,
+                date: DateCache::default(),
+                server_header,
+                head: Vec::with_capacity(512),
+                extra: Vec::with_capacity(256),
+                request_id: u64::from(std::process::id()) << 32,
+            },
+            // Room for the largest head plus the start of a pipelined one.
+            buf: vec![0; config.http.max_header_size + 4096],
+            req_head: Vec::with_capacity(1024),
+        })
+    }
+
+    pub fn reopen_logs(&mut self) {
+        self.out.logs.reopen();
+    }
+
+    /// Serves one connection to its end.
+    pub fn serve(&mut self, stream: TcpStream, peer: SocketAddr, obs: &mut dyn Observer) -> Outcome {
+        let Server { config, sites, token, limits, out, buf, req_head } = self;
+        let http = &config.http;
+        let local_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(http.send_timeout));
+        let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0) };
+        let mut outcome = Outcome::default();
+        let mut input = Input { stream: &stream, buf, start: 0, end: 0, timeout: None, bytes_in: 0 };
+        loop {
+            obs.state(if outcome.requests == 0 { ConnState::Reading } else { ConnState::KeepAlive });
+            let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
+            let head_end = match input.read_head(first_wait, http.header_timeout, limits) {
+                Ok(n) => n,
+                Err(HeadError::Quiet) => break,
+                Err(HeadError::Http(e)) => {
+                    req_head.clear();
+                    req_head.extend_from_slice(request::request_line(&input.buf[input.start..input.end]));
+                    out.fail(&mut input, e, req_head, &conn, obs);
+                    break;
+                }
+            };
+            let started = Instant::now();
+            let start_time = SystemTime::now();
+            // The head is copied out (a few hundred bytes, into a reused buffer) so the
+            // input buffer is free for the body and for pipelined requests.
+            req_head.clear();
+            req_head.extend_from_slice(&input.buf[input.start..head_end]);
+            input.bytes_in = req_head.len() as u64;
+            input.start = head_end;
+            let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+            let req = match request::parse(req_head, &mut headers, limits) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.fail(&mut input, e, request::request_line(req_head), &conn, obs);
+                    break;
+                }
+            };
+            obs.request(req.line, peer);
+            outcome.requests += 1;
+
+            if let Err(e) = input.discard_body(&req, http.max_body_size, http.body_timeout) {
+                if let BodyError::Http(e) = e {
+                    out.fail(&mut input, e, req.line, &conn, obs);
+                }
+                break;
+            }
+
+            let mut reply = Reply::new(&mut out.extra);
+            let mut internal = false;
+            let vhost_index = dispatch(sites, config, &req, &mut reply, token, &mut internal, obs);
+            outcome.internal |= internal;
+            if reply.status >= 400 {
+                custom_error_page(&sites[vhost_index], &config.mime, &mut reply);
+            }
+
+            let keep_alive = req.keep_alive
+                && http.keepalive
+                && !reply.close
+                && !obs.must_close()
+                && (http.max_keepalive_requests == 0 || outcome.requests < http.max_keepalive_requests);
+            obs.state(ConnState::Writing);
+            let status = reply.status;
+            let body = std::mem::replace(&mut reply.body, Body::None);
+            write_head(&mut out.head, &mut out.date, out.server_header, &reply, &body, req.http11, keep_alive);
+            let send_body = req.method != Method::Head && !response::bodiless(status);
+            let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs);
+            let body_bytes = if send_body { body.len() } else { 0 };
+            drop(body);
+            obs.served(sent.as_ref().map_or(0, |n| *n));
+
+            // The access log's default filter leaves the master's dummy requests out.
+            if !internal {
+                obs.state(ConnState::Logging);
+                out.request_id = out.request_id.wrapping_add(1);
+                let (path_part, query) = split_query(req.target);
+                let lookup = |name: &str| req.header(name);
+                out.logs.write(&Record {
+                    client: peer.ip(),
+                    local_port,
+                    request_line: req.line,
+                    method: req.method_str.as_bytes(),
+                    path: path_part,
+                    query,
+                    protocol: req.protocol(),
+                    status,
+                    body_bytes,
+                    bytes_in: input.bytes_in,
+                    bytes_out: sent.as_ref().map_or(0, |n| *n),
+                    start: start_time,
+                    duration: started.elapsed(),
+                    vhost: vhost_name(config, vhost_index),
+                    host: req.host,
+                    headers_in: &lookup,
+                    response_head: &out.head,
+                    conn_status: if sent.is_err() {
+                        'X'
+                    } else if keep_alive {
+                        '+'
+                    } else {
+                        '-'
+                    },
+                    keepalive_count: outcome.requests - 1,
+                    request_id: out.request_id,
+                });
+            }
+            if sent.is_err() {
+                break;
+            }
+            if !keep_alive {
+                obs.state(ConnState::Closing);
+                input.linger();
+                break;
+            }
+        }
+        outcome
+    }
+}
+
+/// Facts about the connection that every log record of it repeats.
+struct Conn<'a> {
+    peer: SocketAddr,
+    local_port: u16,
+    default_vhost: &'a str,
+}
+
+fn vhost_name(config: &Config, index: usize) -> &str {
+    config.vhosts[index].server_names.first().map_or("-", String::as_str)
+}
+
+impl Output {
+    /// Answers a request that cannot be served with its error status, logs it, and
+    /// closes (lingering, so the client sees the answer).
+    fn fail(&mut self, input: &mut Input<'_>, e: HttpError, line: &[u8], conn: &Conn<'_>, obs: &mut dyn Observer) {
+        let start_time = SystemTime::now();
+        let mut reply = Reply::new(&mut self.extra);
+        reply.error(e.status(), &e.to_string());
+        obs.state(ConnState::Writing);
+        let body = std::mem::replace(&mut reply.body, Body::None);
+        write_head(&mut self.head, &mut self.date, self.server_header, &reply, &body, true, false);
+        let sent = write_response(input.stream, &self.head, Some(&body), obs);
+        let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
+        let no_headers = |_: &str| None;
+        self.logs.write(&Record {
+            client: conn.peer.ip(),
+            local_port: conn.local_port,
+            request_line: line,
+            method: &line[..method_end],
+            path: b"-",
+            query: None,
+            protocol: "HTTP/1.1",
+            status: e.status(),
+            body_bytes: body.len(),
+            bytes_in: input.bytes_in,
+            bytes_out: sent.unwrap_or(0),
+            start: start_time,
+            duration: Duration::ZERO,
+            vhost: conn.default_vhost,
+            host: None,
+            headers_in: &no_headers,
+            response_head: &self.head,
+            conn_status: '-',
+            keepalive_count: 0,
+            request_id: 0,
+        });
+        obs.state(ConnState::Closing);
+        input.linger();
+    }
+}
+
+/// Picks what answers the request and runs it. Returns the vhost used.
+fn dispatch(
+    sites: &[Site<'_>],
+    config: &Config,
+    req: &Request<'_>,
+    reply: &mut Reply<'_>,
+    token: &str,
+    internal: &mut bool,
+    obs: &mut dyn Observer,
+) -> usize {
+    let index = vhost::select(&config.vhosts, req.host);
+    if req.target == b"*" {
+        // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
+        // one of these, recognised by its per-boot token (a client cannot know it).
+        *internal = !token.is_empty() && req.header(INTERNAL_HEADER).is_some_and(|t| t == token.as_bytes());
+        reply.header("Allow", ALLOW);
+        reply.body = Body::Owned(Vec::new());
+        return index;
+    }
+    let (clean, query) = match path::clean(req.target) {
+        Ok(p) => p,
+        Err(PathError::EncodedSlash) => {
+            // Apache's AllowEncodedSlashes Off answers 404: no file name holds a '/'.
+            reply.error(404, "The requested resource was not found.");
+            return index;
+        }
+        Err(e) => {
+            reply.error(400, &format!("Bad request path: {e}."));
+            return index;
+        }
+    };
+    if obs.status_page(req, query, reply) {
+        return index;
+    }
+    let env = Env { mime: &config.mime, max_ranges: config.http.max_ranges };
+    static_file::serve(&sites[index], &env, req, &clean, query, reply);
+    index
+}
+
+/// Replaces a generated error body with the vhost's own page for that status, if it
+/// has one that can be opened.
+fn custom_error_page(site: &Site<'_>, mime: &crate::http::mime::MimeTypes, reply: &mut Reply<'_>) {
+    let Some((_, page)) = site.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
+    let Some((file, len)) = static_file::open_error_page(site, page) else { return };
+    let body = if len == 0 {
+        Body::Owned(Vec::new())
+    } else {
+        match crate::sys::map_file(&file) {
+            Ok(map) => Body::Mapped { map, start: 0, end: len as usize },
+            Err(_) => return,
+        }
+    };
+    // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
+    let kept: Vec<u8> = reply
+        .headers
+        .split_inclusive(|&b| b == b'\n')
+        .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
+        .flatten()
+        .copied()
+        .collect();
+    *reply.headers = kept;
+    reply.header("Content-Type", mime.lookup(page.as_bytes()));
+    reply.body = body;
+}
+
+fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match target.iter().position(|&b| b == b'?') {
+        Some(q) => (&target[..q], Some(&target[q + 1..])),
+        None => (target, None),
+    }
+}
+
+/// Writes the status line and the headers every response carries.
+fn write_head(
+    head: &mut Vec<u8>,
+    date: &mut DateCache,
+    server: &str,
+    reply: &Reply<'_>,
+    body: &Body,
+    http11: bool,
+    keep_alive: bool,
+) {
+    use std::io::Write as _;
+    head.clear();
+    let _ = write!(
+        head,
+        "HTTP/1.1 {} {}\r\nDate: {}\r\nServer: {server}\r\n",
+        reply.status,
+        response::reason(reply.status),
+        date.now()
+    );
+    head.extend_from_slice(reply.headers);
+    if !response::bodiless(reply.status) {
+        let _ = write!(head, "Content-Length: {}\r\n", body.len());
+    }
+    if !keep_alive {
+        head.extend_from_slice(b"Connection: close\r\n");
+    } else if !http11 {
+        head.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+}
+
+/// Sends head and body with as few `writev` calls as the kernel allows. Returns the
+/// bytes sent.
+fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(4);
+    slices.push(IoSlice::new(head));
+    match body {
+        None | Some(Body::None) => {}
+        Some(Body::Owned(v)) => slices.push(IoSlice::new(v)),
+        Some(Body::Mapped { map, start, end }) => slices.push(IoSlice::new(&map[*start..*end])),
+        Some(Body::Multipart { map, parts, tail }) => {
+            for (h, r) in parts {
+                slices.push(IoSlice::new(h));
+                slices.push(IoSlice::new(&map[r.start as usize..=r.end as usize]));
+            }
+            slices.push(IoSlice::new(tail));
+        }
+    }
+    let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+    let mut rest = &mut slices[..];
+    let mut stream = stream;
+    while !rest.is_empty() {
+        // IOV_MAX is 1024: a response with thousands of ranges goes out in batches.
+        let batch = rest.len().min(1024);
+        match stream.write_vectored(&rest[..batch]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                IoSlice::advance_slices(&mut rest, n);
+                obs.heartbeat();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(total)
+}
+
+enum BodyError {
+    Http(HttpError),
+    Io,
+}
+
+impl Input<'_> {
+    fn set_timeout(&mut self, t: Duration) {
+        let t = t.max(Duration::from_millis(1));
+        if self.timeout != Some(t) {
+            let _ = self.stream.set_read_timeout(Some(t));
+            self.timeout = Some(t);
+        }
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` is end of stream.
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buf.len() && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        loop {
+            match self.stream.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads until a whole head is buffered; returns the index just past it. The first
+    /// byte may take `first_wait`; once it came, the whole head must arrive within
+    /// `head_timeout` (mod_reqtimeout's rule, so a trickling client cannot hold a
+    /// worker forever).
+    fn read_head(&mut self, first_wait: Duration, head_timeout: Duration, limits: &Limits) -> Result<usize, HeadError> {
+        let mut scanned = 0;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            if self.end > self.start {
+                let window = &self.buf[self.start..self.end];
+                if let Some(n) = request::find_head_end(window, scanned) {
+                    return Ok(self.start + n);
+                }
+                scanned = window.len();
+                request::check_partial(window, limits).map_err(HeadError::Http)?;
+                if self.start == 0 && self.end == self.buf.len() {
+                    return Err(HeadError::Http(HttpError::HeadersTooLarge));
+                }
+            }
+            let wait = match deadline {
+                None if self.end > self.start => {
+                    let d = Instant::now() + head_timeout;
+                    deadline = Some(d);
+                    head_timeout
+                }
+                None => first_wait,
+                Some(d) => d.saturating_duration_since(Instant::now()),
+            };
+            if wait.is_zero() {
+                return Err(HeadError::Http(HttpError::Timeout));
+            }
+            self.set_timeout(wait);
+            match self.fill() {
+                Ok(0) => return Err(HeadError::Quiet),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    // Nothing at all on a kept-alive connection is the idle timeout, not
+                    // an error; a head that stopped halfway earns a 408.
+                    if self.end == self.start && deadline.is_none() && first_wait != head_timeout {
+                        return Err(HeadError::Quiet);
+                    }
+                    if self.end == self.start && deadline.is_none() {
+                        return Err(HeadError::Http(HttpError::Timeout));
+                    }
+                    return Err(HeadError::Http(HttpError::Timeout));
+                }
+                Err(_) => return Err(HeadError::Quiet),
+            }
+        }
+    }
+
+    /// Takes up to `n` body bytes from the buffer or the socket and drops them.
+    fn skip(&mut self, mut n: u64) -> Result<(), BodyError> {
+        while n > 0 {
+            if self.start == self.end {
+                match self.fill() {
+                    Ok(0) | Err(_) => return Err(BodyError::Io),
+                    Ok(_) => {}
+                }
+            }
+            let take = n.min((self.end - self.start) as u64);
+            self.start += take as usize;
+            self.bytes_in += take;
+            n -= take;
+        }
+        Ok(())
+    }
+
+    /// Ensures at least one more line (up to `\n`) is buffered; returns its length.
+    fn line(&mut self, max: usize) -> Result<usize, BodyError> {
+        loop {
+            if let Some(p) = self.buf[self.start..self.end].iter().position(|&b| b == b'\n') {
+                return Ok(p + 1);
+            }
+            if self.end - self.start > max {
+                return Err(BodyError::Http(HttpError::BadRequest("chunk line too long")));
+            }
+            match self.fill() {
+                Ok(0) | Err(_) => return Err(BodyError::Io),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Reads and drops a request body so that the connection stays in step.
+    fn discard_body(&mut self, req: &Request<'_>, max: u64, timeout: Duration) -> Result<(), BodyError> {
+        if req.framing == Framing::None {
+            return Ok(());
+        }
+        if let Framing::Length(n) = req.framing {
+            if n > max {
+                return Err(BodyError::Http(HttpError::BodyTooLarge));
+            }
+        }
+        if req.expect_continue {
+            let mut s = self.stream;
+            s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(|_| BodyError::Io)?;
+        }
+        self.set_timeout(timeout);
+        match req.framing {
+            Framing::None => Ok(()),
+            Framing::Length(n) => self.skip(n),
+            Framing::Chunked => {
+                let mut total: u64 = 0;
+                loop {
+                    let len = self.line(1024)?;
+                    let line = &self.buf[self.start..self.start + len];
+                    let size = match httparse::parse_chunk_size(line) {
+                        Ok(httparse::Status::Complete((_, size))) if line.ends_with(b"\r\n") => size,
+                        _ => return Err(BodyError::Http(HttpError::BadRequest("bad chunk size line"))),
+                    };
+                    self.start += len;
+                    self.bytes_in += len as u64;
+                    if size == 0 {
+                        break;
+                    }
+                    total = total.saturating_add(size);
+                    if total > max {
+                        return Err(BodyError::Http(HttpError::BodyTooLarge));
+                    }
+                    self.skip(size)?;
+                    let len = self.line(2)?;
+                    if &self.buf[self.start..self.start + len] != b"\r\n" {
+                        return Err(BodyError::Http(HttpError::BadRequest("chunk data longer than its size")));
+                    }
+                    self.start += len;
+                }
+                // Trailer fields, then the empty line.
+                let mut trailer = 0;
+                loop {
+                    let len = self.line(8192)?;
+                    let blank = &self.buf[self.start..self.start + len] == b"\r\n";
+                    self.start += len;
+                    trailer += len;
+                    if blank {
+                        return Ok(());
+                    }
+                    if trailer > 8192 {
+                        return Err(BodyError::Http(HttpError::HeadersTooLarge));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes our side, then reads and drops what the client still sends for a short
+    /// while, so our last response is not destroyed by a reset.
+    fn linger(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+        let deadline = Instant::now() + LINGER;
+        let mut drained = 0;
+        self.start = 0;
+        self.end = 0;
+        while drained < LINGER_BYTES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.set_timeout(left);
+            match self.stream.read(&mut self.buf[..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! HTTP/1.1 for a static-file origin (RFC 9110, RFC 9112): reading requests, writing
+//! responses, and the pure rules in between (paths, ranges, preconditions, types).
+//! Nothing here knows about processes.
+
+pub mod conditional;
+pub mod connection;
+pub mod date;
+pub mod mime;
+pub mod path;
+pub mod range;
+pub mod request;
+pub mod response;

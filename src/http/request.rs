@@ -1,0 +1,502 @@
+//! Reading a request head: limits, `httparse`, and the checks httparse leaves to us
+//! (Host, framing, versions, methods).
+//!
+//! Every way a head can be wrong is an [`HttpError`], and the status each one earns is
+//! decided in exactly one place, [`HttpError::status`].
+
+use std::mem::MaybeUninit;
+
+/// Most header fields a request may carry, whatever the config says: the parser's
+/// scratch array lives on the stack, uninitialised, at no cost per request.
+pub const MAX_HEADERS: usize = 1000;
+
+/// A request the server will not serve, and why. Every one of them closes the
+/// connection: after a framing or syntax error nothing that follows can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HttpError {
+    #[error("{0}")]
+    BadRequest(&'static str),
+    #[error("request timed out")]
+    Timeout,
+    #[error("request body too large")]
+    BodyTooLarge,
+    #[error("request-target too long")]
+    UriTooLong,
+    #[error("request header fields too large")]
+    HeadersTooLarge,
+    #[error("method not implemented")]
+    NotImplemented,
+    #[error("transfer-coding not implemented")]
+    UnknownCoding,
+    #[error("HTTP version not supported")]
+    Version,
+    #[error("expectation failed")]
+    Expectation,
+}
+
+impl HttpError {
+    /// The one mapping from a parse or framing error to a status code.
+    pub fn status(self) -> u16 {
+        match self {
+            HttpError::BadRequest(_) => 400,
+            HttpError::Timeout => 408,
+            HttpError::BodyTooLarge => 413,
+            HttpError::UriTooLong => 414,
+            HttpError::Expectation => 417,
+            HttpError::HeadersTooLarge => 431,
+            HttpError::NotImplemented | HttpError::UnknownCoding => 501,
+            HttpError::Version => 505,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Options,
+    /// Known to HTTP but not served by a static-file origin: 405.
+    OtherKnown,
+}
+
+impl Method {
+    fn parse(s: &str) -> Option<Method> {
+        // Methods are case-sensitive (RFC 9110 §9.1): `get` is an unknown method.
+        Some(match s {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "OPTIONS" => Method::Options,
+            "POST" | "PUT" | "DELETE" | "PATCH" | "TRACE" | "CONNECT" | "PROPFIND" | "PROPPATCH" | "MKCOL" | "COPY"
+            | "MOVE" | "LOCK" | "UNLOCK" => Method::OtherKnown,
+            _ => return None,
+        })
+    }
+}
+
+/// How the request body is framed (RFC 9112 §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed, validated request head. Borrows the connection's buffer.
+pub struct Request<'b> {
+    pub method: Method,
+    pub method_str: &'b str,
+    /// The request-target as sent (origin-form or `*`; absolute-form is reduced to its path).
+    pub target: &'b [u8],
+    /// HTTP/1.1 (true) or HTTP/1.0.
+    pub http11: bool,
+    /// The host the client asked for: from an absolute-form target, else the Host header.
+    pub host: Option<&'b [u8]>,
+    pub keep_alive: bool,
+    pub framing: Framing,
+    pub expect_continue: bool,
+    pub headers: &'b [httparse::Header<'b>],
+    /// The request line as sent, for logs and the scoreboard.
+    pub line: &'b [u8],
+    /// Length of the head, including the blank line.
+    pub head_len: usize,
+}
+
+impl<'b> Request<'b> {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&'b [u8]> {
+        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    }
+
+    pub fn protocol(&self) -> &'static str {
+        if self.http11 { "HTTP/1.1" } else { "HTTP/1.0" }
+    }
+}
+
+/// Limits applied while a head is read and parsed.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_request_line: usize,
+    pub max_header_size: usize,
+    pub max_headers: usize,
+}
+
+/// Where the end of the head is in `buf`, if it has arrived. `from` is how far an
+/// earlier call already looked, so a head trickling in is scanned once, not once per
+/// byte received.
+pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let start = from.saturating_sub(3);
+    let mut i = start;
+    while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
+        let nl = i + off;
+        // Leading empty lines before the request line are allowed (RFC 9112 §2.2).
+        let line_start = buf[..nl].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        let line = &buf[line_start..nl];
+        let is_blank = line.is_empty() || line == b"\r";
+        let has_content_before = buf[..line_start].iter().any(|&b| b != b'\r' && b != b'\n');
+        if is_blank && has_content_before {
+            return Some(nl + 1);
+        }
+        i = nl + 1;
+    }
+    None
+}
+
+/// Checks the limits on a head that has not fully arrived: 414 when the request line
+/// alone is over its limit, 431 when the head is.
+pub fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
+    let content = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
+    let line_end = buf[content..].iter().position(|&b| b == b'\n');
+    match line_end {
+        None if buf.len() - content > limits.max_request_line => Err(HttpError::UriTooLong),
+        Some(n) if n > limits.max_request_line + 1 => Err(HttpError::UriTooLong),
+        _ if buf.len() > limits.max_header_size => Err(HttpError::HeadersTooLarge),
+        _ => Ok(()),
+    }
+}
+
+/// Parses and validates a complete head (`buf` ends with the blank line).
+pub fn parse<'b>(
+    buf: &'b [u8],
+    headers: &'b mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+) -> Result<Request<'b>, HttpError> {
+    check_partial(&buf[..buf.len().saturating_sub(2)], limits)?;
+    let mut req = httparse::Request::new(&mut []);
+    let max = limits.max_headers.min(headers.len());
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers[..max]) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err(HttpError::BadRequest("incomplete request head")),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpError::HeadersTooLarge),
+        Err(httparse::Error::Version) => {
+            // `HTTP/2.0` or `HTTP/1.2` is well-formed but not ours: 505. Anything else
+            // in that place is a malformed request line.
+            return Err(if looks_like_version(buf) {
+                HttpError::Version
+            } else {
+                HttpError::BadRequest("bad HTTP version")
+            });
+        }
+        Err(_) => return Err(HttpError::BadRequest("malformed request head")),
+    };
+    let method_str = req.method.unwrap_or("");
+    let raw_target = req.path.unwrap_or("").as_bytes();
+    let http11 = req.version == Some(1);
+    let headers: &'b [httparse::Header<'b>] = req.headers;
+
+    let line = request_line(buf);
+    let method = Method::parse(method_str).ok_or(HttpError::NotImplemented)?;
+    if raw_target.len() > limits.max_request_line {
+        return Err(HttpError::UriTooLong);
+    }
+
+    // The target: origin-form, `*` for OPTIONS, or absolute-form (whose authority then
+    // replaces Host, RFC 9112 §3.2.2). authority-form is only for CONNECT, which is
+    // refused by method.
+    let (target, uri_host) = split_target(raw_target, method)?;
+
+    let mut host = None;
+    let mut host_count = 0;
+    let mut content_length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te_seen = false;
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect_continue = false;
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("host") {
+            host_count += 1;
+            host = Some(h.value);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            let n = parse_content_length(h.value)?;
+            if content_length.is_some_and(|m| m != n) {
+                return Err(HttpError::BadRequest("conflicting Content-Length"));
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            te_seen = true;
+            chunked = transfer_coding(h.value, chunked)?;
+        } else if name.eq_ignore_ascii_case("connection") {
+            for tok in h.value.split(|&b| b == b',') {
+                let tok = tok.trim_ascii();
+                close |= tok.eq_ignore_ascii_case(b"close");
+                keep_alive_token |= tok.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case("expect") {
+            if h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(HttpError::Expectation);
+            }
+        }
+    }
+    if http11 && host_count != 1 {
+        return Err(HttpError::BadRequest(if host_count == 0 {
+            "missing Host header"
+        } else {
+            "repeated Host header"
+        }));
+    }
+    if host_count > 1 {
+        return Err(HttpError::BadRequest("repeated Host header"));
+    }
+    if let Some(h) = host {
+        if !valid_host(h) {
+            return Err(HttpError::BadRequest("invalid Host header"));
+        }
+    }
+    // RFC 9112 §6.1: a message with both is a smuggling attempt or a broken client;
+    // TE in an HTTP/1.0 request cannot be trusted either.
+    let framing = match (te_seen, content_length) {
+        (true, Some(_)) => return Err(HttpError::BadRequest("both Content-Length and Transfer-Encoding")),
+        (true, None) if !http11 => return Err(HttpError::BadRequest("Transfer-Encoding in an HTTP/1.0 request")),
+        (true, None) if !chunked => return Err(HttpError::BadRequest("chunked is not the final transfer-coding")),
+        (true, None) => Framing::Chunked,
+        (false, Some(0)) | (false, None) => Framing::None,
+        (false, Some(n)) => Framing::Length(n),
+    };
+    let keep_alive = if http11 { !close } else { keep_alive_token && !close };
+    Ok(Request {
+        method,
+        method_str,
+        target,
+        http11,
+        host: uri_host.or(host),
+        keep_alive,
+        framing,
+        expect_continue: expect_continue && http11 && framing != Framing::None,
+        headers,
+        line,
+        head_len,
+    })
+}
+
+/// The request line (without CRLF), skipping empty lines before it.
+pub fn request_line(buf: &[u8]) -> &[u8] {
+    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    let line = &rest[..end];
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn looks_like_version(buf: &[u8]) -> bool {
+    let line = request_line(buf);
+    let Some(sp) = line.iter().rposition(|&b| b == b' ') else { return false };
+    let v = &line[sp + 1..];
+    v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit()
+}
+
+fn split_target(raw: &[u8], method: Method) -> Result<(&[u8], Option<&[u8]>), HttpError> {
+    if raw.first() == Some(&b'/') {
+        return Ok((raw, None));
+    }
+    if raw == b"*" {
+        return if method == Method::Options {
+            Ok((raw, None))
+        } else {
+            Err(HttpError::BadRequest("'*' is only for OPTIONS"))
+        };
+    }
+    let lower_scheme = raw.get(..7).is_some_and(|s| s.eq_ignore_ascii_case(b"http://"));
+    if lower_scheme {
+        let rest = &raw[7..];
+        let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
+        let authority = &rest[..end];
+        if authority.is_empty() || authority.contains(&b'@') || !valid_host(authority) {
+            return Err(HttpError::BadRequest("bad absolute-form target"));
+        }
+        let path: &[u8] = if end == rest.len() { b"/" } else { &rest[end..] };
+        if path[0] == b'?' {
+            // "http://h?q": the path is empty; serve "/" with the query.
+            return Err(HttpError::BadRequest("absolute-form target without a path"));
+        }
+        return Ok((path, Some(authority)));
+    }
+    Err(HttpError::BadRequest("bad request-target"))
+}
+
+fn parse_content_length(v: &[u8]) -> Result<u64, HttpError> {
+    // A list of identical values ("5, 5") is allowed by RFC 9110 §8.6; anything else
+    // that is not 1*DIGIT is an error.
+    let mut value = None;
+    for part in v.split(|&b| b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return Err(HttpError::BadRequest("invalid Content-Length"));
+        }
+        let n: u64 = std::str::from_utf8(part)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or(HttpError::BadRequest("invalid Content-Length"))?;
+        if value.is_some_and(|m| m != n) {
+            return Err(HttpError::BadRequest("conflicting Content-Length"));
+        }
+        value = Some(n);
+    }
+    value.ok_or(HttpError::BadRequest("invalid Content-Length"))
+}
+
+/// Folds one Transfer-Encoding field into "is chunked the final coding so far".
+fn transfer_coding(v: &[u8], mut chunked_last: bool) -> Result<bool, HttpError> {
+    for coding in v.split(|&b| b == b',') {
+        let coding = coding.trim_ascii();
+        if coding.is_empty() {
+            continue;
+        }
+        if chunked_last {
+            // Anything after chunked, or chunked twice, leaves the length unknowable.
+            return Err(HttpError::BadRequest("chunked is not the final transfer-coding"));
+        }
+        let name = coding.split(|&b| b == b';').next().unwrap_or(b"").trim_ascii();
+        if name.eq_ignore_ascii_case(b"chunked") {
+            if coding.len() != name.len() {
+                return Err(HttpError::BadRequest("parameters on chunked"));
+            }
+            chunked_last = true;
+        } else if !(name.eq_ignore_ascii_case(b"gzip")
+            || name.eq_ignore_ascii_case(b"deflate")
+            || name.eq_ignore_ascii_case(b"compress")
+            || name.eq_ignore_ascii_case(b"x-gzip"))
+        {
+            return Err(HttpError::UnknownCoding);
+        }
+    }
+    Ok(chunked_last)
+}
+
+/// RFC 3986 host[:port]: reg-name characters, or an IP-literal in brackets.
+fn valid_host(h: &[u8]) -> bool {
+    if h.is_empty() {
+        // An empty Host is allowed when the target has no authority (RFC 9112 §3.2).
+        return true;
+    }
+    if h.len() > 255 {
+        return false;
+    }
+    let (host, port) = if h[0] == b'[' {
+        let Some(end) = h.iter().position(|&b| b == b']') else { return false };
+        if !h[1..end].iter().all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+            return false;
+        }
+        (&h[..=end], &h[end + 1..])
+    } else {
+        match h.iter().position(|&b| b == b':') {
+            Some(c) => (&h[..c], &h[c..]),
+            None => (h, &b""[..]),
+        }
+    };
+    let port_ok = port.is_empty() || (port[0] == b':' && port.len() <= 6 && port[1..].iter().all(u8::is_ascii_digit));
+    let host_ok = host.first() == Some(&b'[')
+        || host.iter().all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+    port_ok && host_ok && !host.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_request_line: 64, max_header_size: 256, max_headers: 8 };
+
+    /// Method, framing, keep-alive, host, target.
+    type Parsed = (Method, Framing, bool, Option<Vec<u8>>, Vec<u8>);
+
+    fn parse_str(s: &str) -> Result<Parsed, HttpError> {
+        let mut headers = [const { MaybeUninit::uninit() }; 16];
+        let r = parse(s.as_bytes(), &mut headers, &LIMITS)?;
+        Ok((r.method, r.framing, r.keep_alive, r.host.map(<[u8]>::to_vec), r.target.to_vec()))
+    }
+
+    fn status(s: &str) -> u16 {
+        match parse_str(s) {
+            Ok(_) => 200,
+            Err(e) => e.status(),
+        }
+    }
+
+    #[test]
+    fn head_end_is_found_incrementally() {
+        let buf = b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\nNEXT";
+        assert_eq!(find_head_end(buf, 0), Some(buf.len() - 4));
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0), None);
+        assert_eq!(find_head_end(b"GET / HTTP/1.0\n\n", 10), Some(16));
+        assert_eq!(find_head_end(b"\r\n\r\n", 0), None);
+    }
+
+    #[test]
+    fn simple_requests() {
+        let (m, f, ka, host, target) = parse_str("GET /a?b HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!((m, f, ka), (Method::Get, Framing::None, true));
+        assert_eq!((host.as_deref(), target.as_slice()), (Some(&b"x"[..]), &b"/a?b"[..]));
+        let (_, _, ka, host, _) = parse_str("HEAD / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(!ka && host.is_none());
+        let (_, _, ka, _, _) = parse_str("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
+        assert!(ka);
+        let (_, _, ka, _, _) = parse_str("GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n").unwrap();
+        assert!(!ka);
+    }
+
+    #[test]
+    fn absolute_form_sets_host() {
+        let (_, _, _, host, target) =
+            parse_str("GET http://Example.COM:80/p?q HTTP/1.1\r\nHost: other\r\n\r\n").unwrap();
+        assert_eq!((host.unwrap(), target), (b"Example.COM:80".to_vec(), b"/p?q".to_vec()));
+        assert_eq!(status("GET https://x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
+        assert_eq!(status("GET http://u@x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn statuses_for_bad_heads() {
+        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), 400);
+        assert_eq!(status("BREW / HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
+        assert_eq!(status("get / HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
+        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\n\r\n"), 200); // 405 is decided by the handler
+        assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTX/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nExpect: teapot\r\n\r\n"), 417);
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(80));
+        assert_eq!(status(&long), 414);
+        let many: String = (0..9).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")), 431);
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "v".repeat(300));
+        assert_eq!(status(&big), 431);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nX-A: one\r\n two\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn framing_rules() {
+        let cl = |v: &str| parse_str(&format!("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {v}\r\n\r\n"));
+        assert_eq!(cl("5").unwrap().1, Framing::Length(5));
+        assert_eq!(cl("5, 5").unwrap().1, Framing::Length(5));
+        assert_eq!(cl("0").unwrap().1, Framing::None);
+        for bad in ["-1", "+5", "5, 6", "", "0x10", "99999999999999999999", "5 5"] {
+            assert_eq!(cl(bad).err().map(HttpError::status), Some(400), "{bad}");
+        }
+        let two = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n";
+        assert_eq!(status(two), 400);
+        let te = |v: &str| parse_str(&format!("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {v}\r\n\r\n"));
+        assert_eq!(te("chunked").unwrap().1, Framing::Chunked);
+        assert_eq!(te("gzip, chunked").unwrap().1, Framing::Chunked);
+        assert_eq!(te("chunked, gzip").err().map(HttpError::status), Some(400));
+        assert_eq!(te("chunked, chunked").err().map(HttpError::status), Some(400));
+        assert_eq!(te("bogus").err().map(HttpError::status), Some(501));
+        assert_eq!(te("gzip").err().map(HttpError::status), Some(400));
+        let both = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(status(both), 400);
+        assert_eq!(status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn partial_limits() {
+        assert_eq!(check_partial(&[b'a'; 70], &LIMITS), Err(HttpError::UriTooLong));
+        assert_eq!(check_partial(b"GET / HTTP/1.1\r\nX: y", &LIMITS), Ok(()));
+        let mut big = b"GET / HTTP/1.1\r\n".to_vec();
+        big.extend_from_slice(&[b'x'; 300]);
+        assert_eq!(check_partial(&big, &LIMITS), Err(HttpError::HeadersTooLarge));
+    }
+}

@@ -1,0 +1,151 @@
+//! What a handler answers, and how it becomes bytes on the wire.
+//!
+//! A handler fills a [`Reply`]: a status, header lines written straight into a reused
+//! buffer, and a [`Body`]. The connection adds the headers every response carries
+//! (Date, Server, Content-Length, Connection) and hands head and body to the kernel in
+//! one `writev`. A mapped file's bytes are never read by our code (DESIGN §3).
+
+use std::fmt::Write as _;
+
+use memmap2::Mmap;
+
+use super::range::ByteRange;
+
+/// A response body.
+pub enum Body {
+    /// No body at all (and no Content-Length for 304).
+    None,
+    /// Bytes we made (error pages, listings, the status page).
+    Owned(Vec<u8>),
+    /// A slice of a mapped file (the whole file, or one range).
+    Mapped { map: Mmap, start: usize, end: usize },
+    /// `multipart/byteranges`: each part's head, then its range of the map; `tail` closes.
+    Multipart { map: Mmap, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::None => 0,
+            Body::Owned(v) => v.len() as u64,
+            Body::Mapped { start, end, .. } => (end - start) as u64,
+            Body::Multipart { parts, tail, .. } => {
+                parts.iter().map(|(h, r)| h.len() as u64 + r.len()).sum::<u64>() + tail.len() as u64
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A handler's answer.
+pub struct Reply<'h> {
+    pub status: u16,
+    /// Extra header lines, each `Name: value\r\n`.
+    pub headers: &'h mut Vec<u8>,
+    pub body: Body,
+    /// Close the connection after this response.
+    pub close: bool,
+}
+
+impl<'h> Reply<'h> {
+    pub fn new(headers: &'h mut Vec<u8>) -> Reply<'h> {
+        headers.clear();
+        Reply { status: 200, headers, body: Body::None, close: false }
+    }
+
+    /// Adds a header line. Values must not come unescaped from the client.
+    pub fn header(&mut self, name: &str, value: impl std::fmt::Display) -> &mut Self {
+        let mut s = String::new();
+        let _ = write!(s, "{name}: {value}\r\n");
+        debug_assert!(!s[..s.len() - 2].contains(['\r', '\n']), "header injection");
+        self.headers.extend_from_slice(s.as_bytes());
+        self
+    }
+
+    /// Turns this reply into a short HTML error page for `status`.
+    pub fn error(&mut self, status: u16, detail: &str) -> &mut Self {
+        self.status = status;
+        self.headers.clear();
+        self.header("Content-Type", "text/html; charset=utf-8");
+        if status == 405 || status == 501 {
+            self.header("Allow", ALLOW);
+        }
+        self.body = Body::Owned(error_page(status, detail));
+        self
+    }
+}
+
+/// The methods a static-file resource allows.
+pub const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// A short, complete HTML page for an error status.
+pub fn error_page(status: u16, detail: &str) -> Vec<u8> {
+    let reason = reason(status);
+    format!(
+        "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head>\n<body><h1>{status} {reason}</h1>\n<p>{}</p>\n</body></html>\n",
+        super::path::html_escape(detail)
+    )
+    .into_bytes()
+}
+
+/// The reason phrase for a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+/// Statuses that never carry a body (RFC 9110 §6.4.1).
+pub fn bodiless(status: u16) -> bool {
+    status == 204 || status == 304 || (100..200).contains(&status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_pages_escape_details() {
+        let page = String::from_utf8(error_page(404, "<script>x</script>")).unwrap();
+        assert!(page.contains("404 Not Found"));
+        assert!(page.contains("&lt;script&gt;"));
+        assert!(!page.contains("<script>"));
+    }
+
+    #[test]
+    fn reply_headers() {
+        let mut buf = Vec::new();
+        let mut r = Reply::new(&mut buf);
+        r.header("X-A", 1).header("X-B", "two");
+        r.error(405, "no");
+        assert_eq!(r.status, 405);
+        assert_eq!(&r.headers[..], &b"Content-Type: text/html; charset=utf-8\r\nAllow: GET, HEAD, OPTIONS\r\n"[..]);
+        assert!(bodiless(304) && bodiless(204) && !bodiless(200));
+    }
+}

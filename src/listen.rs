@@ -1,0 +1,82 @@
+//! Listening sockets: bound once by the master, before any fork, and kept open across
+//! every reload, so a reload never refuses a connection.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use socket2::{Domain, Socket, Type};
+
+/// One bound listener: the address as configured (the key across reloads), the
+/// address actually bound (port 0 picks one), and the socket.
+pub struct Listener {
+    pub configured: SocketAddr,
+    pub bound: SocketAddr,
+    pub socket: TcpListener,
+}
+
+/// Binds `addr` with the options a server wants: `SO_REUSEADDR` (restart while old
+/// connections sit in TIME_WAIT), IPv6 sockets IPv6-only (a separate `0.0.0.0` entry
+/// covers IPv4, as in nginx), close-on-exec.
+pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<Listener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    // The kernel clamps the backlog to net.core.somaxconn.
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    let socket: TcpListener = socket.into();
+    let bound = socket.local_addr()?;
+    Ok(Listener { configured: addr, bound, socket })
+}
+
+/// Blocks until one of the listeners has a connection and accepts it.
+///
+/// With one listener this is a plain blocking `accept()`: Linux wakes one waiter per
+/// connection, so no accept lock is needed. With several, the listeners are
+/// non-blocking and the worker waits in `poll()`; a worker that loses the race for a
+/// connection gets `EAGAIN` and polls again.
+pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr)> {
+    if let [only] = listeners {
+        return only.socket.accept();
+    }
+    loop {
+        let mut fds: Vec<PollFd<'_>> =
+            listeners.iter().map(|l| PollFd::new(l.socket.as_fd(), PollFlags::POLLIN)).collect();
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let ready: Vec<usize> = fds
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+            .map(|(i, _)| i)
+            .collect();
+        for i in ready {
+            match listeners[i].socket.accept() {
+                Ok((s, peer)) => {
+                    // Accepted sockets inherit O_NONBLOCK from the listener on some
+                    // systems; the worker wants blocking I/O with timeouts.
+                    s.set_nonblocking(false)?;
+                    return Ok((s, peer));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Prepares listeners for [`accept`]: non-blocking when there are several.
+pub fn set_mode(listeners: &[Listener]) -> io::Result<()> {
+    let several = listeners.len() > 1;
+    for l in listeners {
+        l.socket.set_nonblocking(several)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! Access-log formats: Apache's `LogFormat` language, compiled once, rendered into one
+//! buffer per request.
+//!
+//! Operators feed these lines to analysers that already read Apache's and nginx's
+//! `common` and `combined` logs, so the tokens mean what they mean in
+//! `mod_log_config`, and every byte that came from a client is escaped the way Apache
+//! escapes it (`\"`, `\\`, `\n`, `\xHH`): a client cannot end a line or forge a field.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+
+/// The named formats, as Apache ships them.
+const COMMON: &str = "%h %l %u %t \"%r\" %>s %b";
+const COMBINED: &str = "%h %l %u %t \"%r\" %>s %b \"%{Referer}i\" \"%{User-Agent}i\"";
+const VHOST_COMBINED: &str = "%v:%p %h %l %u %t \"%r\" %>s %O \"%{Referer}i\" \"%{User-Agent}i\"";
+
+/// One compiled piece of a format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Literal(String),
+    RemoteHost, // %h, %a
+    Dash,       // %l, %u: no identd, no auth
+    Time,       // %t
+    TimeFormat(TimeFmt),
+    RequestLine,  // %r
+    Method,       // %m
+    UrlPath,      // %U
+    Query,        // %q ("?x=1" or "")
+    Protocol,     // %H
+    FinalStatus,  // %>s, %s (no internal redirects here)
+    BodyBytesClf, // %b ("-" for 0)
+    BodyBytes,    // %B
+    Micros,       // %D
+    Seconds,      // %T
+    VhostName,    // %v
+    HostHeader,   // %V
+    LocalPort,    // %p
+    Pid,          // %P
+    BytesIn,      // %I
+    BytesOut,     // %O
+    HeaderIn(String),
+    HeaderOut(String),
+    ConnStatus,     // %X
+    KeepaliveCount, // %k
+    RequestId,      // %L
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TimeFmt {
+    Sec,
+    Msec,
+    Usec,
+    MsecFrac,
+    UsecFrac,
+    Strftime(String),
+}
+
+/// A compiled access-log format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFormat {
+    tokens: Vec<Token>,
+}
+
+/// Everything a format may ask about one request. Byte fields are raw client input.
+pub struct Record<'a> {
+    pub client: IpAddr,
+    pub local_port: u16,
+    pub request_line: &'a [u8],
+    pub method: &'a [u8],
+    pub path: &'a [u8],
+    pub query: Option<&'a [u8]>,
+    pub protocol: &'a str,
+    pub status: u16,
+    pub body_bytes: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub start: SystemTime,
+    pub duration: Duration,
+    pub vhost: &'a str,
+    pub host: Option<&'a [u8]>,
+    pub headers_in: &'a dyn Fn(&str) -> Option<&'a [u8]>,
+    /// The response head as sent, for `%{NAME}o`.
+    pub response_head: &'a [u8],
+    /// `+` kept alive, `-` closed, `X` aborted.
+    pub conn_status: char,
+    pub keepalive_count: u64,
+    pub request_id: u64,
+}
+
+impl LogFormat {
+    /// `common`, `combined`, `vhost_combined`, or a format string with Apache's tokens.
+    pub fn parse(spec: &str) -> Result<LogFormat, String> {
+        let spec = match spec {
+            "common" => COMMON,
+            "combined" => COMBINED,
+            "vhost_combined" => VHOST_COMBINED,
+            other => other,
+        };
+        let mut tokens = Vec::new();
+        let mut lit = String::new();
+        let mut chars = spec.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                lit.push(c);
+                continue;
+            }
+            let mut arg = None;
+            if chars.peek() == Some(&'{') {
+                chars.next();
+                let mut a = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(ch) => a.push(ch),
+                        None => return Err("unclosed %{".into()),
+                    }
+                }
+                arg = Some(a);
+            }
+            // Apache's modifiers: `>` / `<` (final/original) and status lists are accepted
+            // and ignored: there are no internal redirects to tell apart.
+            while matches!(chars.peek(), Some('>' | '<' | '!' | ',' | '0'..='9')) {
+                chars.next();
+            }
+            let Some(t) = chars.next() else { return Err("format ends in %".into()) };
+            let token = match (t, arg) {
+                ('%', None) => {
+                    lit.push('%');
+                    continue;
+                }
+                ('h' | 'a', _) => Token::RemoteHost,
+                ('l' | 'u', None) => Token::Dash,
+                ('t', None) => Token::Time,
+                ('t', Some(f)) => Token::TimeFormat(time_fmt(&f)),
+                ('r', None) => Token::RequestLine,
+                ('m', None) => Token::Method,
+                ('U', None) => Token::UrlPath,
+                ('q', None) => Token::Query,
+                ('H', None) => Token::Protocol,
+                ('s', None) => Token::FinalStatus,
+                ('b', None) => Token::BodyBytesClf,
+                ('B', None) => Token::BodyBytes,
+                ('D', None) => Token::Micros,
+                ('T', None) => Token::Seconds,
+                ('v', None) => Token::VhostName,
+                ('V', None) => Token::HostHeader,
+                ('p', _) => Token::LocalPort,
+                ('P', _) => Token::Pid,
+                ('I', None) => Token::BytesIn,
+                ('O', None) => Token::BytesOut,
+                ('i', Some(h)) => Token::HeaderIn(h),
+                ('o', Some(h)) => Token::HeaderOut(h),
+                ('X', None) => Token::ConnStatus,
+                ('k', None) => Token::KeepaliveCount,
+                ('L', None) => Token::RequestId,
+                (t, Some(a)) => return Err(format!("unknown token %{{{a}}}{t}")),
+                (t, None) => return Err(format!("unknown token %{t}")),
+            };
+            if !lit.is_empty() {
+                tokens.push(Token::Literal(std::mem::take(&mut lit)));
+            }
+            tokens.push(token);
+        }
+        if !lit.is_empty() {
+            tokens.push(Token::Literal(lit));
+        }
+        Ok(LogFormat { tokens })
+    }
+
+    /// Appends one record (with its newline) to `out`. `clf_time` is the `[dd/Mon/yyyy:HH:MM:SS +zzzz]`
+    /// stamp for `%t`, cached by the caller per second.
+    pub fn render(&self, r: &Record<'_>, clf_time: &str, out: &mut Vec<u8>) {
+        for t in &self.tokens {
+            match t {
+                Token::Literal(s) => out.extend_from_slice(s.as_bytes()),
+                Token::RemoteHost => push_display(out, r.client_display()),
+                Token::Dash => out.push(b'-'),
+                Token::Time => out.extend_from_slice(clf_time.as_bytes()),
+                Token::TimeFormat(f) => render_time(f, r.start, out),
+                Token::RequestLine => escape_into(out, r.request_line),
+                Token::Method => escape_into(out, r.method),
+                Token::UrlPath => escape_into(out, r.path),
+                Token::Query => {
+                    if let Some(q) = r.query {
+                        out.push(b'?');
+                        escape_into(out, q);
+                    }
+                }
+                Token::Protocol => out.extend_from_slice(r.protocol.as_bytes()),
+                Token::FinalStatus => push_display(out, r.status),
+                Token::BodyBytesClf if r.body_bytes == 0 => out.push(b'-'),
+                Token::BodyBytesClf | Token::BodyBytes => push_display(out, r.body_bytes),
+                Token::Micros => push_display(out, r.duration.as_micros()),
+                Token::Seconds => push_display(out, r.duration.as_secs()),
+                Token::VhostName => escape_into(out, r.vhost.as_bytes()),
+                Token::HostHeader => match r.host {
+                    Some(h) => escape_into(out, h),
+                    None => escape_into(out, r.vhost.as_bytes()),
+                },
+                Token::LocalPort => push_display(out, r.local_port),
+                Token::Pid => push_display(out, std::process::id()),
+                Token::BytesIn => push_display(out, r.bytes_in),
+                Token::BytesOut => push_display(out, r.bytes_out),
+                Token::HeaderIn(name) => match (r.headers_in)(name) {
+                    Some(v) => escape_into(out, v),
+                    None => out.push(b'-'),
+                },
+                Token::HeaderOut(name) => match response_header(r.response_head, name) {
+                    Some(v) => escape_into(out, v),
+                    None => out.push(b'-'),
+                },
+                Token::ConnStatus => out.push(r.conn_status as u8),
+                Token::KeepaliveCount => push_display(out, r.keepalive_count),
+                Token::RequestId => push_display(out, format_args!("{:016x}", r.request_id)),
+            }
+        }
+        out.push(b'\n');
+    }
+}
+
+impl Record<'_> {
+    fn client_display(&self) -> IpAddr {
+        // A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d; log them as IPv4.
+        match self.client {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(self.client),
+            v4 => v4,
+        }
+    }
+}
+
+fn time_fmt(f: &str) -> TimeFmt {
+    // `begin:` / `end:` prefixes: the request's start is the only time we record.
+    let f = f.strip_prefix("begin:").or_else(|| f.strip_prefix("end:")).unwrap_or(f);
+    match f {
+        "sec" => TimeFmt::Sec,
+        "msec" => TimeFmt::Msec,
+        "usec" => TimeFmt::Usec,
+        "msec_frac" => TimeFmt::MsecFrac,
+        "usec_frac" => TimeFmt::UsecFrac,
+        other => TimeFmt::Strftime(other.to_string()),
+    }
+}
+
+fn render_time(f: &TimeFmt, t: SystemTime, out: &mut Vec<u8>) {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    match f {
+        TimeFmt::Sec => push_display(out, since.as_secs()),
+        TimeFmt::Msec => push_display(out, since.as_millis()),
+        TimeFmt::Usec => push_display(out, since.as_micros()),
+        TimeFmt::MsecFrac => push_display(out, format_args!("{:03}", since.subsec_millis())),
+        TimeFmt::UsecFrac => push_display(out, format_args!("{:06}", since.subsec_micros())),
+        TimeFmt::Strftime(s) => {
+            let ts = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+            let zoned = ts.to_zoned_datetime(super::local_zone().clone());
+            push_display(out, zoned.strftime(s));
+        }
+    }
+}
+
+/// The value of a response header in a raw head, case-insensitively.
+fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (n, v) = line.split_at(colon);
+        n.eq_ignore_ascii_case(name.as_bytes()).then(|| v[1..].trim_ascii())
+    })
+}
+
+fn push_display(out: &mut Vec<u8>, v: impl std::fmt::Display) {
+    let mut s = String::new();
+    let _ = write!(s, "{v}");
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Apache's `ap_escape_logitem`: `"` and `\` are backslash-escaped, the usual control
+/// characters get their C escapes, every other byte outside printable ASCII is `\xHH`.
+pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0b => out.extend_from_slice(b"\\v"),
+            0x20..=0x7e => out.push(b),
+            _ => out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
+        Record {
+            client: "::ffff:127.0.0.1".parse().unwrap(),
+            local_port: 8080,
+            request_line: b"GET /a%20b?x=1 HTTP/1.1",
+            method: b"GET",
+            path: b"/a b",
+            query: Some(b"x=1"),
+            protocol: "HTTP/1.1",
+            status: 200,
+            body_bytes: 1234,
+            bytes_in: 80,
+            bytes_out: 1400,
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456),
+            duration: Duration::from_micros(1500),
+            vhost: "example.com",
+            host: Some(b"Example.com:8080"),
+            headers_in: headers,
+            response_head: b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\n\r\n",
+            conn_status: '+',
+            keepalive_count: 3,
+            request_id: 0xabc,
+        }
+    }
+
+    fn render<'a>(spec: &str, headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> String {
+        let f = LogFormat::parse(spec).unwrap();
+        let mut out = Vec::new();
+        f.render(&record(headers), "[14/Nov/2023:22:13:20 +0000]", &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn combined_matches_apache() {
+        let h = |n: &str| match n {
+            "User-Agent" => Some(&b"curl/8 \"evil\"\n127.0.0.1 - - fake"[..]),
+            _ => None,
+        };
+        assert_eq!(
+            render("combined", &h),
+            "127.0.0.1 - - [14/Nov/2023:22:13:20 +0000] \"GET /a%20b?x=1 HTTP/1.1\" 200 1234 \"-\" \"curl/8 \\\"evil\\\"\\n127.0.0.1 - - fake\"\n"
+        );
+    }
+
+    #[test]
+    fn every_token() {
+        let h = |n: &str| (n == "X-A").then_some(&b"v"[..]);
+        let line = render(
+            "%h %a %l %u %m %U %q %H %>s %s %b %B %D %T %v %V %p %I %O %{X-A}i %{X-B}i %{etag}o %X %k %L %% %{sec}t %{msec_frac}t %{usec}t %{%Y-%m-%d}t",
+            &h,
+        );
+        assert_eq!(
+            line,
+            "127.0.0.1 127.0.0.1 - - GET /a b ?x=1 HTTP/1.1 200 200 1234 1234 1500 0 example.com Example.com:8080 8080 80 1400 v - \\\"x\\\" + 3 0000000000000abc % 1700000000 123 1700000000123456 "
+                .to_string()
+                + &jiff::Timestamp::from_second(1_700_000_000)
+                    .unwrap()
+                    .to_zoned_datetime(crate::log::local_zone().clone())
+                    .strftime("%Y-%m-%d")
+                    .to_string()
+                + "\n"
+        );
+        assert!(render("%P", &h).trim().parse::<u32>().is_ok());
+    }
+
+    #[test]
+    fn escapes_control_bytes() {
+        let mut out = Vec::new();
+        escape_into(&mut out, b"a\"b\\c\r\n\t\x08\x0b\x00\x1b\x7f\xff");
+        assert_eq!(out, b"a\\\"b\\\\c\\r\\n\\t\\b\\v\\x00\\x1b\\x7f\\xff");
+    }
+
+    #[test]
+    fn bad_formats() {
+        assert!(LogFormat::parse("%{Referer").is_err());
+        assert!(LogFormat::parse("%Z").is_err());
+        assert!(LogFormat::parse("abc %").is_err());
+        assert_eq!(LogFormat::parse("100%%").unwrap().tokens, vec![Token::Literal("100%".into())]);
+    }
+
+    #[test]
+    fn zero_bytes_is_a_dash_in_clf() {
+        let h = |_: &str| None;
+        let f = LogFormat::parse("%b %B").unwrap();
+        let mut r = record(&h);
+        r.body_bytes = 0;
+        let mut out = Vec::new();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"- 0\n");
+    }
+}

@@ -1,0 +1,137 @@
+//! Logs: the error log (pika's own messages, through the `log` facade) and the access
+//! logs (one line per request, see `access.rs` and `format.rs`).
+//!
+//! The error-log backend is written for a forking server: it reads the pid at every
+//! message (a logger installed in the master is inherited by every worker), writes each
+//! line with one `write()` on an `O_APPEND` descriptor so lines from many processes never
+//! tear, and holds no lock across a `fork` (the master is single-threaded).
+
+pub mod access;
+pub mod format;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+
+use crate::config::ErrorLogTarget;
+
+/// The scoreboard slot of this process, shown in every error-log line (-1: the master).
+static SLOT: AtomicI32 = AtomicI32::new(-1);
+
+/// Where error-log lines go right now.
+enum Sink {
+    Stderr,
+    File(File, std::path::PathBuf),
+    Syslog(Box<syslog::Logger<syslog::LoggerBackend, syslog::Formatter3164>>),
+}
+
+struct ErrorLog {
+    sink: Mutex<Sink>,
+}
+
+static ERROR_LOG: ErrorLog = ErrorLog { sink: Mutex::new(Sink::Stderr) };
+
+/// The time zone for log stamps, resolved once at start (before any chroot).
+pub fn local_zone() -> &'static jiff::tz::TimeZone {
+    static ZONE: OnceLock<jiff::tz::TimeZone> = OnceLock::new();
+    ZONE.get_or_init(|| jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC))
+}
+
+/// Installs the error log on stderr; call once, first thing in `main`.
+pub fn init_stderr(level: LevelFilter) {
+    let _ = log::set_logger(&ERROR_LOG);
+    log::set_max_level(level);
+    let _ = local_zone();
+}
+
+/// Points the error log at its configured target. Files are created (with their
+/// folder) if missing. On failure the old target stays.
+pub fn set_target(target: &ErrorLogTarget, level: LevelFilter) -> std::io::Result<()> {
+    let sink = match target {
+        ErrorLogTarget::Stderr => Sink::Stderr,
+        ErrorLogTarget::File(path) => Sink::File(open_append(path)?, path.clone()),
+        ErrorLogTarget::Syslog(facility) => {
+            let formatter = syslog::Formatter3164 {
+                facility: *facility,
+                hostname: None,
+                process: "pika".into(),
+                pid: std::process::id(),
+            };
+            let logger = syslog::unix(formatter).map_err(|e| std::io::Error::other(e.to_string()))?;
+            Sink::Syslog(Box::new(logger))
+        }
+    };
+    *ERROR_LOG.sink.lock().unwrap_or_else(|p| p.into_inner()) = sink;
+    log::set_max_level(level);
+    Ok(())
+}
+
+/// Reopens the error log file by its path (after a rotation renamed it).
+pub fn reopen_error_log() {
+    let mut sink = ERROR_LOG.sink.lock().unwrap_or_else(|p| p.into_inner());
+    if let Sink::File(f, path) = &mut *sink {
+        if let Ok(new) = open_append(path) {
+            *f = new;
+        }
+    }
+}
+
+/// Records this process's scoreboard slot for its log lines (workers call it after fork).
+pub fn set_slot(slot: usize) {
+    SLOT.store(slot as i32, Ordering::Relaxed);
+}
+
+/// Opens a log file for appending, creating it and its folder if needed.
+pub fn open_append(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).mode(0o644).open(path)
+}
+
+impl Log for ErrorLog {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        // Filtering is left to `log::set_max_level`.
+        true
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        if let Sink::Syslog(logger) = &mut *sink {
+            // The syslog crate fixes the pid when the logger is made; a worker must
+            // report its own.
+            logger.formatter.pid = std::process::id();
+            let msg = record.args().to_string();
+            let _ = match record.level() {
+                Level::Error => logger.err(msg),
+                Level::Warn => logger.warning(msg),
+                Level::Info => logger.info(msg),
+                Level::Debug | Level::Trace => logger.debug(msg),
+            };
+            return;
+        }
+        let now = jiff::Timestamp::now().to_zoned_datetime(local_zone().clone());
+        let slot = SLOT.load(Ordering::Relaxed);
+        let who = if slot < 0 { String::from("master") } else { format!("slot {slot}") };
+        let line = format!(
+            "[{}] [{}] [pid {} {}] {}\n",
+            now.strftime("%Y-%m-%d %H:%M:%S%.3f %z"),
+            record.level().as_str().to_ascii_lowercase(),
+            std::process::id(),
+            who,
+            record.args()
+        );
+        // One write per line: O_APPEND keeps lines from many processes whole.
+        let _ = match &mut *sink {
+            Sink::File(f, _) => f.write(line.as_bytes()),
+            _ => std::io::stderr().write(line.as_bytes()),
+        };
+    }
+
+    fn flush(&self) {}
+}

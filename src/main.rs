@@ -1,0 +1,46 @@
+//! The `pika` command: parse the arguments, then hand over to the library.
+
+use std::process::ExitCode;
+
+use pika::cli::{self, Mode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match cli::parse(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprint!("pika: {e}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    pika::log::init_stderr(log::LevelFilter::Info);
+    match args.mode {
+        Mode::Help => {
+            print!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Mode::Version => {
+            println!("pika {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Mode::Test => match pika::config::load(&args.config) {
+            Ok(_) => {
+                println!("pika: {}: syntax is ok", args.config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => cli::fail(e),
+        },
+        Mode::Control(cmd) => pika::ctl::run(&cmd, &args.config),
+        Mode::Foreground | Mode::Single | Mode::Daemon => {
+            let config = match pika::config::load(&args.config) {
+                Ok(c) => c,
+                Err(e) => return cli::fail(e),
+            };
+            match args.mode {
+                Mode::Foreground => pika::daemon::run_foreground(config),
+                Mode::Single => pika::daemon::run_single(config),
+                _ => pika::ctl::run("start", &args.config),
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The spare-worker policy, as a pure function: counts in, decision out.
+//!
+//! Apache prefork's `perform_idle_server_maintenance`, once a tick: fewer idle
+//! workers than `min_spare` → spawn 1, then 2, 4 … up to [`MAX_SPAWN_RATE`] per tick
+//! while the shortage lasts; more than `max_spare` → retire one idle worker per tick
+//! (growing fast and shrinking slowly avoids fork churn); never more than `max`
+//! workers. Any tick without a shortage resets the rate to 1.
+
+/// Most workers forked in one tick. Apache's value: enough to answer a burst within a
+/// few seconds, few enough that forking does not starve the workers already serving.
+pub const MAX_SPAWN_RATE: u32 = 32;
+
+/// What the master counted this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Idle workers of the current generation (ready or starting).
+    pub idle: u32,
+    /// Slots in use by any worker, of any generation.
+    pub used_slots: u32,
+}
+
+/// The spare band and the ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Band {
+    pub min_spare: u32,
+    pub max_spare: u32,
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Nothing,
+    Spawn(u32),
+    RetireOne,
+    /// Short of idle workers, but every slot is taken.
+    Full,
+}
+
+/// Decides this tick's action; `rate` is the spawn rate carried between ticks.
+pub fn decide(c: Counts, band: Band, rate: &mut u32) -> Decision {
+    if c.idle > band.max_spare {
+        *rate = 1;
+        return Decision::RetireOne;
+    }
+    if c.idle < band.min_spare {
+        let free = band.max.saturating_sub(c.used_slots);
+        if free == 0 {
+            *rate = 1;
+            return Decision::Full;
+        }
+        let n = (*rate).min(free);
+        *rate = (*rate * 2).min(MAX_SPAWN_RATE);
+        return Decision::Spawn(n);
+    }
+    *rate = 1;
+    Decision::Nothing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BAND: Band = Band { min_spare: 5, max_spare: 10, max: 256 };
+
+    #[test]
+    fn spawn_rate_doubles_to_32_then_resets() {
+        let mut rate = 1;
+        let short = Counts { idle: 0, used_slots: 10 };
+        let spawned: Vec<_> = (0..8).map(|_| decide(short, BAND, &mut rate)).collect();
+        assert_eq!(spawned, [1, 2, 4, 8, 16, 32, 32, 32].map(Decision::Spawn).to_vec());
+        assert_eq!(decide(Counts { idle: 7, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
+        assert_eq!(rate, 1);
+    }
+
+    #[test]
+    fn never_above_max() {
+        let mut rate = 32;
+        let band = Band { max: 12, ..BAND };
+        assert_eq!(decide(Counts { idle: 0, used_slots: 9 }, band, &mut rate), Decision::Spawn(3));
+        assert_eq!(decide(Counts { idle: 0, used_slots: 12 }, band, &mut rate), Decision::Full);
+        assert_eq!(rate, 1);
+    }
+
+    #[test]
+    fn retires_one_at_a_time() {
+        let mut rate = 8;
+        assert_eq!(decide(Counts { idle: 30, used_slots: 30 }, BAND, &mut rate), Decision::RetireOne);
+        assert_eq!(rate, 1);
+        assert_eq!(decide(Counts { idle: 11, used_slots: 11 }, BAND, &mut rate), Decision::RetireOne);
+        assert_eq!(decide(Counts { idle: 10, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
+        assert_eq!(decide(Counts { idle: 5, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
+    }
+
+    #[test]
+    fn old_generation_slots_count_against_max() {
+        let mut rate = 4;
+        let band = Band { max: 10, ..BAND };
+        // 8 slots held by a retiring generation, none of the new one idle yet.
+        assert_eq!(decide(Counts { idle: 0, used_slots: 8 }, band, &mut rate), Decision::Spawn(2));
+    }
+}

@@ -1,0 +1,101 @@
+//! The pipe of death and the dummy connection: how the master retires one idle worker.
+//!
+//! A worker parked in `accept()` cannot be woken by a signal (std retries `EINTR`, and
+//! signal-hook installs handlers with `SA_RESTART`). So the master writes one byte to
+//! the pipe of death and then connects to its own listener with an `OPTIONS *`
+//! request carrying the per-boot token. Whichever worker accepts it answers, then
+//! finds the byte and exits. Any worker that finishes a connection also checks the
+//! pipe, so the byte always ends with an idle worker (Apache's `mpm_unix.c`).
+//!
+//! `pod_pending` in the scoreboard counts bytes not yet taken, so a worker looks at the
+//! pipe (a syscall) only when there is something to find.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use nix::fcntl::OFlag;
+
+use crate::http::connection::INTERNAL_HEADER;
+use crate::scoreboard::Header;
+
+/// How long the master waits to connect to its own listener. Apache uses 3 s; a
+/// loopback connect that takes longer means the backlog is full, and then a worker
+/// will come back to check the pipe by itself.
+const DUMMY_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub struct Pod {
+    read: std::fs::File,
+    write: Option<std::fs::File>,
+}
+
+impl Pod {
+    pub fn new() -> io::Result<Pod> {
+        let (r, w): (OwnedFd, OwnedFd) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        Ok(Pod { read: r.into(), write: Some(w.into()) })
+    }
+
+    /// In a worker: drop the write end, so the pipe reads EOF once the master is gone.
+    pub fn close_write(&mut self) {
+        self.write = None;
+    }
+
+    /// Master: ask one idle worker to exit.
+    pub fn signal(&self, header: &Header) {
+        if let Some(mut w) = self.write.as_ref() {
+            header.pod_pending.fetch_add(1, SeqCst);
+            if w.write(b"!").is_err() {
+                header.pod_pending.fetch_sub(1, SeqCst);
+            }
+        }
+    }
+
+    /// Worker: true if a byte was taken (this worker must exit) or the master is gone.
+    pub fn check(&self, header: &Header) -> bool {
+        if header.pod_pending.load(SeqCst) == 0 {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        match (&self.read).read(&mut byte) {
+            Ok(1) => {
+                header.pod_pending.fetch_sub(1, SeqCst);
+                true
+            }
+            Ok(_) => true, // EOF: the master has exited.
+            Err(_) => false,
+        }
+    }
+}
+
+/// The address the master connects to for a listener (a wildcard becomes loopback).
+pub fn dummy_target(listen: SocketAddr) -> SocketAddr {
+    let ip = match listen.ip() {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, listen.port())
+}
+
+/// Connects to our own listener and sends one internal request, so that a worker
+/// blocked in `accept()` wakes up.
+pub fn dummy_connection(target: SocketAddr, token: &str) -> io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&target, DUMMY_TIMEOUT)?;
+    s.set_write_timeout(Some(DUMMY_TIMEOUT))?;
+    // A whole request: with TCP_DEFER_ACCEPT the kernel hands over the connection only
+    // once data arrived (Apache's comment in dummy_connection()).
+    let req = format!(
+        "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{INTERNAL_HEADER}: {token}\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    s.write_all(req.as_bytes())
+}
+
+/// A per-boot secret: 128 random bits, hex.
+pub fn make_token() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,240 @@
+//! The scoreboard: memory shared by the master and every worker, made before the first
+//! fork (anonymous `MAP_SHARED`, see `sys::map_shared`).
+//!
+//! It holds only atomics. Each slot has one writer (the worker in it); the master and
+//! the status page only read slots, and write the header (generation, log epoch).
+//! The master never trusts a pid read from here for `kill()` (a worker could write
+//! anything into its slot): it signals only pids from its own table.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use crate::sys;
+
+/// What a worker is doing. The letters are Apache's, so `?auto` output reads the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Dead = 0,
+    Starting,
+    Ready,
+    Reading,
+    Writing,
+    KeepAlive,
+    Logging,
+    Closing,
+    Graceful,
+}
+
+impl State {
+    fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Starting,
+            2 => State::Ready,
+            3 => State::Reading,
+            4 => State::Writing,
+            5 => State::KeepAlive,
+            6 => State::Logging,
+            7 => State::Closing,
+            8 => State::Graceful,
+            _ => State::Dead,
+        }
+    }
+
+    /// Apache's scoreboard letter.
+    pub fn letter(self) -> char {
+        match self {
+            State::Dead => '.',
+            State::Starting => 'S',
+            State::Ready => '_',
+            State::Reading => 'R',
+            State::Writing => 'W',
+            State::KeepAlive => 'K',
+            State::Logging => 'L',
+            State::Closing => 'C',
+            State::Graceful => 'G',
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Dead => "dead",
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Reading => "reading",
+            State::Writing => "writing",
+            State::KeepAlive => "keepalive",
+            State::Logging => "logging",
+            State::Closing => "closing",
+            State::Graceful => "graceful",
+        }
+    }
+
+    /// Idle for the spare-worker count: Apache counts a starting worker as idle (it
+    /// was forked a tick ago; forking more would "swamp things worse").
+    pub fn is_idle(self) -> bool {
+        matches!(self, State::Starting | State::Ready)
+    }
+}
+
+const TEXT_WORDS: usize = 16; // 128 bytes of request line
+const CLIENT_WORDS: usize = 6; // 48 bytes: an IPv6 address with port
+
+/// Server-wide values.
+#[repr(C)]
+pub struct Header {
+    /// Bumped by every reload; a worker of an older generation retires.
+    pub generation: AtomicU32,
+    /// Bumped when logs are rotated; a worker reopens before its next write.
+    pub log_epoch: AtomicU32,
+    /// Bytes written to the pipe of death and not yet taken by a worker.
+    pub pod_pending: AtomicU32,
+    /// Non-zero once a stop began: every worker finishes and exits.
+    pub stopping: AtomicU32,
+    /// Non-zero when few workers are idle: keep-alive yields (shorter waits).
+    pub busy: AtomicU32,
+    /// When the master started (seconds since the epoch).
+    pub started: AtomicU64,
+    /// When the current generation started.
+    pub generation_started: AtomicU64,
+}
+
+// SAFETY: only atomics, `repr(C)`, all-zero is a valid value.
+#[allow(unsafe_code)]
+unsafe impl sys::SharedAtomic for Header {}
+
+/// One worker's place.
+#[repr(C)]
+pub struct Slot {
+    pub pid: AtomicI32,
+    pub generation: AtomicU32,
+    state: AtomicU8,
+    /// Since the slot was made (survives worker replacement, as Apache's counts do).
+    pub requests: AtomicU64,
+    pub bytes: AtomicU64,
+    pub connections: AtomicU64,
+    /// Requests served by the worker now in the slot.
+    pub worker_requests: AtomicU64,
+    /// Monotonic milliseconds of the last state change.
+    pub since_ms: AtomicU64,
+    /// Monotonic milliseconds of the last sign of progress (state change or write).
+    pub heartbeat_ms: AtomicU64,
+    /// The current (or last) request line, truncated.
+    request: [AtomicU64; TEXT_WORDS],
+    client: [AtomicU64; CLIENT_WORDS],
+}
+
+// SAFETY: only atomics, `repr(C)`, all-zero is a valid value.
+#[allow(unsafe_code)]
+unsafe impl sys::SharedAtomic for Slot {}
+
+/// Milliseconds on the monotonic clock, shared by all processes of the machine.
+pub fn now_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        .unwrap_or(0)
+}
+
+fn store_text(words: &[AtomicU64], text: &[u8]) {
+    let mut chunk = [0u8; 8];
+    for (i, w) in words.iter().enumerate() {
+        chunk.fill(0);
+        let from = (i * 8).min(text.len());
+        let to = (from + 8).min(text.len());
+        chunk[..to - from].copy_from_slice(&text[from..to]);
+        w.store(u64::from_le_bytes(chunk), Relaxed);
+    }
+}
+
+fn load_text(words: &[AtomicU64]) -> String {
+    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.load(Relaxed).to_le_bytes()).collect();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    bytes.truncate(end);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Slot {
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Relaxed))
+    }
+
+    pub fn set_state(&self, s: State) {
+        let now = now_ms();
+        self.state.store(s as u8, Relaxed);
+        self.since_ms.store(now, Relaxed);
+        self.heartbeat_ms.store(now, Relaxed);
+    }
+
+    pub fn set_request(&self, line: &[u8], client: SocketAddr) {
+        store_text(&self.request, line);
+        store_text(&self.client, client.to_string().as_bytes());
+    }
+
+    pub fn request_line(&self) -> String {
+        load_text(&self.request)
+    }
+
+    pub fn client(&self) -> String {
+        load_text(&self.client)
+    }
+
+    /// Prepares the slot for a new worker (called by the master before the fork).
+    pub fn claim(&self, generation: u32) {
+        self.pid.store(0, Relaxed);
+        self.generation.store(generation, Relaxed);
+        self.worker_requests.store(0, Relaxed);
+        store_text(&self.request, b"");
+        store_text(&self.client, b"");
+        self.set_state(State::Starting);
+    }
+}
+
+/// The whole scoreboard.
+pub struct Scoreboard {
+    pub header: &'static Header,
+    pub slots: &'static [Slot],
+}
+
+impl Scoreboard {
+    /// Maps a scoreboard with `slots` slots (`workers.max` at boot: it cannot grow later).
+    pub fn new(slots: usize) -> std::io::Result<Scoreboard> {
+        let header = &sys::map_shared::<Header>(1)?[0];
+        let slots = sys::map_shared::<Slot>(slots)?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        header.started.store(now, Relaxed);
+        header.generation_started.store(now, Relaxed);
+        Ok(Scoreboard { header, slots })
+    }
+
+    pub fn generation(&self) -> u32 {
+        self.header.generation.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trips_and_truncates() {
+        let sb = Scoreboard::new(2).unwrap();
+        let s = &sb.slots[1];
+        s.set_request(b"GET /index.html HTTP/1.1", "127.0.0.1:5000".parse().unwrap());
+        assert_eq!(s.request_line(), "GET /index.html HTTP/1.1");
+        assert_eq!(s.client(), "127.0.0.1:5000");
+        let long = vec![b'x'; 500];
+        s.set_request(&long, "[::1]:1".parse().unwrap());
+        assert_eq!(s.request_line().len(), TEXT_WORDS * 8);
+        s.claim(3);
+        assert_eq!((s.request_line(), s.state(), s.generation.load(Relaxed)), (String::new(), State::Starting, 3));
+    }
+
+    #[test]
+    fn states_and_letters() {
+        for v in 0..=8u8 {
+            assert_eq!(State::from_u8(v) as u8, v);
+        }
+        assert_eq!(State::Ready.letter(), '_');
+        assert!(State::Starting.is_idle() && State::Ready.is_idle() && !State::KeepAlive.is_idle());
+    }
+}

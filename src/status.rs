@@ -1,0 +1,218 @@
+//! What the scoreboard says, in the forms people read it: Apache's `?auto` text (so
+//! existing monitoring works), an HTML page, JSON, and the status file that
+//! `pika -k status` reads.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::handlers::listing::json_string;
+use crate::http::path::html_escape;
+use crate::scoreboard::{Scoreboard, State, now_ms};
+
+/// One worker's row.
+pub struct Row {
+    pub slot: usize,
+    pub pid: i32,
+    pub generation: u32,
+    pub state: State,
+    pub requests: u64,
+    pub worker_requests: u64,
+    pub bytes: u64,
+    pub request: String,
+    pub client: String,
+    pub seconds_in_state: f64,
+}
+
+/// The scoreboard at one moment.
+pub struct Snapshot {
+    pub master_pid: i32,
+    pub generation: u32,
+    pub uptime: u64,
+    pub total_requests: u64,
+    pub total_bytes: u64,
+    pub rows: Vec<Row>,
+    /// One letter per slot, Apache style.
+    pub letters: String,
+}
+
+impl Snapshot {
+    pub fn take(sb: &Scoreboard, master_pid: i32) -> Snapshot {
+        let now = now_ms();
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let mut rows = Vec::new();
+        let mut letters = String::with_capacity(sb.slots.len());
+        let (mut total_requests, mut total_bytes) = (0, 0);
+        for (i, s) in sb.slots.iter().enumerate() {
+            let state = s.state();
+            letters.push(state.letter());
+            total_requests += s.requests.load(Relaxed);
+            total_bytes += s.bytes.load(Relaxed);
+            if state == State::Dead {
+                continue;
+            }
+            rows.push(Row {
+                slot: i,
+                pid: s.pid.load(Relaxed),
+                generation: s.generation.load(Relaxed),
+                state,
+                requests: s.requests.load(Relaxed),
+                worker_requests: s.worker_requests.load(Relaxed),
+                bytes: s.bytes.load(Relaxed),
+                request: s.request_line(),
+                client: s.client(),
+                seconds_in_state: now.saturating_sub(s.since_ms.load(Relaxed)) as f64 / 1000.0,
+            });
+        }
+        // Trailing open slots say nothing; Apache prints the whole board, which for
+        // 256 slots is mostly dots. Keep up to the last used slot, at least 16.
+        let keep = letters.rfind(|c| c != '.').map_or(0, |i| i + 1).max(16.min(letters.len()));
+        letters.truncate(keep);
+        Snapshot {
+            master_pid,
+            generation: sb.generation(),
+            uptime: wall.saturating_sub(sb.header.started.load(Relaxed)),
+            total_requests,
+            total_bytes,
+            rows,
+            letters,
+        }
+    }
+
+    pub fn busy(&self) -> usize {
+        self.rows.iter().filter(|r| !r.state.is_idle() && r.state != State::Graceful).count()
+    }
+
+    pub fn idle(&self) -> usize {
+        self.rows.iter().filter(|r| r.state.is_idle()).count()
+    }
+
+    fn req_per_sec(&self) -> f64 {
+        if self.uptime == 0 { 0.0 } else { self.total_requests as f64 / self.uptime as f64 }
+    }
+
+    /// Apache mod_status `?auto`.
+    pub fn auto(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "ServerVersion: pika/{}", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(s, "ServerMPM: prefork");
+        let _ = writeln!(s, "Uptime: {}", self.uptime);
+        let _ = writeln!(s, "Total Accesses: {}", self.total_requests);
+        let _ = writeln!(s, "Total kBytes: {}", self.total_bytes / 1024);
+        let _ = writeln!(s, "ReqPerSec: {:.6}", self.req_per_sec());
+        let bps = if self.uptime == 0 { 0.0 } else { self.total_bytes as f64 / self.uptime as f64 };
+        let _ = writeln!(s, "BytesPerSec: {bps:.6}");
+        let bpr = if self.total_requests == 0 { 0.0 } else { self.total_bytes as f64 / self.total_requests as f64 };
+        let _ = writeln!(s, "BytesPerReq: {bpr:.6}");
+        let _ = writeln!(s, "BusyWorkers: {}", self.busy());
+        let _ = writeln!(s, "IdleWorkers: {}", self.idle());
+        let _ = writeln!(s, "Generation: {}", self.generation);
+        let _ = writeln!(s, "Scoreboard: {}", self.letters);
+        s
+    }
+
+    pub fn json(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"scoreboard\":{},\"workers\":[",
+            env!("CARGO_PKG_VERSION"),
+            self.master_pid,
+            self.generation,
+            self.uptime,
+            self.total_requests,
+            self.total_bytes,
+            self.req_per_sec(),
+            self.busy(),
+            self.idle(),
+            json_string(&self.letters)
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3}}}",
+                r.slot,
+                r.pid,
+                r.generation,
+                r.state.name(),
+                r.requests,
+                r.worker_requests,
+                r.bytes,
+                json_string(&r.request),
+                json_string(&r.client),
+                r.seconds_in_state
+            );
+        }
+        s.push_str("]}\n");
+        s
+    }
+
+    pub fn html(&self) -> String {
+        let mut s = String::from(
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>pika status</title></head><body>\n<h1>pika server status</h1>\n",
+        );
+        let _ = writeln!(
+            s,
+            "<p>Master pid {} &middot; generation {} &middot; uptime {} s &middot; {} requests &middot; {} kB &middot; {:.2} requests/s &middot; {} busy, {} idle workers</p>",
+            self.master_pid,
+            self.generation,
+            self.uptime,
+            self.total_requests,
+            self.total_bytes / 1024,
+            self.req_per_sec(),
+            self.busy(),
+            self.idle()
+        );
+        let _ = writeln!(s, "<pre>{}</pre>", html_escape(&self.letters));
+        s.push_str("<p>_ ready, S starting, R reading, W writing, K keep-alive, L logging, C closing, G finishing, . open slot</p>\n");
+        s.push_str("<table border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Client</th><th>Request</th></tr>\n");
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                r.slot,
+                r.pid,
+                r.generation,
+                r.state.name(),
+                r.requests,
+                r.worker_requests,
+                r.bytes,
+                r.seconds_in_state,
+                html_escape(&r.client),
+                html_escape(&r.request)
+            );
+        }
+        s.push_str("</table>\n</body></html>\n");
+        s
+    }
+
+    /// Human-readable lines for `pika -k status` (also what the status file holds).
+    pub fn summary(&self) -> String {
+        let mut by_state: Vec<(State, usize)> = Vec::new();
+        for r in &self.rows {
+            match by_state.iter_mut().find(|(s, _)| *s == r.state) {
+                Some((_, n)) => *n += 1,
+                None => by_state.push((r.state, 1)),
+            }
+        }
+        let states: Vec<String> = by_state.iter().map(|(s, n)| format!("{} {n}", s.name())).collect();
+        let mut s = String::new();
+        let _ = writeln!(s, "pid: {}", self.master_pid);
+        let _ = writeln!(s, "uptime: {}", self.uptime);
+        let _ = writeln!(s, "generation: {}", self.generation);
+        let _ = writeln!(s, "workers: {}", self.rows.len());
+        let _ = writeln!(
+            s,
+            "current_generation_ready: {}",
+            self.rows.iter().filter(|r| r.generation == self.generation && r.state != State::Starting).count()
+        );
+        let _ = writeln!(s, "old_generation: {}", self.rows.iter().filter(|r| r.generation != self.generation).count());
+        let _ = writeln!(s, "states: {}", states.join(", "));
+        let _ = writeln!(s, "requests: {}", self.total_requests);
+        let _ = writeln!(s, "bytes: {}", self.total_bytes);
+        let _ = writeln!(s, "scoreboard: {}", self.letters);
+        s
+    }
+}

@@ -1,0 +1,220 @@
+//! The one place where pika talks to the kernel through `unsafe`.
+//!
+//! Everything else in the crate is `#![deny(unsafe_code)]`. What lives here is the
+//! small set of calls that Rust's std and nix cannot make safely on our behalf:
+//! `fork`, `_exit`, the shared scoreboard mapping, resetting signal dispositions in a
+//! child, `prctl(PR_SET_PDEATHSIG)` and a couple of socket options that no crate
+//! wraps. Each block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
+use nix::unistd::Pid;
+
+/// The outcome of [`fork`], seen from either side.
+pub enum Forked {
+    Parent(Pid),
+    Child,
+}
+
+/// `fork(2)`.
+///
+/// The caller must be single-threaded (the master is: see `.clippy.toml`), and the
+/// child must leave through [`exit_now`], never by returning into the parent's code.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: the master process never starts a thread, so the child inherits no lock
+    // held by another thread; the child only runs the worker loop and ends in `_exit`.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent(child)),
+        Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// `_exit(2)`: leave the process now, running no destructor and no atexit handler.
+///
+/// A forked worker owns copies of the master's guards (pid file, temp dirs in tests);
+/// running their destructors would undo the master's work.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` is async-signal-safe and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// Marker for types that may live in memory shared between processes.
+///
+/// # Safety
+/// The type must consist only of atomics (or arrays of them), be `#[repr(C)]`, and be
+/// valid when every byte is zero.
+pub unsafe trait SharedAtomic: Sync {}
+
+/// Maps `count` zeroed values of `T` in anonymous `MAP_SHARED` memory, which every
+/// process forked afterwards sees and writes to. The mapping lives as long as the
+/// process (it is never unmapped).
+pub fn map_shared<T: SharedAtomic>(count: usize) -> io::Result<&'static [T]> {
+    let bytes = std::mem::size_of::<T>()
+        .checked_mul(count.max(1))
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(|| io::Error::other("shared mapping of zero or overflowing size"))?;
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous};
+    // SAFETY: a fresh anonymous mapping aliases nothing; the kernel zero-fills it.
+    let ptr =
+        unsafe { mmap_anonymous(None, bytes, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED) }
+            .map_err(io::Error::from)?;
+    // SAFETY: the mapping is page-aligned (enough for any atomic), `bytes` long, never
+    // unmapped, and all-zero bytes are a valid `T` by the `SharedAtomic` contract. Only
+    // shared references are handed out, and `T` is made of atomics, so concurrent
+    // access from several processes is well-defined.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.as_ptr().cast::<T>(), count.max(1)) })
+}
+
+/// Blocks every signal and returns the previous mask (used around `fork`, so that a
+/// signal cannot reach the child before it has reset its handlers).
+pub fn block_all_signals() -> SigSet {
+    let mut old = SigSet::empty();
+    // Cannot fail with valid arguments.
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old));
+    old
+}
+
+/// Restores a mask saved by [`block_all_signals`].
+pub fn restore_signals(old: &SigSet) {
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None);
+}
+
+/// Signals a worker ignores: the master's control signals (only the master acts on
+/// them) and INT (a Ctrl-C in a terminal reaches the whole foreground group; the
+/// master decides what it means, as Apache's children do).
+const WORKER_IGNORES: [Signal; 9] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
+    Signal::SIGPIPE,
+];
+
+/// In a freshly forked child: replace every handler inherited from the master
+/// (signal-hook's handlers survive `fork` and would write into the master's
+/// self-pipe) and unblock all signals. TERM and CHLD get their default action.
+pub fn reset_signals_in_child() {
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in WORKER_IGNORES {
+        // SAFETY: installing SIG_IGN runs no code of ours in signal context.
+        let _ = unsafe { nix::sys::signal::sigaction(sig, &ignore) };
+    }
+    for sig in [Signal::SIGTERM, Signal::SIGCHLD, Signal::SIGALRM] {
+        // SAFETY: installing SIG_DFL runs no code of ours in signal context.
+        let _ = unsafe { nix::sys::signal::sigaction(sig, &default) };
+    }
+    restore_signals(&SigSet::empty());
+}
+
+/// Asks the kernel to send `sig` to this process when its parent dies.
+pub fn die_with_parent(sig: Signal) -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a plain integer and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Allows core dumps again after a uid change (Linux clears the flag on `setuid`).
+pub fn set_dumpable() {
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes a plain integer and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Sets an integer socket option that neither nix nor socket2 wraps
+/// (`TCP_DEFER_ACCEPT`, `TCP_CORK`).
+pub fn set_int_sockopt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` outlives the call and its size is passed along with it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Bytes waiting in a listening socket's accept queue is not exposed by Linux; this
+/// reports the number of unread bytes on a connected socket instead (`FIONREAD`),
+/// used to tell whether a pipelined request is already waiting.
+pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int into `n`, which lives across the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc == 0 { Ok(n.max(0) as usize) } else { Err(io::Error::last_os_error()) }
+}
+
+/// How [`open_beneath`] treats symbolic links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Follow links whose target stays inside the root (`RESOLVE_BENEATH`).
+    Inside,
+    /// Refuse every link (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`).
+    Never,
+    /// Follow any link, even out of the root (the path itself is still confined).
+    Follow,
+}
+
+/// Opens `path` (relative) under the directory `dir` for reading, with `openat2(2)`, so
+/// that the kernel itself refuses any resolution that leaves `dir`: `..`, absolute
+/// links, links pointing out. This is the containment check with no race between
+/// checking and opening. `O_NONBLOCK` keeps a FIFO in the docroot from hanging a worker.
+pub fn open_beneath(dir: BorrowedFd<'_>, path: &std::path::Path, links: Symlinks) -> io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = path.as_os_str().as_bytes().to_vec();
+    if bytes.is_empty() {
+        bytes.push(b'.');
+    }
+    let c = std::ffi::CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let resolve = match links {
+        Symlinks::Inside => libc::RESOLVE_BENEATH,
+        Symlinks::Never => libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+        Symlinks::Follow => 0,
+    };
+    // SAFETY: `open_how` is a plain C struct for which all-zero is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY) as u64;
+    how.resolve = resolve;
+    // SAFETY: the path is a valid C string and `how` a valid open_how of the size we
+    // pass; both outlive the call. The returned fd, if any, is ours alone.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
+}
+
+/// Maps a whole file read-only.
+///
+/// pika never reads these bytes itself: it only hands them to the kernel in
+/// `writev`. If the file is truncated while mapped, the kernel's copy then fails with
+/// `EFAULT` and the connection is closed, instead of the `SIGBUS` a read by our own
+/// code would raise.
+pub fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: the mapping is read-only and only ever passed to the kernel (see above),
+    // so a concurrent change to the file cannot cause undefined behaviour in our code.
+    unsafe { memmap2::Mmap::map(file) }
+}

@@ -1,0 +1,85 @@
+//! Name-based virtual hosts: which `[[vhost]]` serves a request, chosen by its Host.
+//!
+//! Matching is case-insensitive and ignores the port and a trailing dot, as Apache and
+//! nginx do. Exact names win over wildcards (`*.example.com`), the longest wildcard wins
+//! among wildcards, and a Host that matches nothing gets the first vhost (the default).
+
+use crate::config::Vhost;
+
+/// Picks the vhost index for a Host value (`None`: no Host, HTTP/1.0).
+pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
+    let Some(host) = host else { return 0 };
+    let name = host_name(host);
+    let mut best: Option<(usize, usize)> = None; // (index, wildcard suffix length)
+    for (i, v) in vhosts.iter().enumerate() {
+        for n in &v.server_names {
+            if let Some(suffix) = n.strip_prefix("*.") {
+                let matches = name.len() > suffix.len() + 1
+                    && name.ends_with(suffix.as_bytes())
+                    && name[name.len() - suffix.len() - 1] == b'.';
+                if matches && best.is_none_or(|(_, len)| suffix.len() > len) {
+                    best = Some((i, suffix.len()));
+                }
+            } else if n.as_bytes() == name.as_slice() {
+                return i;
+            }
+        }
+    }
+    best.map_or(0, |(i, _)| i)
+}
+
+/// The host part of a Host value, lower-cased, without port and trailing dot.
+fn host_name(host: &[u8]) -> Vec<u8> {
+    let host = host.trim_ascii();
+    let name = if host.first() == Some(&b'[') {
+        // An IPv6 literal keeps its brackets; only a port after `]` goes.
+        match host.iter().position(|&b| b == b']') {
+            Some(end) => &host[..=end],
+            None => host,
+        }
+    } else {
+        match host.iter().rposition(|&b| b == b':') {
+            Some(c) => &host[..c],
+            None => host,
+        }
+    };
+    let name = name.strip_suffix(b".").unwrap_or(name);
+    name.to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vh(names: &[&str]) -> Vhost {
+        Vhost {
+            server_names: names.iter().map(|s| s.to_string()).collect(),
+            root: "/".into(),
+            index: vec![],
+            autoindex: false,
+            serve_hidden: false,
+            symlinks: crate::config::Symlinks::Inside,
+            error_pages: vec![],
+        }
+    }
+
+    #[test]
+    fn picks_by_name() {
+        let v = [
+            vh(&["default"]),
+            vh(&["example.com", "www.example.com"]),
+            vh(&["*.example.com"]),
+            vh(&["*.a.example.com"]),
+            vh(&["[::1]"]),
+        ];
+        assert_eq!(select(&v, None), 0);
+        assert_eq!(select(&v, Some(b"unknown")), 0);
+        assert_eq!(select(&v, Some(b"Example.COM")), 1);
+        assert_eq!(select(&v, Some(b"www.example.com.:8080")), 1);
+        assert_eq!(select(&v, Some(b"img.example.com")), 2);
+        assert_eq!(select(&v, Some(b"x.a.example.com")), 3);
+        assert_eq!(select(&v, Some(b"xexample.com")), 0);
+        assert_eq!(select(&v, Some(b"[::1]:8080")), 4);
+        assert_eq!(select(&v, Some(b"")), 0);
+    }
+}

@@ -1,0 +1,206 @@
+//! A worker process: after the fork, set itself up (signals, privileges), then loop:
+//! accept one connection, serve it to the end, check whether it must retire.
+//!
+//! A worker leaves only through [`ChildExit`] codes and `_exit`: the master reads the
+//! code to tell a normal retirement from a worker that could not even start (which
+//! stops the server instead of forking again and again, as Apache's
+//! `APEXIT_CHILDFATAL` does).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::config::{Config, RunAs};
+use crate::http::connection::{ConnState, Observer, Server};
+use crate::http::request::Request;
+use crate::http::response::Reply;
+use crate::listen::{self, Listener};
+use crate::log::access::AccessLogs;
+use crate::pod::Pod;
+use crate::scoreboard::{Scoreboard, Slot, State};
+use crate::sys;
+
+/// How a worker ended: the exit-code protocol between worker and master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ChildExit {
+    /// Retired: pipe of death, old generation, or stop.
+    Retired = 0,
+    /// Could not start (privileges, roots, logs): the server must stop, not respawn.
+    Fatal = 3,
+    /// Out of a resource (descriptors, memory): respawn, but slowly.
+    Sick = 4,
+    /// Served `max_requests`: replace it at once.
+    Recycle = 5,
+}
+
+impl ChildExit {
+    pub fn from_code(code: i32) -> Option<ChildExit> {
+        Some(match code {
+            0 => ChildExit::Retired,
+            3 => ChildExit::Fatal,
+            4 => ChildExit::Sick,
+            5 => ChildExit::Recycle,
+            _ => return None,
+        })
+    }
+}
+
+/// Everything a worker gets from the master.
+pub struct WorkerCtx<'a> {
+    pub config: &'a Config,
+    pub listeners: &'a [Listener],
+    pub scoreboard: &'a Scoreboard,
+    pub slot: usize,
+    pub generation: u32,
+    pub pod: Option<&'a mut Pod>,
+    pub token: &'a str,
+    pub logs: AccessLogs,
+    /// The master's pid (None in single-process mode).
+    pub master: Option<Pid>,
+}
+
+/// The worker's life after `fork()`. Never returns.
+pub fn child_main(ctx: WorkerCtx<'_>) -> ! {
+    let code = run(ctx);
+    sys::exit_now(code as i32)
+}
+
+/// Serves in this process until something fatal happens (`pika -X`).
+pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
+    crate::log::set_slot(ctx.slot);
+    if let Some(master) = ctx.master {
+        sys::reset_signals_in_child();
+        // Die with the master; and if it died before the request was made, go now.
+        let _ = sys::die_with_parent(Signal::SIGTERM);
+        if nix::unistd::getppid() != master {
+            return ChildExit::Retired;
+        }
+    }
+    if let Some(pod) = ctx.pod.as_deref_mut() {
+        pod.close_write();
+    }
+    if let Some(run_as) = &ctx.config.run_as {
+        if let Err(e) = drop_privileges(run_as) {
+            log::error!("cannot switch to user {}: {e}", run_as.user);
+            return ChildExit::Fatal;
+        }
+    }
+    let slot = &ctx.scoreboard.slots[ctx.slot];
+    slot.pid.store(std::process::id() as i32, Relaxed);
+    let logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
+    let mut server = match Server::new(ctx.config, logs, ctx.token.to_string()) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("worker cannot start: {e}");
+            return ChildExit::Fatal;
+        }
+    };
+    let mut log_epoch = ctx.scoreboard.header.log_epoch.load(Relaxed);
+    let mut obs = SlotObserver { slot, ctx: &ctx, status: None };
+    let mut served: u64 = 0;
+    loop {
+        slot.set_state(State::Ready);
+        let (stream, peer) = match listen::accept(ctx.listeners) {
+            Ok(c) => c,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                    log::error!("accept: {e}; the worker exits to be replaced");
+                    return ChildExit::Sick;
+                }
+                _ => continue, // ECONNABORTED and friends: the client gave up.
+            },
+        };
+        // Rotation: reopen before the next write (DESIGN §4).
+        let epoch = ctx.scoreboard.header.log_epoch.load(Relaxed);
+        if epoch != log_epoch {
+            log_epoch = epoch;
+            server.reopen_logs();
+            crate::log::reopen_error_log();
+        }
+        slot.connections.fetch_add(1, Relaxed);
+        let outcome = server.serve(stream, peer, &mut obs);
+        served += outcome.requests;
+
+        // Check the pod and the generation after every connection, so a worker retires
+        // as soon as it is free (Apache's child_main does the same).
+        if ctx.pod.as_deref().is_some_and(|p| p.check(ctx.scoreboard.header)) {
+            return ChildExit::Retired;
+        }
+        if must_retire(&ctx) {
+            slot.set_state(State::Graceful);
+            return ChildExit::Retired;
+        }
+        if ctx.config.workers.max_requests > 0 && served >= ctx.config.workers.max_requests {
+            return ChildExit::Recycle;
+        }
+    }
+}
+
+fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
+    ctx.master.is_some()
+        && (ctx.scoreboard.generation() != ctx.generation || ctx.scoreboard.header.stopping.load(Relaxed) != 0)
+}
+
+/// Switches to the configured user for good: groups, then gid, then uid (Apache's
+/// order: `setgid` before `initgroups`), then checks root cannot be regained.
+fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
+    use nix::unistd::{Uid, initgroups, setgid, setuid};
+    let name = std::ffi::CString::new(run_as.user.as_str()).map_err(std::io::Error::other)?;
+    setgid(run_as.gid)?;
+    initgroups(&name, run_as.gid)?;
+    setuid(run_as.uid)?;
+    if !run_as.uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
+        return Err(std::io::Error::other("could regain root after setuid"));
+    }
+    sys::set_dumpable();
+    Ok(())
+}
+
+/// Reports a connection's progress into the worker's scoreboard slot.
+struct SlotObserver<'a> {
+    slot: &'a Slot,
+    ctx: &'a WorkerCtx<'a>,
+    status: Option<()>,
+}
+
+impl Observer for SlotObserver<'_> {
+    fn state(&mut self, state: ConnState) {
+        self.slot.set_state(match state {
+            ConnState::Reading => State::Reading,
+            ConnState::KeepAlive => State::KeepAlive,
+            ConnState::Writing => State::Writing,
+            ConnState::Logging => State::Logging,
+            ConnState::Closing => State::Closing,
+        });
+    }
+
+    fn request(&mut self, line: &[u8], client: SocketAddr) {
+        self.slot.set_request(line, client);
+    }
+
+    fn served(&mut self, bytes: u64) {
+        self.slot.requests.fetch_add(1, Relaxed);
+        self.slot.worker_requests.fetch_add(1, Relaxed);
+        self.slot.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    fn heartbeat(&mut self) {
+        self.slot.heartbeat_ms.store(crate::scoreboard::now_ms(), Relaxed);
+    }
+
+    fn must_close(&self) -> bool {
+        let _ = self.status;
+        let max = self.ctx.config.workers.max_requests;
+        // The last request before recycling says `Connection: close`, so no client
+        // finds its kept-alive connection closed under it.
+        must_retire(self.ctx) || (max > 0 && self.slot.worker_requests.load(Relaxed) + 1 >= max)
+    }
+
+    fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {
+        let _ = (req, query, reply);
+        false
+    }
+}

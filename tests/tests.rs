@@ -1,0 +1,6 @@
+//! pika's integration tests: one test binary (one link on a small CI machine), with
+//! modules by theme. Every test starts the real `pika` binary on 127.0.0.1 with a temp
+//! config and speaks raw HTTP to it.
+
+mod http_engine;
+mod util;

@@ -1,0 +1,277 @@
+//! The harness: a temp site with its own config, the real `pika` binary started on
+//! 127.0.0.1 port 0, raw HTTP over TCP, and waits on conditions with deadlines.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_pika");
+
+/// How long any wait in a test may take before it fails. Generous: CI machines are
+/// small and shared.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `limit`.
+pub fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > end {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A site on disk: conf/, htdocs/, logs/ in a temp dir.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["conf", "htdocs", "logs"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        let mime = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/mime.types");
+        std::fs::copy(mime, dir.path().join("conf/mime.types")).unwrap();
+        std::fs::write(dir.path().join("htdocs/index.html"), "<h1>hello</h1>\n").unwrap();
+        Site { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, data: impl AsRef<[u8]>) {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// Writes conf/pika.toml: `[server]` with port 0 and the given extra server keys,
+    /// then `rest` (other tables). A default vhost and access log are added unless
+    /// `rest` has its own.
+    pub fn config(&self, server_extra: &str, rest: &str) -> PathBuf {
+        let mut text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\nlog_level = \"debug\"\n{server_extra}\n{rest}\n");
+        if !rest.contains("[[vhost]]") {
+            text.push_str("\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n");
+        }
+        if !rest.contains("[[access_log]]") {
+            text.push_str("\n[[access_log]]\npath = \"logs/access.log\"\nformat = \"combined\"\n");
+        }
+        let p = self.path("conf/pika.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn error_log(&self) -> String {
+        self.read("logs/error.log")
+    }
+
+    pub fn access_lines(&self) -> Vec<String> {
+        self.read("logs/access.log").lines().map(str::to_string).collect()
+    }
+}
+
+/// A running pika started by a test; stopped (TERM, then KILL) when dropped.
+pub struct Pika {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub pid: i32,
+}
+
+impl Pika {
+    /// Starts `pika -F` (or another mode flag) on the site's config and waits until
+    /// it listens and, for the master, until its first workers are ready.
+    pub fn start(site: &Site, mode: &str) -> Pika {
+        let child = Command::new(BIN)
+            .args([mode, "-f"])
+            .arg(site.path("conf/pika.toml"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn pika");
+        let pid = child.id() as i32;
+        let mut p = Pika { child, addr: "127.0.0.1:0".parse().unwrap(), pid };
+        p.addr = wait_until(DEADLINE, "pika to listen", || {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("pika exited early ({status}); error log:\n{}", site.error_log());
+            }
+            listening_addr(&site.error_log())
+        });
+        if mode == "-F" {
+            wait_until(DEADLINE, "first workers ready", || {
+                let s = site.read("logs/pika.status");
+                (field(&s, "workers")? > 0 && field(&s, "current_generation_ready")? == field(&s, "workers")?).then_some(())
+            });
+        }
+        p
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY-free: libc::kill through nix.
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::try_from(sig).unwrap())
+            .unwrap();
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Pika {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGTERM);
+            if self.wait_exit(Duration::from_secs(10)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+/// The last "listening on ADDR" in an error log.
+pub fn listening_addr(log: &str) -> Option<SocketAddr> {
+    log.lines().rev().find_map(|l| l.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok())
+}
+
+/// A `key: number` field of the status file.
+pub fn field(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse().ok())
+}
+
+/// Pids of the direct children of `pid`, from /proc.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if ppid_of(p) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn ppid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let mut f = after.split_whitespace();
+    let state = f.next()?;
+    if state == "Z" {
+        return None;
+    }
+    f.next()?.parse().ok()
+}
+
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        .unwrap_or(false)
+}
+
+/// A parsed response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.set_write_timeout(Some(DEADLINE)).unwrap();
+    s
+}
+
+/// Reads one response from a stream; `head_request` means no body follows.
+pub fn read_response(s: &mut TcpStream, head_request: bool) -> Option<Resp> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    let mut r = Resp { status, head, body: Vec::new() };
+    if head_request || status == 304 || status == 204 || (100..200).contains(&status) {
+        return Some(r);
+    }
+    match r.header("content-length") {
+        Some(n) => {
+            let mut body = vec![0; n.parse().ok()?];
+            s.read_exact(&mut body).ok()?;
+            r.body = body;
+        }
+        None => {
+            s.read_to_end(&mut r.body).ok()?;
+        }
+    }
+    Some(r)
+}
+
+/// Sends raw bytes on a new connection and reads one response.
+pub fn raw(addr: SocketAddr, req: &[u8]) -> Resp {
+    let mut s = connect(addr);
+    s.write_all(req).unwrap();
+    let head = req.starts_with(b"HEAD ");
+    read_response(&mut s, head).unwrap_or_else(|| panic!("no response to {:?}", String::from_utf8_lossy(req)))
+}
+
+/// A plain GET with `Connection: close`.
+pub fn get(addr: SocketAddr, path: &str) -> Resp {
+    raw(addr, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+}
+
+/// GET with extra header lines (each ending in \r\n).
+pub fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Resp {
+    raw(addr, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n").as_bytes())
+}
+
+/// Reads until the peer closes (or the timeout), returning everything.
+pub fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
