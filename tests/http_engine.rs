@@ -49,7 +49,10 @@ fn get_and_head_have_the_same_headers() {
     assert!(g.header("etag").unwrap().starts_with('"'), "strong etag");
     // HEAD carries no body: the next bytes on the connection are the next response.
     let mut s = connect(p.addr);
-    s.write_all(b"HEAD /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\nGET /digits.txt HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.write_all(
+        b"HEAD /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\nGET /digits.txt HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .unwrap();
     assert_eq!(read_response(&mut s, true).unwrap().status, 200);
     assert_eq!(read_response(&mut s, false).unwrap().text(), "0123456789");
 }
@@ -59,7 +62,10 @@ fn content_types_and_empty_files() {
     let (_site, p) = basic();
     assert_eq!(get(p.addr, "/").header("content-type").unwrap(), "text/html");
     let e = get(p.addr, "/empty.css");
-    assert_eq!((e.status, e.header("content-length").unwrap(), e.header("content-type").unwrap()), (200, "0".into(), "text/css".into()));
+    assert_eq!(
+        (e.status, e.header("content-length").unwrap(), e.header("content-type").unwrap()),
+        (200, "0".into(), "text/css".into())
+    );
     assert_eq!(get(p.addr, "/noext").header("content-type").unwrap(), "application/octet-stream");
 }
 
@@ -71,7 +77,8 @@ fn options_methods_and_versions() {
     let o = raw(p.addr, b"OPTIONS /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     assert_eq!((o.status, o.header("allow").unwrap()), (200, "GET, HEAD, OPTIONS".into()));
     for m in ["POST", "PUT", "DELETE", "PATCH"] {
-        let r = raw(p.addr, format!("{m} /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
+        let r =
+            raw(p.addr, format!("{m} /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
         assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS".into())), "{m}");
     }
     assert_eq!(raw(p.addr, b"BREW /pot HTTP/1.1\r\nHost: localhost\r\n\r\n").status, 501);
@@ -115,7 +122,8 @@ fn pipelined_requests_are_answered_in_order() {
         batch.extend_from_slice(format!("GET /{f} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes());
     }
     s.write_all(&batch).unwrap();
-    let got: Vec<(u16, String)> = (0..5).map(|_| read_response(&mut s, false).unwrap()).map(|r| (r.status, r.text())).collect();
+    let got: Vec<(u16, String)> =
+        (0..5).map(|_| read_response(&mut s, false).unwrap()).map(|r| (r.status, r.text())).collect();
     assert_eq!(got[0], (200, "hello, world\n".into()));
     assert_eq!(got[1], (200, "0123456789".into()));
     assert_eq!(got[2], (200, "spaced\n".into()));
@@ -167,7 +175,11 @@ fn conditional_requests() {
     let nm = get_with(p.addr, "/hello.txt", &format!("If-None-Match: {etag}\r\n"));
     assert_eq!((nm.header("etag"), nm.body.len()), (Some(etag.clone()), 0));
     // HEAD follows the same rules.
-    let h = raw(p.addr, format!("HEAD /hello.txt HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n").as_bytes());
+    let h = raw(
+        p.addr,
+        format!("HEAD /hello.txt HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: {etag}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
     assert_eq!(h.status, 304);
 }
 
@@ -176,7 +188,10 @@ fn ranges() {
     let (_site, p) = basic();
     let r = |h: &str| get_with(p.addr, "/digits.txt", h);
     let one = r("Range: bytes=2-4\r\n");
-    assert_eq!((one.status, one.text(), one.header("content-range").unwrap()), (206, "234".into(), "bytes 2-4/10".into()));
+    assert_eq!(
+        (one.status, one.text(), one.header("content-range").unwrap()),
+        (206, "234".into(), "bytes 2-4/10".into())
+    );
     assert_eq!(r("Range: bytes=7-\r\n").text(), "789");
     assert_eq!(r("Range: bytes=-3\r\n").text(), "789");
     assert_eq!(r("Range: bytes=-30\r\n").text(), "0123456789");
@@ -191,7 +206,12 @@ fn ranges() {
     let ct = multi.header("content-type").unwrap();
     let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(&ct);
     let body = multi.text();
-    assert!(body.contains(&format!("--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-1/10\r\n\r\n01\r\n")), "{body}");
+    assert!(
+        body.contains(&format!(
+            "--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-1/10\r\n\r\n01\r\n"
+        )),
+        "{body}"
+    );
     assert!(body.contains("Content-Range: bytes 5-6/10\r\n\r\n56\r\n"), "{body}");
     assert!(body.ends_with(&format!("--{boundary}--\r\n")));
     assert_eq!(multi.header("content-length").unwrap(), body.len().to_string());
@@ -237,17 +257,26 @@ fn request_bodies_are_discarded_and_framing_is_strict() {
         let mut s = connect(p.addr);
         s.write_all(req).unwrap();
         let r = read_response(&mut s, false).unwrap();
-        assert_eq!((r.status, r.header("connection").as_deref()), (400, Some("close")), "{}", String::from_utf8_lossy(req));
+        assert_eq!(
+            (r.status, r.header("connection").as_deref()),
+            (400, Some("close")),
+            "{}",
+            String::from_utf8_lossy(req)
+        );
         assert!(read_all(&mut s).is_empty());
     }
     // Over the limit: 413 and close, for both framings.
     let r = raw(p.addr, b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 101\r\n\r\n");
     assert_eq!(r.status, 413);
-    let big = format!("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n{}\r\n0\r\n\r\n", "x".repeat(101));
+    let big = format!(
+        "POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n{}\r\n0\r\n\r\n",
+        "x".repeat(101)
+    );
     assert_eq!(raw(p.addr, big.as_bytes()).status, 413);
     // Expect: 100-continue gets the interim response before the body is sent.
     let mut s = connect(p.addr);
-    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n").unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        .unwrap();
     assert_eq!(read_response(&mut s, false).unwrap().status, 100);
     s.write_all(b"body").unwrap();
     assert_eq!(read_response(&mut s, false).unwrap().status, 200);
@@ -261,10 +290,17 @@ fn head_errors_have_their_statuses() {
         (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(), 400),
         (format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000)).into_bytes(), 414),
         (format!("GET / HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n", "b".repeat(17000)).into_bytes(), 431),
-        ((0..101).fold(b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec(), |mut v, i| {
-            v.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
-            v
-        }).into_iter().chain(*b"\r\n").collect(), 431),
+        (
+            (0..101)
+                .fold(b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec(), |mut v, i| {
+                    v.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
+                    v
+                })
+                .into_iter()
+                .chain(*b"\r\n")
+                .collect(),
+            431,
+        ),
         (b"GET / HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n".to_vec(), 400),
         (b"GET\r\n\r\n".to_vec(), 400),
     ];
@@ -370,7 +406,9 @@ fn virtual_hosts_by_host_header() {
         "[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"a\"\n[[vhost]]\nserver_names = [\"b.test\", \"www.b.test\"]\nroot = \"b\"\n[[vhost]]\nserver_names = [\"*.w.test\"]\nroot = \"w\"\n",
     );
     let p = Pika::start(&site, "-X");
-    let who = |host: &str| raw(p.addr, format!("GET /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).text();
+    let who = |host: &str| {
+        raw(p.addr, format!("GET /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).text()
+    };
     assert_eq!(who("a.test"), "a");
     assert_eq!(who("B.TEST"), "b");
     assert_eq!(who("www.b.test.:8080"), "b");
@@ -389,7 +427,10 @@ fn custom_error_pages() {
     site.config("", "[[vhost]]\nroot = \"htdocs\"\n[vhost.error_pages]\n404 = \"/errors/404.html\"\n");
     let p = Pika::start(&site, "-X");
     let r = get(p.addr, "/nope");
-    assert_eq!((r.status, r.text(), r.header("content-type").unwrap()), (404, "<p>custom not found</p>".into(), "text/html".into()));
+    assert_eq!(
+        (r.status, r.text(), r.header("content-type").unwrap()),
+        (404, "<p>custom not found</p>".into(), "text/html".into())
+    );
 }
 
 #[test]
@@ -424,7 +465,10 @@ fn access_log_lines_are_common_or_combined() {
 #[test]
 fn a_forged_internal_request_is_logged() {
     let (site, p) = basic();
-    raw(p.addr, b"OPTIONS * HTTP/1.0\r\nUser-Agent: pika/0.1.0 (internal dummy connection)\r\nPika-Internal: guess\r\n\r\n");
+    raw(
+        p.addr,
+        b"OPTIONS * HTTP/1.0\r\nUser-Agent: pika/0.1.0 (internal dummy connection)\r\nPika-Internal: guess\r\n\r\n",
+    );
     let line = wait_until(DEADLINE, "access log line", || site.access_lines().pop());
     assert!(line.contains("\"OPTIONS * HTTP/1.0\" 200"), "{line}");
 }
@@ -462,4 +506,3 @@ fn error_response_survives_unread_input() {
     let r = read_response(&mut s, false).unwrap();
     assert_eq!(r.status, 413);
 }
-

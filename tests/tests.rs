@@ -3,4 +3,5 @@
 //! config and speaks raw HTTP to it.
 
 mod http_engine;
+mod prefork;
 mod util;

@@ -115,7 +115,8 @@ impl Pika {
         if mode == "-F" {
             wait_until(DEADLINE, "first workers ready", || {
                 let s = site.read("logs/pika.status");
-                (field(&s, "workers")? > 0 && field(&s, "current_generation_ready")? == field(&s, "workers")?).then_some(())
+                (field(&s, "workers")? > 0 && field(&s, "current_generation_ready")? == field(&s, "workers")?)
+                    .then_some(())
             });
         }
         p

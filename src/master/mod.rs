@@ -221,6 +221,7 @@ impl Master {
         match maintenance::decide(counts, self.band, &mut self.spawn_rate) {
             Decision::Nothing => {}
             Decision::Spawn(n) => {
+                log::debug!("maintenance: spawning {n} workers ({} idle, {} total)", counts.idle, counts.used_slots);
                 if before >= 8 {
                     log::info!(
                         "server seems busy (you may need to increase workers.start or min_spare/max_spare): spawning {n} workers, there are {} idle and {} total",
@@ -230,7 +231,10 @@ impl Master {
                 }
                 self.startup_children(n);
             }
-            Decision::RetireOne => self.retire_one(),
+            Decision::RetireOne => {
+                log::debug!("maintenance: retiring one idle worker ({} idle)", counts.idle);
+                self.retire_one();
+            }
             Decision::Full => {
                 if !self.full_reported {
                     log::error!("server reached workers.max ({}); consider raising it", self.band.max);

@@ -1,0 +1,301 @@
+//! The process model on the real binary: the pool, spare-worker maintenance, the pipe
+//! of death, crashes, recycling, reloads, stops and the master's death.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+const SIGKILL: i32 = 9;
+const SIGHUP: i32 = 1;
+const SIGQUIT: i32 = 3;
+
+fn status(site: &Site) -> String {
+    site.read("logs/pika.status")
+}
+
+fn workers(p: &Pika) -> Vec<i32> {
+    children_of(p.pid)
+}
+
+/// Waits until the status file says `key` satisfies `ok`.
+fn wait_status(site: &Site, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+    wait_until(limit, what, || {
+        let s = status(site);
+        ok(&s).then_some(s)
+    })
+}
+
+fn n(s: &str, key: &str) -> u64 {
+    field(s, key).unwrap_or(u64::MAX)
+}
+
+/// A connection that sent half a head and holds a worker in `Reading`.
+fn slow_client(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: local").unwrap();
+    s
+}
+
+#[test]
+fn starts_exactly_start_workers_ready() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 5\n");
+    let p = Pika::start(&site, "-F");
+    let s = wait_status(&site, "3 ready workers", DEADLINE, |s| n(s, "workers") == 3);
+    assert!(s.contains("states: ready 3"), "{s}");
+    assert_eq!(workers(&p).len(), 3);
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn a_burst_grows_the_pool_then_it_shrinks_back() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 12\n[http]\nheader_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    let clients: Vec<TcpStream> = (0..20).map(|_| slow_client(p.addr)).collect();
+    // The pool grows to max and no further.
+    let mut peak = 0;
+    wait_until(Duration::from_secs(30), "the pool to reach workers.max", || {
+        let count = workers(&p).len();
+        peak = peak.max(count);
+        (count == 12).then_some(())
+    });
+    for _ in 0..20 {
+        peak = peak.max(workers(&p).len());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(peak, 12, "never above workers.max");
+    let log = site.error_log();
+    let spawns: Vec<u32> =
+        log.lines().filter_map(|l| l.split("maintenance: spawning ").nth(1)?.split(' ').next()?.parse().ok()).collect();
+    assert_eq!(&spawns[..3], &[1, 2, 4], "the spawn rate doubles: {spawns:?}");
+    wait_until(DEADLINE, "the pool-full message", || site.error_log().contains("reached workers.max").then_some(()));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(site.error_log().matches("reached workers.max").count(), 1, "said once");
+
+    // The burst ends: idle workers are retired one per tick until the band holds.
+    drop(clients);
+    let s = wait_status(&site, "idle back inside [min_spare, max_spare]", Duration::from_secs(40), |s| {
+        let w = n(s, "workers");
+        (1..=2).contains(&w) && s.contains(&format!("states: ready {w}"))
+    });
+    let log = site.error_log();
+    assert!(log.matches("maintenance: retiring one idle worker").count() >= 10, "{s}\n{log}");
+    // Retirements went through dummy connections, which the access log leaves out.
+    assert!(site.access_lines().iter().all(|l| !l.contains("OPTIONS *")), "internal requests were logged");
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn a_killed_worker_is_replaced_and_named() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 5\n");
+    let p = Pika::start(&site, "-F");
+    let before = workers(&p);
+    let victim = before[1];
+    // Let it live past the young-death guard, then kill it.
+    std::thread::sleep(Duration::from_millis(1100));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let t = Instant::now();
+    let after = wait_until(Duration::from_secs(5), "a replacement worker", || {
+        let w = workers(&p);
+        (w.len() == 3 && !w.contains(&victim)).then_some(w)
+    });
+    assert!(t.elapsed() < Duration::from_secs(3), "replaced within 2 ticks, took {:?}", t.elapsed());
+    assert_eq!(after.iter().filter(|p| before.contains(p)).count(), 2);
+    let log = site.error_log();
+    assert!(log.contains(&format!("worker {victim} (slot")) && log.contains("killed by signal SIGKILL"), "{log}");
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn max_requests_recycles_workers_without_errors() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\nmax_requests = 5\n");
+    let p = Pika::start(&site, "-F");
+    let first = workers(&p);
+    // Keep-alive: the fifth response of a worker says close, and the client reconnects.
+    let mut served = 0;
+    while served < 40 {
+        let mut s = connect(p.addr);
+        loop {
+            s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+            let r = read_response(&mut s, false).expect("a response, never a reset");
+            assert_eq!(r.status, 200);
+            served += 1;
+            if r.header("connection").as_deref() == Some("close") || served >= 40 {
+                break;
+            }
+        }
+    }
+    for _ in 0..20 {
+        assert_eq!(get(p.addr, "/").status, 200);
+    }
+    let now = workers(&p);
+    assert!(first.iter().all(|w| !now.contains(w)), "every first worker was replaced: {first:?} -> {now:?}");
+}
+
+#[test]
+fn reloads_under_load_drop_nothing_and_apply_the_new_config() {
+    let site = Site::new();
+    site.write("htdocs/v.txt", "old");
+    site.write("htdocs2/v.txt", "new");
+    let conf =
+        |root: &str| format!("[workers]\nstart = 3\nmin_spare = 2\nmax_spare = 6\n[[vhost]]\nroot = \"{root}\"\n");
+    site.config("", &conf("htdocs"));
+    let p = Pika::start(&site, "-F");
+    let addr = p.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let mut loops = Vec::new();
+    for keepalive in [false, true, false] {
+        let (stop, ok) = (stop.clone(), ok.clone());
+        loops.push(std::thread::spawn(move || -> Vec<String> {
+            let mut failures = Vec::new();
+            let mut conn: Option<TcpStream> = None;
+            while !stop.load(Ordering::Relaxed) {
+                let mut s = match conn.take() {
+                    Some(s) => s,
+                    None => connect(addr),
+                };
+                let close = if keepalive { "" } else { "Connection: close\r\n" };
+                if let Err(e) = s.write_all(format!("GET /v.txt HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes())
+                {
+                    failures.push(format!("write: {e}"));
+                    continue;
+                }
+                match read_response(&mut s, false) {
+                    Some(r) if r.status == 200 => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                        if keepalive && r.header("connection").is_none() {
+                            conn = Some(s);
+                        }
+                    }
+                    Some(r) => failures.push(format!("status {}", r.status)),
+                    None => failures.push("no response (reset or closed)".into()),
+                }
+            }
+            failures
+        }));
+    }
+    for i in 0..20 {
+        if i == 19 {
+            site.config("", &conf("htdocs2"));
+        }
+        let before = n(&status(&site), "generation");
+        p.signal(SIGHUP);
+        wait_status(&site, "a new generation", DEADLINE, |s| n(s, "generation") == before + 1);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // A broken config is refused and the server keeps serving.
+    std::fs::write(site.path("conf/pika.toml"), "[server]\nlisten = [\"127.0.0.1:0\"]\nbogus = 1\n").unwrap();
+    let gen_before = n(&status(&site), "generation");
+    p.signal(SIGHUP);
+    wait_until(DEADLINE, "the reload error", || site.error_log().contains("reload failed").then_some(()));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let failures: Vec<String> = loops.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    assert!(failures.is_empty(), "{} failures, e.g. {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(ok.load(Ordering::Relaxed) > 100, "the client loops ran");
+    assert_eq!(n(&status(&site), "generation"), gen_before, "a broken config starts no generation");
+    // Every worker is of the last generation and serves the new root.
+    wait_status(&site, "old generation gone", DEADLINE, |s| n(s, "old_generation") == 0);
+    for _ in 0..30 {
+        assert_eq!(get(p.addr, "/v.txt").text(), "new");
+    }
+}
+
+#[test]
+fn new_generation_workers_survive_the_old_ones_retirement() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 8\n");
+    let p = Pika::start(&site, "-F");
+    let old = workers(&p);
+    p.signal(SIGHUP);
+    let new = wait_until(DEADLINE, "the old workers to leave", || {
+        let w = workers(&p);
+        (w.iter().all(|x| !old.contains(x)) && w.len() == 3).then_some(w)
+    });
+    // Several ticks later the same new workers are all still there.
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(workers(&p), new);
+}
+
+#[test]
+fn graceful_stop_lets_a_download_finish() {
+    let site = Site::new();
+    let data: Vec<u8> = (0..40_000_000u32).map(|i| (i % 253) as u8).collect();
+    site.write("htdocs/big.bin", &data);
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    let mut p = Pika::start(&site, "-F");
+    let pids = workers(&p);
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    s.read_exact(&mut got).unwrap();
+    p.signal(SIGQUIT);
+    // Read the rest slowly at first, so the stop really happens mid-download.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(alive(p.pid), "the master waits for the download");
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    got.extend_from_slice(&rest);
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(got[head_end..] == data[..], "the whole file arrived");
+    assert_eq!(p.wait_exit(DEADLINE), Some(0));
+    for w in pids {
+        assert!(!alive(w), "worker {w} outlived the master");
+    }
+}
+
+#[test]
+fn killing_the_master_takes_the_workers_and_frees_the_port() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 5\n");
+    let mut p = Pika::start(&site, "-F");
+    let pids = workers(&p);
+    assert_eq!(pids.len(), 3);
+    p.signal(SIGKILL);
+    p.wait_exit(DEADLINE);
+    let t = Instant::now();
+    wait_until(Duration::from_secs(2), "every worker to die", || pids.iter().all(|w| !alive(*w)).then_some(()));
+    assert!(t.elapsed() <= Duration::from_secs(2));
+    TcpListener::bind(p.addr).expect("the port is free");
+}
+
+#[test]
+fn a_stuck_worker_is_killed() {
+    let site = Site::new();
+    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\n[http]\nrequest_timeout = \"2s\"\nsend_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    // Never read: the worker blocks in writev until the watchdog kills it.
+    wait_until(DEADLINE, "the watchdog", || site.error_log().contains("made no progress").then_some(()));
+    assert!(site.error_log().contains("GET /big.bin HTTP/1.1"));
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn ttin_and_ttou_move_the_spare_band() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n");
+    let p = Pika::start(&site, "-F");
+    for _ in 0..3 {
+        p.signal(21); // SIGTTIN
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until(DEADLINE, "min_spare 5", || site.error_log().contains("min_spare 5, max_spare 6").then_some(()));
+    wait_status(&site, "5 workers", DEADLINE, |s| n(s, "workers") == 5);
+    for _ in 0..4 {
+        p.signal(22); // SIGTTOU
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until(DEADLINE, "min_spare 1", || site.error_log().contains("min_spare 1, max_spare 2").then_some(()));
+    wait_status(&site, "back to 2 workers", DEADLINE, |s| n(s, "workers") == 2);
+}
