@@ -74,8 +74,18 @@ pub fn start_daemon(config: Config) -> ExitCode {
         Ok(Forked::Parent(child)) => {
             drop(write);
             let _ = nix::sys::wait::waitpid(child, None);
-            let mut msg = String::new();
-            let _ = File::from(read).read_to_string(&mut msg);
+            // One line: "ok" or the reason. Not until EOF: the workers inherit the
+            // write end, and they outlive this command.
+            let mut msg = Vec::new();
+            let mut byte = [0u8; 1];
+            let mut f = File::from(read);
+            while let Ok(1) = f.read(&mut byte) {
+                if byte[0] == b'\n' {
+                    break;
+                }
+                msg.push(byte[0]);
+            }
+            let msg = String::from_utf8_lossy(&msg).into_owned();
             match msg.trim() {
                 "ok" => ExitCode::SUCCESS,
                 "" => crate::cli::fail("the server exited before it was ready (see the error log)"),

@@ -99,7 +99,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         }
     };
     let mut log_epoch = ctx.scoreboard.header.log_epoch.load(Relaxed);
-    let mut obs = SlotObserver { slot, ctx: &ctx, status: None };
+    let mut obs = SlotObserver { slot, ctx: &ctx, client: None };
     let mut served: u64 = 0;
     loop {
         slot.set_state(State::Ready);
@@ -159,11 +159,13 @@ fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reports a connection's progress into the worker's scoreboard slot.
+/// Reports a connection's progress into the worker's scoreboard slot, and serves
+/// the status page from the scoreboard.
 struct SlotObserver<'a> {
     slot: &'a Slot,
     ctx: &'a WorkerCtx<'a>,
-    status: Option<()>,
+    /// The client of the current request.
+    client: Option<SocketAddr>,
 }
 
 impl Observer for SlotObserver<'_> {
@@ -178,6 +180,7 @@ impl Observer for SlotObserver<'_> {
     }
 
     fn request(&mut self, line: &[u8], client: SocketAddr) {
+        self.client = Some(client);
         self.slot.set_request(line, client);
     }
 
@@ -192,7 +195,6 @@ impl Observer for SlotObserver<'_> {
     }
 
     fn must_close(&self) -> bool {
-        let _ = self.status;
         let max = self.ctx.config.workers.max_requests;
         // The last request before recycling says `Connection: close`, so no client
         // finds its kept-alive connection closed under it.
@@ -200,7 +202,29 @@ impl Observer for SlotObserver<'_> {
     }
 
     fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {
-        let _ = (req, query, reply);
-        false
+        let conf = &self.ctx.config.status;
+        let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");
+        if !conf.enabled || path != conf.path.as_bytes() {
+            return false;
+        }
+        let allowed = self.client.is_some_and(|c| conf.allow.iter().any(|cidr| cidr.contains(c.ip())));
+        if !allowed {
+            reply.error(403, "The status page is not available to this client.");
+            return true;
+        }
+        let master = self.ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
+        let snap = crate::status::Snapshot::take(self.ctx.scoreboard, master);
+        let query = query.unwrap_or(b"");
+        let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
+        let (ty, body) = if wants(b"auto") {
+            ("text/plain; charset=utf-8", snap.auto())
+        } else if wants(b"json") {
+            ("application/json", snap.json())
+        } else {
+            ("text/html; charset=utf-8", snap.html())
+        };
+        reply.header("Content-Type", ty).header("Cache-Control", "no-store");
+        reply.body = crate::http::response::Body::Owned(body.into_bytes());
+        true
     }
 }

@@ -2,6 +2,7 @@
 //! modules by theme. Every test starts the real `pika` binary on 127.0.0.1 with a temp
 //! config and speaks raw HTTP to it.
 
+mod control;
 mod http_engine;
 mod prefork;
 mod util;

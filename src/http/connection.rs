@@ -210,7 +210,11 @@ impl<'c> Server<'c> {
             let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs);
             let body_bytes = if send_body { body.len() } else { 0 };
             drop(body);
-            obs.served(sent.as_ref().map_or(0, |n| *n));
+            if !internal {
+                // The master's dummy requests are not traffic: they stay out of the
+                // counts as they stay out of the logs.
+                obs.served(sent.as_ref().map_or(0, |n| *n));
+            }
 
             // The access log's default filter leaves the master's dummy requests out.
             if !internal {

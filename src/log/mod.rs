@@ -86,6 +86,17 @@ pub fn set_slot(slot: usize) {
     SLOT.store(slot as i32, Ordering::Relaxed);
 }
 
+/// Makes sure a log file exists and that the workers' user owns it, so a worker that
+/// dropped root can reopen it after a rotation (the master calls this before it
+/// bumps the log epoch).
+pub fn prepare_for_workers(path: &Path, owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>) -> std::io::Result<()> {
+    let file = open_append(path)?;
+    if let Some((uid, gid)) = owner {
+        nix::unistd::fchown(&file, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
 /// Opens a log file for appending, creating it and its folder if needed.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {

@@ -119,6 +119,7 @@ impl Master {
     /// The master loop. Returns when the server has stopped. `ready` is told once the
     /// first workers are serving (or could not start).
     pub fn run(mut self, ready: &mut Ready) -> ExitCode {
+        self.prepare_log_files();
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
         loop {
@@ -157,6 +158,7 @@ impl Master {
         if self.fatal {
             ready.fail("a worker could not start (see the error log)");
         } else if self.children.values().all(|c| self.scoreboard.slots[c.slot].state() != State::Starting) {
+            self.write_status_file();
             ready.ok();
         }
     }
@@ -515,6 +517,7 @@ impl Master {
         self.listeners = listeners;
         self.logs = logs;
         self.config = new;
+        self.prepare_log_files();
         self.band = band(&self.config);
         self.spawn_rate = 1;
         self.full_reported = false;
@@ -523,6 +526,7 @@ impl Master {
         log::info!("reloaded {}: generation {}", self.config.file.display(), self.generation);
         self.startup_children(self.config.workers.start);
         self.wake_retiring_workers();
+        self.write_status_file();
     }
 
     /// The listeners for a new config: existing sockets are kept (never closed and
@@ -557,10 +561,25 @@ impl Master {
 
     /// USR1: reopen the logs by path (after logrotate renamed them).
     fn reopen_logs(&mut self) {
+        self.prepare_log_files();
         crate::log::reopen_error_log();
         self.logs.reopen();
         self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
         log::info!("logs reopened");
+    }
+
+    /// Creates every log file the workers write, owned by the workers' user.
+    fn prepare_log_files(&self) {
+        let owner = self.config.run_as.as_ref().map(|r| (r.uid, r.gid));
+        let error_log = match &self.config.error_log {
+            config::ErrorLogTarget::File(p) => Some(p),
+            _ => None,
+        };
+        for path in self.config.access_logs.iter().map(|a| &a.path).chain(error_log) {
+            if let Err(e) = crate::log::prepare_for_workers(path, owner) {
+                log::error!("cannot prepare log file {}: {e}", path.display());
+            }
+        }
     }
 
     fn adjust_band(&mut self, delta: i32) {

@@ -1,0 +1,309 @@
+//! Running pika as a daemon and controlling it: `pika`, `pika -k …`, the pid file,
+//! failure paths, privilege drop, limits, and the server-status page.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+
+use crate::util::*;
+
+fn pika(site: &Site, args: &[&str]) -> Output {
+    Command::new(BIN).arg("-f").arg(site.path("conf/pika.toml")).args(args).output().expect("run pika")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Stops a daemon started by a test (by the pid in its pid file) when dropped.
+struct Daemon<'a> {
+    site: &'a Site,
+}
+
+impl Daemon<'_> {
+    fn pid(&self) -> Option<i32> {
+        self.site.read("logs/pika.pid").trim().parse().ok()
+    }
+}
+
+impl Drop for Daemon<'_> {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            if alive(pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+                let _ =
+                    std::panic::catch_unwind(|| wait_until(DEADLINE, "daemon exit", || (!alive(pid)).then_some(())));
+            }
+        }
+    }
+}
+
+fn start(site: &Site) -> Daemon<'_> {
+    let out = pika(site, &[]);
+    assert_eq!(out.status.code(), Some(0), "start failed: {}\n{}", text(&out), site.error_log());
+    Daemon { site }
+}
+
+fn addr(site: &Site) -> std::net::SocketAddr {
+    listening_addr(&site.error_log()).expect("listening line")
+}
+
+#[test]
+fn daemon_lifecycle_through_the_control_command() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    let d = start(&site);
+    let pid = d.pid().expect("pid file written");
+    assert!(alive(pid));
+    assert_ne!(ppid_of(pid), Some(std::process::id() as i32), "the daemon is detached");
+    let sid = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = sid[sid.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    assert_ne!(fields[3], pid.to_string(), "not a session leader (double fork)");
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap().to_str(), Some("/dev/null"));
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap().to_str(), Some("/"));
+    assert_eq!(get(addr(&site), "/").status, 200);
+
+    wait_until(DEADLINE, "the status file to count the request", || {
+        site.read("logs/pika.status").contains("requests: 1\n").then_some(())
+    });
+    let st = pika(&site, &["-k", "status"]);
+    assert_eq!(st.status.code(), Some(0));
+    let s = text(&st);
+    assert!(
+        s.contains(&format!("pika is running (pid {pid})")) && s.contains("workers: 2") && s.contains("requests: 1"),
+        "{s}"
+    );
+
+    let r = pika(&site, &["-k", "reload"]);
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    assert!(text(&pika(&site, &["-k", "status"])).contains("generation: 1"));
+    assert_eq!(pika(&site, &["-k", "reopen-logs"]).status.code(), Some(0));
+    wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
+
+    let stop = pika(&site, &["-k", "graceful-stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    assert!(!alive(pid));
+    assert!(!site.path("logs/pika.pid").exists(), "pid file removed");
+    assert_eq!(pika(&site, &["-k", "status"]).status.code(), Some(3));
+    let again = pika(&site, &["-k", "stop"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(text(&again).contains("not running"));
+}
+
+#[test]
+fn restart_and_fast_stop() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\n");
+    let d = start(&site);
+    let first = d.pid().unwrap();
+    let r = pika(&site, &["-k", "restart"]);
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    let second = d.pid().unwrap();
+    assert_ne!(first, second);
+    assert!(!alive(first) && alive(second));
+    assert_eq!(get(addr(&site), "/").status, 200);
+    assert_eq!(pika(&site, &["-k", "stop"]).status.code(), Some(0));
+    assert!(!alive(second));
+}
+
+#[test]
+fn double_start_and_stale_pid_file() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\n");
+    // A pid file left by a crash (a pid that is not ours) does not stop a start.
+    site.write("logs/pika.pid", "999999\n");
+    let d = start(&site);
+    let pid = d.pid().unwrap();
+    assert_ne!(pid, 999999);
+    let again = pika(&site, &[]);
+    assert_eq!(again.status.code(), Some(0));
+    assert!(text(&again).contains(&format!("already running (pid {pid})")), "{}", text(&again));
+    assert_eq!(d.pid(), Some(pid));
+    // A pid file naming a live process that is not pika (our own test process) does
+    // not stop a start either: the lock decides.
+    drop(d);
+    site.write("logs/pika.pid", format!("{}\n", std::process::id()));
+    let d = start(&site);
+    assert_ne!(d.pid(), Some(std::process::id() as i32));
+}
+
+#[test]
+fn start_failures_say_why() {
+    let site = Site::new();
+    // Bad config.
+    std::fs::write(site.path("conf/pika.toml"), "[server]\nlisten = [\"127.0.0.1:0\"]\nnope = 1\n").unwrap();
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("pika.toml:3:1: unknown field `nope`"), "{}", text(&o));
+    // Port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    site.config("", "");
+    let conf = site.read("conf/pika.toml").replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(site.path("conf/pika.toml"), conf).unwrap();
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains(&format!("cannot listen on 127.0.0.1:{port}")), "{}", text(&o));
+    assert!(!site.path("logs/pika.pid").exists());
+    // Missing docroot.
+    site.config("", "[[vhost]]\nroot = \"nowhere\"\n");
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("vhost root"), "{}", text(&o));
+    // A docroot the workers' user cannot open: the workers cannot start, and the
+    // start fails instead of forking forever.
+    site.write("private/index.html", "x");
+    std::fs::set_permissions(site.path("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    open_up(&site);
+    std::fs::set_permissions(site.path("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    site.config("user = \"nobody\"", "[[vhost]]\nroot = \"private\"\n");
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("worker could not start"), "{}", text(&o));
+}
+
+/// Lets `nobody` reach the site (temp dirs are 0700).
+fn open_up(site: &Site) {
+    for entry in walk(site.dir.path()) {
+        let mode = if entry.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+fn ids(pid: i32) -> (u32, u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let get = |key: &str| -> u32 {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (get("Uid:"), get("Gid:"))
+}
+
+#[test]
+fn workers_drop_privileges() {
+    let site = Site::new();
+    site.write("htdocs/public.txt", "public");
+    site.write("htdocs/secret.txt", "root only");
+    site.config("user = \"nobody\"\ngroup = \"nogroup\"", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    open_up(&site);
+    std::fs::set_permissions(site.path("htdocs/secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let p = Pika::start(&site, "-F");
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap();
+    assert_eq!(ids(p.pid), (0, 0), "the master keeps root");
+    let workers = children_of(p.pid);
+    assert_eq!(workers.len(), 2);
+    for w in &workers {
+        assert_eq!(ids(*w), (nobody.uid.as_raw(), nogroup.gid.as_raw()), "worker {w}");
+        let groups = std::fs::read_to_string(format!("/proc/{w}/status")).unwrap();
+        let line = groups.lines().find(|l| l.starts_with("Groups:")).unwrap().to_string();
+        assert!(!line.split_whitespace().any(|g| g == "0"), "no root group left: {line}");
+    }
+    assert_eq!(get(p.addr, "/public.txt").text(), "public");
+    let r = get(p.addr, "/secret.txt");
+    assert_eq!(r.status, 403);
+    assert!(!r.text().contains("root only"));
+    // Logs stay writable, also after a reopen (the master hands the new files over).
+    p.signal(10); // SIGUSR1
+    wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
+    std::fs::rename(site.path("logs/access.log"), site.path("logs/access.log.1")).unwrap();
+    p.signal(10);
+    wait_until(DEADLINE, "new access log", || site.path("logs/access.log").exists().then_some(()));
+    for _ in 0..6 {
+        assert_eq!(get(p.addr, "/public.txt").status, 200);
+    }
+    let lines = wait_until(DEADLINE, "lines in the new access log", || {
+        let l = site.access_lines();
+        (l.len() == 6).then_some(l)
+    });
+    assert!(lines.iter().all(|l| l.contains("GET /public.txt")));
+}
+
+#[test]
+fn max_open_files_raises_the_limit() {
+    let site = Site::new();
+    site.config("max_open_files = 4321", "[workers]\nstart = 1\nmin_spare = 1\n");
+    let p = Pika::start(&site, "-F");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", p.pid)).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
+    assert_eq!(line.split_whitespace().nth(3), Some("4321"), "{line}");
+}
+
+#[test]
+fn server_status_auto_json_and_html() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n[status]\nenabled = true\n");
+    let p = Pika::start(&site, "-F");
+    for _ in 0..7 {
+        assert_eq!(get(p.addr, "/").status, 200);
+    }
+    assert_eq!(get(p.addr, "/missing").status, 404);
+    let auto = get(p.addr, "/server-status?auto");
+    assert_eq!(auto.header("content-type").unwrap(), "text/plain; charset=utf-8");
+    let text = auto.text();
+    let value = |k: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}: ")))
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+            .to_string()
+    };
+    for key in [
+        "ServerVersion",
+        "ServerMPM",
+        "Uptime",
+        "Total Accesses",
+        "Total kBytes",
+        "ReqPerSec",
+        "BytesPerSec",
+        "BytesPerReq",
+        "BusyWorkers",
+        "IdleWorkers",
+        "Scoreboard",
+    ] {
+        value(key);
+    }
+    assert_eq!(value("Total Accesses"), "8", "{text}");
+    assert_eq!(value("BusyWorkers"), "1", "the worker answering this request");
+    assert_eq!(value("IdleWorkers"), "1");
+    let board = value("Scoreboard");
+    assert!(board.chars().all(|c| "_SRWKLCG.".contains(c)) && board.contains('R'), "{board}");
+
+    let json = get(p.addr, "/server-status?json");
+    assert_eq!(json.header("content-type").unwrap(), "application/json");
+    let j = json.text();
+    assert!(j.contains("\"total_accesses\":9") && j.contains("\"workers\":[{\"slot\":0"), "{j}");
+    let html = get(p.addr, "/server-status").text();
+    assert!(html.contains("<table") && html.contains("GET /server-status HTTP/1.1"), "{html}");
+}
+
+#[test]
+fn server_status_is_refused_outside_its_allow_list() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\n[status]\nenabled = true\nallow = [\"10.0.0.0/8\"]\n");
+    let p = Pika::start(&site, "-F");
+    assert_eq!(get(p.addr, "/server-status?auto").status, 403);
+}
+
+#[test]
+fn help_and_version() {
+    let o = Command::new(BIN).arg("-h").output().unwrap();
+    let h = String::from_utf8_lossy(&o.stdout);
+    for flag in ["-f FILE", "-F", "-X", "-t", "-k COMMAND", "-V", "graceful-stop", "reopen-logs"] {
+        assert!(h.contains(flag), "help lacks {flag}");
+    }
+    let v = Command::new(BIN).arg("-V").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), format!("pika {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(Command::new(BIN).arg("--bogus").output().unwrap().status.code(), Some(2));
+}
