@@ -3,6 +3,7 @@
 //! config and speaks raw HTTP to it.
 
 mod control;
+mod corpus;
 mod http_engine;
 mod prefork;
 mod util;

@@ -166,9 +166,11 @@ fn send_file(
     let mtime = meta.mtime().max(0) as u64;
     let etag = conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino());
     let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime));
+    let if_match = req.header_list("if-match");
+    let if_none_match = req.header_list("if-none-match");
     let conds = Conditions {
-        if_match: req.header("if-match"),
-        if_none_match: req.header("if-none-match"),
+        if_match: if_match.as_deref(),
+        if_none_match: if_none_match.as_deref(),
         if_modified_since: req.header("if-modified-since"),
         if_unmodified_since: req.header("if-unmodified-since"),
     };
@@ -186,7 +188,9 @@ fn send_file(
         }
     }
 
-    let ranges = match req.header("range") {
+    // Range is defined for GET only (RFC 9110 §14.2): HEAD gets the 200 headers.
+    let range = if req.method == Method::Get { req.header("range") } else { None };
+    let ranges = match range {
         Some(r) if req.header("if-range").is_none_or(|v| conditional::if_range_allows(v, &etag, mtime)) => {
             range::parse_range(r, len, env.max_ranges)
         }

@@ -285,7 +285,9 @@ impl Output {
         obs.state(ConnState::Writing);
         let body = std::mem::replace(&mut reply.body, Body::None);
         write_head(&mut self.head, &mut self.date, self.server_header, &reply, &body, true, false);
-        let sent = write_response(input.stream, &self.head, Some(&body), obs);
+        // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
+        let send_body = !line.starts_with(b"HEAD ");
+        let sent = write_response(input.stream, &self.head, send_body.then_some(&body), obs);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
         let no_headers = |_: &str| None;
         self.logs.write(&Record {
@@ -326,6 +328,10 @@ fn dispatch(
     obs: &mut dyn Observer,
 ) -> usize {
     let index = vhost::select(&config.vhosts, req.host);
+    if req.method == Method::OtherKnown {
+        reply.error(405, "This resource only answers GET, HEAD and OPTIONS.");
+        return index;
+    }
     if req.target == b"*" {
         // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
         // one of these, recognised by its per-boot token (a client cannot know it).
@@ -334,7 +340,15 @@ fn dispatch(
         reply.body = Body::Owned(Vec::new());
         return index;
     }
-    let (clean, query) = match path::clean(req.target) {
+    // "http://host?q" arrives as "?q": its path is "/".
+    let rooted;
+    let target = if req.target.first() == Some(&b'?') {
+        rooted = [&b"/"[..], req.target].concat();
+        &rooted[..]
+    } else {
+        req.target
+    };
+    let (clean, query) = match path::clean(target) {
         Ok(p) => p,
         Err(PathError::EncodedSlash) => {
             // Apache's AllowEncodedSlashes Off answers 404: no file name holds a '/'.
@@ -597,8 +611,14 @@ impl Input<'_> {
                 loop {
                     let len = self.line(1024)?;
                     let line = &self.buf[self.start..self.start + len];
+                    // httparse reads an empty size as 0, which would end the body early
+                    // and smuggle the rest in as a request: a size has at least one digit.
                     let size = match httparse::parse_chunk_size(line) {
-                        Ok(httparse::Status::Complete((_, size))) if line.ends_with(b"\r\n") => size,
+                        Ok(httparse::Status::Complete((_, size)))
+                            if line.ends_with(b"\r\n") && line[0].is_ascii_hexdigit() =>
+                        {
+                            size
+                        }
                         _ => return Err(BodyError::Http(HttpError::BadRequest("bad chunk size line"))),
                     };
                     self.start += len;

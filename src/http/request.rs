@@ -107,6 +107,20 @@ impl<'b> Request<'b> {
         self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
     }
 
+    /// A list-valued header: repeated field lines count as one line joined by
+    /// commas (RFC 9110 §5.3). Borrowed unless the field really was repeated.
+    pub fn header_list(&self, name: &str) -> Option<std::borrow::Cow<'b, [u8]>> {
+        let mut lines = self.headers.iter().filter(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+        let first = lines.next()?;
+        let mut joined: Option<Vec<u8>> = None;
+        for more in lines {
+            let j = joined.get_or_insert_with(|| first.to_vec());
+            j.extend_from_slice(b", ");
+            j.extend_from_slice(more);
+        }
+        Some(joined.map_or(std::borrow::Cow::Borrowed(first), std::borrow::Cow::Owned))
+    }
+
     pub fn protocol(&self) -> &'static str {
         if self.http11 { "HTTP/1.1" } else { "HTTP/1.0" }
     }
@@ -146,8 +160,10 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
 pub fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     let content = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
     let line_end = buf[content..].iter().position(|&b| b == b'\n');
+    // A read may end between the CR and the LF of a line that is exactly at the limit.
+    let pending = buf.len() - content - usize::from(buf.ends_with(b"\r"));
     match line_end {
-        None if buf.len() - content > limits.max_request_line => Err(HttpError::UriTooLong),
+        None if pending > limits.max_request_line => Err(HttpError::UriTooLong),
         Some(n) if n > limits.max_request_line + 1 => Err(HttpError::UriTooLong),
         _ if buf.len() > limits.max_header_size => Err(HttpError::HeadersTooLarge),
         _ => Ok(()),
@@ -282,8 +298,13 @@ pub fn request_line(buf: &[u8]) -> &[u8] {
 
 fn looks_like_version(buf: &[u8]) -> bool {
     let line = request_line(buf);
-    let Some(sp) = line.iter().rposition(|&b| b == b' ') else { return false };
-    let v = &line[sp + 1..];
+    // Only a well-formed request line (method SP target SP version) earns a 505;
+    // `GET /  HTTP/1.1` or a space in the target is a malformed line (400).
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    let [method, target, v] = parts[..] else { return false };
+    if method.is_empty() || target.is_empty() {
+        return false;
+    }
     v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit()
 }
 
@@ -306,12 +327,14 @@ fn split_target(raw: &[u8], method: Method) -> Result<(&[u8], Option<&[u8]>), Ht
         if authority.is_empty() || authority.contains(&b'@') || !valid_host(authority) {
             return Err(HttpError::BadRequest("bad absolute-form target"));
         }
+        // An empty path is "/" (RFC 9112 §3.2.1); "http://h?q" keeps its query and
+        // the dispatcher reads a target starting with '?' as "/?q".
         let path: &[u8] = if end == rest.len() { b"/" } else { &rest[end..] };
-        if path[0] == b'?' {
-            // "http://h?q": the path is empty; serve "/" with the query.
-            return Err(HttpError::BadRequest("absolute-form target without a path"));
-        }
         return Ok((path, Some(authority)));
+    }
+    // authority-form belongs to CONNECT, which a static-file origin refuses with 405.
+    if method == Method::OtherKnown && !raw.contains(&b'/') && raw.contains(&b':') {
+        return Ok((raw, None));
     }
     Err(HttpError::BadRequest("bad request-target"))
 }
@@ -322,9 +345,15 @@ fn parse_content_length(v: &[u8]) -> Result<u64, HttpError> {
     let mut value = None;
     for part in v.split(|&b| b == b',') {
         let part = part.trim_ascii();
-        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
             return Err(HttpError::BadRequest("invalid Content-Length"));
         }
+        // Leading zeros are digits too (`1*DIGIT`); what remains must fit in a u64.
+        let digits = &part[part.iter().position(|&b| b != b'0').unwrap_or(part.len() - 1)..];
+        if digits.len() > 19 {
+            return Err(HttpError::BadRequest("invalid Content-Length"));
+        }
+        let part = digits;
         let n: u64 = std::str::from_utf8(part)
             .ok()
             .and_then(|s| s.parse().ok())

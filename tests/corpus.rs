@@ -1,0 +1,254 @@
+//! The raw-request corpus, gunicorn-style: every `tests/requests/{valid,invalid}/*.http`
+//! is sent byte for byte on a fresh connection to a running pika, and the answer is
+//! checked against the sibling `.expect` file (the status on its first line, and
+//! `close` on a second when the server must close the connection after answering).
+//!
+//! The cases are written by `tests/requests/generate.py`, so a parser bug found
+//! anywhere becomes one more line there. One test replays them all and reports every
+//! mismatch at once, then checks that no worker died on the way and that the server
+//! still answers.
+
+use std::fmt;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::util::{Pika, Site, alive, children_of, get, ppid_of};
+
+/// How long a case may take to be answered. Under the server's 20 s header timeout,
+/// so a server still waiting for bytes shows up as "no response", never as a 408.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// How soon the server must close after its response when a case says `close`. Under
+/// the 5 s keep-alive timeout, so a connection merely kept alive fails the check.
+const CLOSE_WITHIN: Duration = Duration::from_secs(3);
+
+/// Most bytes read while waiting for the close (the rest of the response body).
+const MAX_DRAIN: usize = 4 << 20;
+
+/// What a case expects.
+struct Expect {
+    status: u16,
+    close: bool,
+}
+
+impl Expect {
+    fn parse(text: &str, path: &Path) -> Expect {
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let status = lines.next().and_then(|l| l.parse().ok());
+        let close = match lines.next() {
+            None => false,
+            Some("close") => true,
+            Some(other) => panic!("{}: second line must be `close`, not {other:?}", path.display()),
+        };
+        match (status, lines.next()) {
+            (Some(status), None) => Expect { status, close },
+            _ => panic!("{}: want a status code, then optionally `close`", path.display()),
+        }
+    }
+
+    fn met_by(&self, answer: &Answer) -> bool {
+        match answer {
+            Answer::Status { status, closed } => *status == self.status && (!self.close || *closed == Some(true)),
+            Answer::Nothing(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.status, if self.close { ", then close" } else { "" })
+    }
+}
+
+/// What the server did with one case.
+enum Answer {
+    /// A final status; whether the connection then closed, when that was checked.
+    Status { status: u16, closed: Option<bool> },
+    /// No final response head: why not.
+    Nothing(String),
+}
+
+impl fmt::Display for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Answer::Status { status, closed: None } => write!(f, "{status}"),
+            Answer::Status { status, closed: Some(true) } => write!(f, "{status}, then close"),
+            Answer::Status { status, closed: Some(false) } => write!(f, "{status}, connection left open"),
+            Answer::Nothing(why) => write!(f, "no response ({why})"),
+        }
+    }
+}
+
+struct Case {
+    /// `valid/001-get-root.http`, for the report.
+    name: String,
+    request: Vec<u8>,
+    expect: Expect,
+}
+
+/// Every case, `valid/` then `invalid/`, each sorted by file name.
+fn load_cases() -> Vec<Case> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/requests");
+    let mut cases = Vec::new();
+    for dir in ["valid", "invalid"] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{}: {e}", root.join(dir).display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "http"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "no cases in {}", root.join(dir).display());
+        for http in files {
+            let expect_path = http.with_extension("expect");
+            let text =
+                std::fs::read_to_string(&expect_path).unwrap_or_else(|e| panic!("{}: {e}", expect_path.display()));
+            cases.push(Case {
+                name: format!("{dir}/{}", http.file_name().unwrap().to_string_lossy()),
+                request: std::fs::read(&http).unwrap(),
+                expect: Expect::parse(&text, &expect_path),
+            });
+        }
+    }
+    cases
+}
+
+/// Sends one case on a fresh connection and reads the final response's head (1xx
+/// interim responses are skipped); with `check_close`, then waits for the close.
+fn send(addr: SocketAddr, request: &[u8], check_close: bool) -> Answer {
+    let mut s = match TcpStream::connect(addr) {
+        Ok(s) => s,
+        Err(e) => return Answer::Nothing(format!("connect: {e}")),
+    };
+    // why: the whole case is written and the write side left open. A half-close
+    // (`shutdown(Write)`) would change the request: the server would see the stream
+    // end, not a client waiting for an answer. A server that answers early and stops
+    // reading may fail the write; its answer is what counts.
+    let wrote = s.write_all(request);
+    let deadline = Instant::now() + ANSWER_WITHIN;
+    let mut buf = Vec::new();
+    let status = loop {
+        let head = match read_head(&mut s, &mut buf, deadline) {
+            Ok(head) => head,
+            Err(why) => {
+                return Answer::Nothing(match wrote {
+                    Ok(()) => why,
+                    Err(e) => format!("{why}; the write failed: {e}"),
+                });
+            }
+        };
+        match status_of(&head) {
+            Some(status) if (100..200).contains(&status) && status != 101 => continue,
+            Some(status) => break status,
+            None => {
+                let line = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
+                return Answer::Nothing(format!("garbled status line {:?}", String::from_utf8_lossy(line)));
+            }
+        }
+    };
+    let closed = check_close.then(|| closes_within(&mut s, CLOSE_WITHIN));
+    Answer::Status { status, closed }
+}
+
+/// Reads until `buf` holds a whole response head; removes and returns it (what
+/// follows, the body, stays in `buf`).
+fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<Vec<u8>, String> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok(buf.drain(..end + 4).collect());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("nothing complete within {ANSWER_WITHIN:?}"));
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return Err(format!("closed after {} bytes", buf.len())),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(format!("nothing complete within {ANSWER_WITHIN:?}"));
+            }
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// The status code of `HTTP/1.x NNN ...`.
+fn status_of(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.")?;
+    let code = rest.get(2..5)?;
+    if rest.get(1) != Some(&b' ') || !code.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(code).ok()?.parse().ok()
+}
+
+/// Drains the rest of the response and reports whether the server then closed the
+/// connection within `limit`. A reset counts: the connection is gone either way.
+fn closes_within(s: &mut TcpStream, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut chunk = [0u8; 16 * 1024];
+    let mut drained = 0;
+    while drained < MAX_DRAIN {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return true,
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted),
+        }
+    }
+    false
+}
+
+#[test]
+fn corpus() {
+    let site = Site::new();
+    site.write("htdocs/a b.txt", "spaced\n");
+    site.write("htdocs/file.txt", "x".repeat(1000));
+    site.write("htdocs/dir/index.html", "<h1>dir</h1>\n");
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n");
+    let pika = Pika::start(&site, "-F");
+    let workers = children_of(pika.pid);
+    assert!(!workers.is_empty(), "no workers under master {}", pika.pid);
+
+    let cases = load_cases();
+    let mut failures: Vec<String> = Vec::new();
+    for case in &cases {
+        let answer = send(pika.addr, &case.request, case.expect.close);
+        if !case.expect.met_by(&answer) {
+            failures.push(format!("{}: expected {}, got {answer}", case.name, case.expect));
+        }
+    }
+    let mismatches = failures.len();
+    println!("corpus: {} cases, {mismatches} mismatches", cases.len());
+
+    // A case that crashed a worker would have been answered by its replacement.
+    for w in workers {
+        if !alive(w) || ppid_of(w) != Some(pika.pid) {
+            failures.push(format!("worker {w} died during the corpus"));
+        }
+    }
+    let after = get(pika.addr, "/");
+    if after.status != 200 {
+        failures.push(format!("GET / after the corpus answered {}", after.status));
+    }
+    assert!(
+        failures.is_empty(),
+        "{mismatches} of {} corpus cases differ:\n  {}\nerror log warnings:\n{}",
+        cases.len(),
+        failures.join("\n  "),
+        site.error_log()
+            .lines()
+            .filter(|l| l.contains("[warn]") || l.contains("[error]"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
