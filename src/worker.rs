@@ -90,7 +90,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     }
     let slot = &ctx.scoreboard.slots[ctx.slot];
     slot.pid.store(std::process::id() as i32, Relaxed);
-    let logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
+    let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
+    logs.watch_epoch(&ctx.scoreboard.header.log_epoch);
     let mut server = match Server::new(ctx.config, logs, ctx.token.to_string()) {
         Ok(s) => s,
         Err(e) => {
@@ -98,7 +99,6 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     };
-    let mut log_epoch = ctx.scoreboard.header.log_epoch.load(Relaxed);
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None };
     let mut served: u64 = 0;
     loop {
@@ -113,13 +113,9 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
                 _ => continue, // ECONNABORTED and friends: the client gave up.
             },
         };
-        // Rotation: reopen before the next write (DESIGN §4).
-        let epoch = ctx.scoreboard.header.log_epoch.load(Relaxed);
-        if epoch != log_epoch {
-            log_epoch = epoch;
-            server.reopen_logs();
-            crate::log::reopen_error_log();
-        }
+        // Rotation: reopen before the next write (DESIGN §4); the access logs also
+        // look before each record, for connections that outlive a rotation.
+        server.sync_logs();
         slot.connections.fetch_add(1, Relaxed);
         let outcome = server.serve(stream, peer, &mut obs);
         served += outcome.requests;

@@ -5,5 +5,6 @@
 mod control;
 mod corpus;
 mod http_engine;
+mod logs;
 mod prefork;
 mod util;

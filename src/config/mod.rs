@@ -20,11 +20,13 @@ use std::time::Duration;
 pub use cidr::Cidr;
 use log::LevelFilter;
 use nix::unistd::{Gid, Group, Uid, User};
-use raw::{RawConfig, RawVhost};
+use raw::{RawAccessLog, RawCondition, RawConfig, RawRotate, RawVhost, StatusSpec};
 use toml::Spanned;
 
 use crate::http::mime::MimeTypes;
+use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
+use crate::log::rotate::{Interval, Naming, Rotate};
 pub use crate::sys::Symlinks;
 
 /// A config that cannot be used, with where and why.
@@ -71,6 +73,7 @@ pub struct Config {
     pub backlog: u32,
     pub pid_file: PathBuf,
     pub error_log: ErrorLogTarget,
+    pub error_log_rotate: Option<Rotate>,
     pub log_level: LevelFilter,
     pub mime: MimeTypes,
     pub run_as: Option<RunAs>,
@@ -133,6 +136,10 @@ pub struct Vhost {
 pub struct AccessLog {
     pub path: PathBuf,
     pub format: LogFormat,
+    pub filter: Filter,
+    pub rotate: Option<Rotate>,
+    /// Set for a log declared inside a `[[vhost]]`: only that vhost's requests.
+    pub vhost: Option<usize>,
 }
 
 /// Reads and resolves a config file.
@@ -302,14 +309,14 @@ impl Ctx<'_> {
 
         let mut access_logs = Vec::new();
         for a in &raw.access_log {
-            let format = match &a.format {
-                None => LogFormat::parse("combined").map_err(|e| self.error(0..0, e))?,
-                Some(f) => {
-                    LogFormat::parse(f.get_ref()).map_err(|e| self.spanned(f, format!("bad access log format: {e}")))?
-                }
-            };
-            access_logs.push(AccessLog { path: at_root(&a.path), format });
+            access_logs.push(self.access_log(a, &root, None)?);
         }
+        for (i, v) in raw.vhost.iter().enumerate() {
+            for a in &v.access_log {
+                access_logs.push(self.access_log(a, &root, Some(i))?);
+            }
+        }
+        let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
 
         Ok(Config {
             file: self.file.to_path_buf(),
@@ -317,6 +324,7 @@ impl Ctx<'_> {
             backlog: raw.server.backlog.max(1),
             pid_file: at_root(&raw.server.pid_file),
             error_log,
+            error_log_rotate,
             log_level,
             mime,
             run_as,
@@ -330,6 +338,84 @@ impl Ctx<'_> {
             access_logs,
             root,
         })
+    }
+
+    fn access_log(&self, a: &RawAccessLog, root: &Path, vhost: Option<usize>) -> Result<AccessLog, ConfigError> {
+        let format = match &a.format {
+            None => LogFormat::parse("combined").map_err(|e| self.error(0..0, e))?,
+            Some(f) => {
+                LogFormat::parse(f.get_ref()).map_err(|e| self.spanned(f, format!("bad access log format: {e}")))?
+            }
+        };
+        let conditions = |list: &Vec<Spanned<RawCondition>>| -> Result<Vec<Condition>, ConfigError> {
+            list.iter().map(|c| self.condition(c)).collect()
+        };
+        let mut filter = Filter::default();
+        if let Some(include) = &a.include {
+            filter.include = conditions(include)?;
+        }
+        if let Some(exclude) = &a.exclude {
+            filter.exclude = conditions(exclude)?;
+        }
+        let rotate = a.rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
+        Ok(AccessLog { path: absolute(root, &a.path), format, filter, rotate, vhost })
+    }
+
+    fn condition(&self, c: &Spanned<RawCondition>) -> Result<Condition, ConfigError> {
+        let raw = c.get_ref();
+        let bad = |what: &str| self.spanned(c, what.to_string());
+        let regex = |p: &Option<String>| -> Result<Option<regex_lite::Regex>, ConfigError> {
+            p.as_ref()
+                .map(|p| regex_lite::Regex::new(p).map_err(|e| bad(&format!("bad pattern {p:?}: {e}"))))
+                .transpose()
+        };
+        let cond = Condition {
+            internal: raw.internal,
+            client: raw
+                .client
+                .as_ref()
+                .map(|s| Cidr::parse(s).ok_or_else(|| bad(&format!("bad address range {s:?}"))))
+                .transpose()?,
+            method: raw.method.clone(),
+            path: raw.path.clone(),
+            path_pattern: regex(&raw.path_pattern)?,
+            status: match &raw.status {
+                None => None,
+                Some(StatusSpec::Code(n)) => Some((*n, *n)),
+                Some(StatusSpec::Text(t)) => Some(
+                    filter::parse_status(t)
+                        .ok_or_else(|| bad(&format!("bad status {t:?} (404, \"4xx\", \"400-499\")")))?,
+                ),
+            },
+            user_agent: regex(&raw.user_agent)?,
+            header: raw.header.clone(),
+        };
+        if cond.is_empty() {
+            return Err(bad("an empty condition would match every request"));
+        }
+        Ok(cond)
+    }
+
+    fn rotate(&self, r: &Spanned<RawRotate>) -> Result<Rotate, ConfigError> {
+        let raw = r.get_ref();
+        let interval = match &raw.interval {
+            None => None,
+            Some(i) => Some(Interval::parse(i).ok_or_else(|| {
+                self.spanned(r, format!("bad rotate.interval {i:?} (hourly, daily, or a duration like \"30m\")"))
+            })?),
+        };
+        let size = raw.size.map(|b| b.0);
+        if interval.is_none() && size.is_none() {
+            return Err(self.spanned(r, "rotate needs an interval, a size, or both"));
+        }
+        let naming = match raw.naming.as_deref() {
+            None | Some("numbered") => Naming::Numbered,
+            Some(p) if p.contains('%') => Naming::Pattern(p.to_string()),
+            Some(p) => {
+                return Err(self.spanned(r, format!("rotate.naming {p:?}: \"numbered\" or a pattern with % fields")));
+            }
+        };
+        Ok(Rotate { interval, size, keep: raw.keep.max(1), naming, local_time: raw.local_time, compress: raw.compress })
     }
 
     fn workers(&self, raw: &RawConfig) -> Result<Workers, ConfigError> {

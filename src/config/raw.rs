@@ -36,6 +36,7 @@ pub(crate) struct RawServer {
     pub(crate) pid_file: String,
     #[serde(default = "default_error_log")]
     pub(crate) error_log: String,
+    pub(crate) error_log_rotate: Option<Spanned<RawRotate>>,
     pub(crate) log_level: Option<Spanned<String>>,
     #[serde(default = "default_mime_types")]
     pub(crate) mime_types: String,
@@ -138,6 +139,8 @@ pub(crate) struct RawVhost {
     pub(crate) symlinks: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) error_pages: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    pub(crate) access_log: Vec<RawAccessLog>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,6 +148,51 @@ pub(crate) struct RawVhost {
 pub(crate) struct RawAccessLog {
     pub(crate) path: String,
     pub(crate) format: Option<Spanned<String>>,
+    pub(crate) include: Option<Vec<Spanned<RawCondition>>>,
+    pub(crate) exclude: Option<Vec<Spanned<RawCondition>>>,
+    pub(crate) rotate: Option<Spanned<RawRotate>>,
+}
+
+/// One filter condition: every key given must match.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCondition {
+    pub(crate) internal: Option<bool>,
+    pub(crate) client: Option<String>,
+    pub(crate) method: Option<String>,
+    pub(crate) path: Option<String>,
+    pub(crate) path_pattern: Option<String>,
+    pub(crate) status: Option<StatusSpec>,
+    pub(crate) user_agent: Option<String>,
+    pub(crate) header: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum StatusSpec {
+    Code(u16),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRotate {
+    pub(crate) interval: Option<String>,
+    pub(crate) size: Option<Bytes>,
+    #[serde(default = "default_keep")]
+    pub(crate) keep: u32,
+    pub(crate) naming: Option<String>,
+    #[serde(default = "default_true")]
+    pub(crate) local_time: bool,
+    #[serde(default)]
+    pub(crate) compress: bool,
+}
+
+fn default_keep() -> u32 {
+    7
+}
+fn default_true() -> bool {
+    true
 }
 
 fn default_pid_file() -> String {

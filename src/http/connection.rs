@@ -136,8 +136,9 @@ impl<'c> Server<'c> {
         })
     }
 
-    pub fn reopen_logs(&mut self) {
-        self.out.logs.reopen();
+    /// Reopens the logs if the master rotated them since the last look.
+    pub fn sync_logs(&mut self) {
+        self.out.logs.sync_epoch();
     }
 
     /// Serves one connection to its end.
@@ -216,13 +217,14 @@ impl<'c> Server<'c> {
                 obs.served(sent.as_ref().map_or(0, |n| *n));
             }
 
-            // The access log's default filter leaves the master's dummy requests out.
-            if !internal {
+            // Every request goes to the logs' filters; their default leaves the
+            // master's dummy requests out.
+            {
                 obs.state(ConnState::Logging);
                 out.request_id = out.request_id.wrapping_add(1);
                 let (path_part, query) = split_query(req.target);
                 let lookup = |name: &str| req.header(name);
-                out.logs.write(&Record {
+                let record = Record {
                     client: peer.ip(),
                     local_port,
                     request_line: req.line,
@@ -249,7 +251,8 @@ impl<'c> Server<'c> {
                     },
                     keepalive_count: outcome.requests - 1,
                     request_id: out.request_id,
-                });
+                };
+                out.logs.write(&record, internal, vhost_index);
             }
             if sent.is_err() {
                 break;
@@ -290,7 +293,7 @@ impl Output {
         let sent = write_response(input.stream, &self.head, send_body.then_some(&body), obs);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
         let no_headers = |_: &str| None;
-        self.logs.write(&Record {
+        let record = Record {
             client: conn.peer.ip(),
             local_port: conn.local_port,
             request_line: line,
@@ -311,7 +314,8 @@ impl Output {
             conn_status: '-',
             keepalive_count: 0,
             request_id: 0,
-        });
+        };
+        self.logs.write(&record, false, 0);
         obs.state(ConnState::Closing);
         input.linger();
     }

@@ -8,6 +8,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use super::filter::{Facts, Filter};
 use super::format::{LogFormat, Record};
 use crate::config::AccessLog;
 
@@ -18,7 +21,11 @@ pub const MAX_RECORD: usize = 4096;
 struct OpenLog {
     path: PathBuf,
     format: LogFormat,
+    filter: Filter,
+    vhost: Option<usize>,
     file: File,
+    /// A write failed (disk full, permissions): said once, until writes work again.
+    failing: bool,
 }
 
 /// The open access logs of one process.
@@ -26,6 +33,8 @@ pub struct AccessLogs {
     logs: Vec<OpenLog>,
     buf: Vec<u8>,
     clf: ClfClock,
+    /// The scoreboard's log epoch and the value this process last saw.
+    epoch: Option<(&'static AtomicU32, u32)>,
 }
 
 impl AccessLogs {
@@ -35,24 +44,56 @@ impl AccessLogs {
         for c in configs {
             let file = super::open_append(&c.path)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("access log {}: {e}", c.path.display())))?;
-            logs.push(OpenLog { path: c.path.clone(), format: c.format.clone(), file });
+            logs.push(OpenLog {
+                path: c.path.clone(),
+                format: c.format.clone(),
+                filter: c.filter.clone(),
+                vhost: c.vhost,
+                file,
+                failing: false,
+            });
         }
-        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default() })
+        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None })
     }
 
     /// No logs at all.
     pub fn none() -> AccessLogs {
-        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default() }
+        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None }
+    }
+
+    /// Follows the master's log epoch: when it moves (a rotation), every log and the
+    /// error log are reopened by path before the next write.
+    pub fn watch_epoch(&mut self, epoch: &'static AtomicU32) {
+        self.epoch = Some((epoch, epoch.load(Relaxed)));
+    }
+
+    /// Reopens the logs if the epoch moved since the last look.
+    pub fn sync_epoch(&mut self) {
+        let Some((epoch, seen)) = self.epoch else { return };
+        let now = epoch.load(Relaxed);
+        if now != seen {
+            self.epoch = Some((epoch, now));
+            self.reopen();
+            super::reopen_error_log();
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.logs.is_empty()
     }
 
-    /// Writes one record to every log.
-    pub fn write(&mut self, r: &Record<'_>) {
+    /// Writes one record to every log whose filter (and vhost) takes it.
+    pub fn write(&mut self, r: &Record<'_>, internal: bool, vhost: usize) {
+        if self.logs.is_empty() {
+            return;
+        }
+        self.sync_epoch();
+        let facts = Facts { internal, record: r };
         let stamp = self.clf.stamp(r.start);
         for log in &mut self.logs {
+            if log.vhost.is_some_and(|v| v != vhost) || !log.filter.allows(&facts) {
+                continue;
+            }
             self.buf.clear();
             log.format.render(r, stamp, &mut self.buf);
             if self.buf.len() > MAX_RECORD {
@@ -60,10 +101,27 @@ impl AccessLogs {
                 self.buf.push(b'\n');
             }
             // One write() on an O_APPEND descriptor: the record lands whole at the end.
-            match log.file.write(&self.buf) {
-                Ok(n) if n == self.buf.len() => {}
-                Ok(n) => log::error!("access log {}: short write ({n} of {})", log.path.display(), self.buf.len()),
-                Err(e) => log::error!("access log {}: {e}", log.path.display()),
+            let result = log.file.write(&self.buf);
+            match result {
+                Ok(n) if n == self.buf.len() => {
+                    if log.failing {
+                        log.failing = false;
+                        log::warn!("access log {} is writable again", log.path.display());
+                    }
+                }
+                Ok(_) | Err(_) if log.failing => {}
+                Ok(n) => {
+                    log.failing = true;
+                    log::error!(
+                        "access log {}: short write ({n} of {}); records are lost until it recovers",
+                        log.path.display(),
+                        self.buf.len()
+                    );
+                }
+                Err(e) => {
+                    log.failing = true;
+                    log::error!("access log {}: {e}; records are lost until it recovers", log.path.display());
+                }
             }
         }
     }

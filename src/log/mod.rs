@@ -7,7 +7,9 @@
 //! tear, and holds no lock across a `fork` (the master is single-threaded).
 
 pub mod access;
+pub mod filter;
 pub mod format;
+pub mod rotate;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

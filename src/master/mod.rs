@@ -25,6 +25,7 @@ use crate::config::{self, Config};
 use crate::daemon::Ready;
 use crate::listen::{self, Listener};
 use crate::log::access::AccessLogs;
+use crate::log::rotate::{self as rotation, Rotate, next_boundary, offset_at, period_start};
 use crate::pod::{self, Pod};
 use crate::scoreboard::{Scoreboard, State};
 use crate::sys::{self, Forked};
@@ -39,6 +40,38 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// A worker that dies younger than this is replaced by maintenance (rate-limited),
 /// not at once: a worker that crashes on start must not become a fork loop.
 const MIN_LIFETIME_FOR_RESPAWN: Duration = Duration::from_secs(1);
+
+/// A log the master rotates by itself.
+struct Rotation {
+    path: std::path::PathBuf,
+    rotate: Rotate,
+    /// When the current time period ends (time-based rotation).
+    next_at: Option<i64>,
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// The logs of `config` that rotate, keeping the schedule of those already known.
+fn rotations(config: &Config, old: &[Rotation]) -> Vec<Rotation> {
+    let error_log = match (&config.error_log, &config.error_log_rotate) {
+        (config::ErrorLogTarget::File(p), Some(r)) => Some((p.clone(), r.clone())),
+        _ => None,
+    };
+    let access = config.access_logs.iter().filter_map(|a| Some((a.path.clone(), a.rotate.clone()?)));
+    let now = unix_now();
+    access
+        .chain(error_log)
+        .map(|(path, rotate)| {
+            let next_at = match old.iter().find(|o| o.path == path && o.rotate.interval == rotate.interval) {
+                Some(o) => o.next_at,
+                None => rotate.interval.map(|i| next_boundary(now, i, offset_at(now, rotate.local_time))),
+            };
+            Rotation { path, rotate, next_at }
+        })
+        .collect()
+}
 
 struct Child {
     slot: usize,
@@ -64,6 +97,7 @@ pub struct Master {
     token: String,
     signals: Signals,
     logs: AccessLogs,
+    rotations: Vec<Rotation>,
     children: HashMap<Pid, Child>,
     generation: u32,
     band: Band,
@@ -92,7 +126,9 @@ impl Master {
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = band(&config);
+        let rotations = rotations(&config, &[]);
         Ok(Master {
+            rotations,
             config,
             listeners,
             scoreboard,
@@ -196,7 +232,52 @@ impl Master {
         self.wake_retiring_workers();
         self.kill_stuck_workers();
         self.update_busy_flag();
+        self.rotate_logs();
         self.write_status_file();
+    }
+
+    /// Built-in rotation: rename each due log, create its successor for the workers,
+    /// then bump the log epoch once so every worker reopens before its next write.
+    fn rotate_logs(&mut self) {
+        let now = unix_now();
+        let owner = self.config.run_as.as_ref().map(|r| (r.uid, r.gid));
+        let mut rotated = false;
+        for r in &mut self.rotations {
+            let time_due = r.next_at.is_some_and(|t| now >= t);
+            let size_due =
+                r.rotate.size.is_some_and(|limit| std::fs::metadata(&r.path).is_ok_and(|m| m.len() >= limit));
+            if !time_due && !size_due {
+                continue;
+            }
+            let offset = offset_at(now, r.rotate.local_time);
+            // The old file is named for the period it holds.
+            let period = match (r.next_at, r.rotate.interval) {
+                (Some(t), Some(i)) if time_due => period_start(t - 1, i, offset),
+                (_, Some(i)) => period_start(now, i, offset),
+                (_, None) => now,
+            };
+            match rotation::rotate(&r.path, &r.rotate, period) {
+                Ok(old) => {
+                    if let Err(e) = crate::log::prepare_for_workers(&r.path, owner) {
+                        log::error!("cannot create {} after rotation: {e}", r.path.display());
+                    }
+                    if r.rotate.compress {
+                        rotation::compress(&old);
+                    }
+                    rotated = true;
+                }
+                Err(e) => log::error!("cannot rotate {}: {e}", r.path.display()),
+            }
+            if let Some(i) = r.rotate.interval {
+                r.next_at = Some(next_boundary(now, i, offset));
+            }
+        }
+        if rotated {
+            crate::log::reopen_error_log();
+            self.logs.reopen();
+            self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
+            log::info!("logs rotated");
+        }
     }
 
     /// Rewrites the status file `pika -k status` and `-k reload` read (write, then
@@ -516,6 +597,7 @@ impl Master {
         }
         self.listeners = listeners;
         self.logs = logs;
+        self.rotations = rotations(&new, &self.rotations);
         self.config = new;
         self.prepare_log_files();
         self.band = band(&self.config);

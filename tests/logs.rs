@@ -1,0 +1,304 @@
+//! Access and error logs on the real binary: formats, filters, hostile input,
+//! per-vhost logs, rotation under load (built-in, by signal, across reloads), a write
+//! failure and its recovery, and a real log analyser reading the result.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::util::*;
+
+const SIGHUP: i32 = 1;
+const SIGUSR1: i32 = 10;
+
+/// Does a line look like a whole combined-format record?
+fn is_combined(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix("127.0.0.1 - - [") else { return false };
+    let Some((stamp, rest)) = rest.split_once("] \"") else { return false };
+    stamp.len() == 26 && rest.ends_with('"') && rest.matches('"').count() - rest.matches("\\\"").count() == 5
+}
+
+#[test]
+fn custom_formats_and_per_vhost_logs() {
+    let site = Site::new();
+    site.write("b/x.txt", "bee");
+    site.config(
+        "",
+        "[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"htdocs\"\n\
+         [[vhost]]\nserver_names = [\"b.test\"]\nroot = \"b\"\n\
+         [[vhost.access_log]]\npath = \"logs/b.log\"\nformat = \"%v %>s %B %m %U %q %H %{X-Id}i %{Content-Type}o %D\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"vhost_combined\"\n",
+    );
+    let p = Pika::start(&site, "-X");
+    raw(p.addr, b"GET /x.txt?k=v HTTP/1.1\r\nHost: b.test\r\nX-Id: 42\r\nConnection: close\r\n\r\n");
+    raw(p.addr, b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    let all = wait_until(DEADLINE, "two lines", || {
+        let l = site.access_lines();
+        (l.len() == 2).then_some(l)
+    });
+    assert!(all[0].starts_with("b.test:") && all[1].starts_with("a.test:"), "{all:?}");
+    let b = site.read("logs/b.log");
+    let fields: Vec<&str> = b.trim_end().split(' ').collect();
+    assert_eq!(&fields[..9], &["b.test", "200", "3", "GET", "/x.txt", "?k=v", "HTTP/1.1", "42", "text/plain"], "{b}");
+    let micros: u64 = fields[9].parse().unwrap();
+    assert!(micros > 0 && micros < 10_000_000, "%D in microseconds: {micros}");
+    assert_eq!(b.lines().count(), 1, "only b.test's request");
+}
+
+#[test]
+fn filters_include_and_exclude() {
+    let site = Site::new();
+    site.write("htdocs/health", "ok");
+    site.config(
+        "",
+        "[[access_log]]\npath = \"logs/access.log\"\nexclude = [{ internal = true }, { path = \"/health\" }, { user_agent = \"(?i)bot\" }]\n\
+         [[access_log]]\npath = \"logs/errors.log\"\ninclude = [{ status = \"4xx\" }, { method = \"OPTIONS\", header = \"X-Debug\" }]\n\
+         [[access_log]]\npath = \"logs/debug.log\"\nexclude = []\ninclude = [{ internal = true }]\n[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n",
+    );
+    let p = Pika::start(&site, "-F");
+    get(p.addr, "/");
+    get(p.addr, "/health");
+    get_with(p.addr, "/", "User-Agent: FriendlyBot/1.0\r\n");
+    get(p.addr, "/missing");
+    raw(p.addr, b"OPTIONS * HTTP/1.1\r\nHost: localhost\r\nX-Debug: 1\r\nConnection: close\r\n\r\n");
+    // A TTIN/TTOU pair makes the master retire a worker through a dummy connection.
+    p.signal(21);
+    wait_until(DEADLINE, "a spare worker", || (children_of(p.pid).len() >= 2).then_some(()));
+    p.signal(22);
+    p.signal(22);
+    wait_until(DEADLINE, "an internal request in the debug log", || {
+        site.read("logs/debug.log").contains("(internal dummy connection)").then_some(())
+    });
+    let main = site.read("logs/access.log");
+    assert_eq!(main.lines().count(), 3, "/, /missing and OPTIONS: {main}");
+    assert!(!main.contains("/health") && !main.contains("FriendlyBot") && !main.contains("internal dummy"));
+    let errors = site.read("logs/errors.log");
+    assert_eq!(errors.lines().count(), 2, "{errors}");
+    assert!(errors.contains("GET /missing") && errors.contains("OPTIONS *"));
+    assert!(site.read("logs/debug.log").lines().all(|l| l.contains("internal dummy connection")));
+}
+
+#[test]
+fn hostile_bytes_cannot_break_or_forge_a_line() {
+    let site = Site::new();
+    site.config("", "");
+    let p = Pika::start(&site, "-X");
+    let evil: Vec<Vec<u8>> = vec![
+        b"GET /a\"b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_vec(),
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: x\" 200 1 \"-\" \"forged\r\nConnection: close\r\n\r\n"
+            .to_vec(),
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nReferer: \xff\xfe\\\" \r\nConnection: close\r\n\r\n".to_vec(),
+        b"GET /\x1b[31mred HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
+        b"GET /x\n127.0.0.1 - - [01/Jan/2000:00:00:00 +0000] \"GET /forged HTTP/1.1\" 200 1\r\n\r\n".to_vec(),
+        b"GET /\x00nul HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
+    ];
+    for req in &evil {
+        let mut s = connect(p.addr);
+        s.write_all(req).unwrap();
+        read_response(&mut s, false);
+    }
+    let lines = wait_until(DEADLINE, "a line per request", || {
+        let l = site.access_lines();
+        (l.len() == evil.len()).then_some(l)
+    });
+    for l in &lines {
+        assert!(is_combined(l), "not a whole record: {l:?}");
+        assert!(!l.contains('\x1b') && !l.contains('\0'));
+    }
+    assert!(lines.iter().all(|l| !l.starts_with("127.0.0.1 - - [01/Jan/2000")));
+    assert!(lines[1].ends_with("\"x\\\" 200 1 \\\"-\\\" \\\"forged\""), "{}", lines[1]);
+    assert!(lines[2].contains("\\xff\\xfe\\\\\\\""), "{}", lines[2]);
+}
+
+#[test]
+fn a_failing_log_is_reported_once_and_recovers() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n");
+    std::os::unix::fs::symlink("/dev/full", site.path("logs/access.log")).unwrap();
+    let p = Pika::start(&site, "-F");
+    for _ in 0..5 {
+        assert_eq!(get(p.addr, "/").status, 200, "serving goes on while the log fails");
+    }
+    wait_until(DEADLINE, "the failure reported", || site.error_log().contains("records are lost").then_some(()));
+    assert_eq!(site.error_log().matches("records are lost").count(), 1, "said once");
+    // The disk has room again (here: the path becomes a real file) and logrotate says so.
+    std::fs::remove_file(site.path("logs/access.log")).unwrap();
+    p.signal(SIGUSR1);
+    wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
+    get(p.addr, "/");
+    wait_until(DEADLINE, "writing again", || (site.access_lines().len() == 1).then_some(()));
+    wait_until(DEADLINE, "the recovery reported", || site.error_log().contains("writable again").then_some(()));
+}
+
+/// Many clients, keep-alive, each request unique, until told to stop or `per_client`
+/// is reached. Returns the paths of every request answered 200.
+fn load(
+    addr: SocketAddr,
+    clients: usize,
+    per_client: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<String>>> {
+    (0..clients)
+        .map(|c| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut done = Vec::with_capacity(per_client);
+                let mut conn: Option<TcpStream> = None;
+                let mut i = 0;
+                while i < per_client && !stop.load(Ordering::Relaxed) {
+                    let mut s = conn.take().unwrap_or_else(|| connect(addr));
+                    let path = format!("/index.html?c={c}&i={i}");
+                    if s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).is_err() {
+                        continue;
+                    }
+                    match read_response(&mut s, false) {
+                        Some(r) if r.status == 200 => {
+                            done.push(path);
+                            i += 1;
+                            if r.header("connection").is_none() {
+                                conn = Some(s);
+                            }
+                        }
+                        // A kept-alive connection closed by a retiring worker between
+                        // requests: the request was never read; send it again.
+                        _ => {}
+                    }
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+/// Every line of every file matching `prefix*` in logs/.
+fn all_lines(site: &Site, prefix: &str) -> Vec<String> {
+    // A rotation may rename files while they are read: read until two passes agree.
+    let mut last = read_lines(site, prefix);
+    loop {
+        std::thread::sleep(Duration::from_millis(1200));
+        let now = read_lines(site, prefix);
+        if now == last {
+            return now.into_iter().map(|(_, l)| l).collect();
+        }
+        last = now;
+    }
+}
+
+fn read_lines(site: &Site, prefix: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(site.path("logs")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let bytes = if name.ends_with(".gz") {
+            std::process::Command::new("gzip").arg("-dc").arg(e.path()).output().unwrap().stdout
+        } else {
+            std::fs::read(e.path()).unwrap()
+        };
+        out.extend(String::from_utf8_lossy(&bytes).lines().map(|l| (name.clone(), l.to_string())));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn rotation_under_load_loses_and_doubles_nothing() {
+    let site = Site::new();
+    let conf = |tag: &str| {
+        format!(
+            "[workers]\nstart = 4\nmin_spare = 2\nmax_spare = 6\n# {tag}\n\
+             [[access_log]]\npath = \"logs/access.log\"\nformat = \"combined\"\n\
+             rotate = {{ size = \"128KiB\", keep = 1000, naming = \"numbered\" }}\n"
+        )
+    };
+    site.config("", &conf("start"));
+    let p = Pika::start(&site, "-F");
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(p.addr, 8, 6250, stop.clone());
+    // Meanwhile: rotations by signal (an external rename, then USR1) and reloads.
+    let mut external = 0;
+    let mut reloads = 0;
+    let mut round = 0;
+    while clients.iter().any(|c| !c.is_finished()) {
+        std::thread::sleep(Duration::from_millis(250));
+        round += 1;
+        if round % 4 == 0 && reloads < 5 {
+            site.config("", &conf(&format!("reload {reloads}")));
+            p.signal(SIGHUP);
+            reloads += 1;
+        } else if external < 15 {
+            let to = site.path(&format!("logs/access.log.ext{external}"));
+            if std::fs::rename(site.path("logs/access.log"), to).is_ok() {
+                p.signal(SIGUSR1);
+                external += 1;
+            }
+        }
+    }
+    let made: Vec<String> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    assert_eq!(made.len(), 50_000);
+    let expected: HashSet<&str> = made.iter().map(String::as_str).collect();
+    let lines = wait_until(DEADLINE, "every line on disk", || {
+        let l = all_lines(&site, "access.log");
+        (l.len() >= made.len()).then_some(l)
+    });
+    let mut seen = HashSet::new();
+    for l in &lines {
+        assert!(is_combined(l), "torn or malformed: {l:?}");
+        let path = l.split('"').nth(1).and_then(|r| r.split(' ').nth(1)).unwrap_or("");
+        assert!(expected.contains(path), "a line for a request not made (internal?): {l}");
+        assert!(seen.insert(path.to_string()), "doubled: {l}");
+    }
+    assert_eq!(lines.len(), made.len(), "exactly one line per request");
+    let built_in = std::fs::read_dir(site.path("logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().trim_start_matches("access.log.").parse::<u32>().is_ok())
+        .count();
+    assert!(external + built_in >= 20, "rotated {external} times by signal and {built_in} by size");
+    assert_eq!(reloads, 5);
+}
+
+#[test]
+fn goaccess_reads_the_combined_log() {
+    let Ok(goaccess) = which("goaccess") else {
+        panic!("goaccess is not installed (.ci/run installs it)");
+    };
+    let site = Site::new();
+    site.write("htdocs/style.css", "body{}");
+    site.config("", "");
+    let p = Pika::start(&site, "-X");
+    for path in ["/", "/style.css", "/missing", "/?q=1"] {
+        get_with(p.addr, path, "Referer: http://example.com/\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n");
+    }
+    wait_until(DEADLINE, "4 lines", || (site.access_lines().len() == 4).then_some(()));
+    let out = std::process::Command::new(goaccess)
+        .arg(site.path("logs/access.log"))
+        .args(["--log-format=COMBINED", "--no-global-config", "-o"])
+        .arg(site.path("report.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "goaccess failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report = site.read("report.json");
+    let total =
+        report.split("\"total_requests\":").nth(1).and_then(|r| r.trim_start().split([',', '}']).next()).map(str::trim);
+    assert_eq!(total, Some("4"), "{}", &report[..report.len().min(600)]);
+    let invalid = report
+        .split("\"failed_requests\":")
+        .nth(1)
+        .and_then(|r| r.trim_start().split([',', '}']).next())
+        .map(str::trim);
+    assert_eq!(invalid, Some("0"));
+}
+
+fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(cmd))
+        .find(|p| p.exists())
+        .ok_or(())
+}
