@@ -24,7 +24,7 @@ pub fn run_foreground(config: Config) -> ExitCode {
 pub fn run_single(config: Config) -> ExitCode {
     let mut listeners = Vec::new();
     for addr in &config.listen {
-        match crate::listen::bind(*addr, config.backlog) {
+        match crate::listen::bind(*addr, config.backlog, crate::listen::defer(&config)) {
             Ok(l) => listeners.push(l),
             Err(e) => return crate::cli::fail(format!("cannot listen on {addr}: {e}")),
         }

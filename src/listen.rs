@@ -19,13 +19,21 @@ pub struct Listener {
 /// Binds `addr` with the options a server wants: `SO_REUSEADDR` (restart while old
 /// connections sit in TIME_WAIT), IPv6 sockets IPv6-only (a separate `0.0.0.0` entry
 /// covers IPv4, as in nginx), close-on-exec.
-pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<Listener> {
+///
+/// `defer` sets `TCP_DEFER_ACCEPT`: a connection is handed to `accept()` only once
+/// its first bytes arrived (Apache's `AcceptFilter http data`), so connections that
+/// never speak never take a worker.
+pub fn bind(addr: SocketAddr, backlog: u32, defer: Option<std::time::Duration>) -> io::Result<Listener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
     socket.bind(&addr.into())?;
+    if let Some(d) = defer {
+        let secs = i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX);
+        crate::sys::set_int_sockopt(socket.as_fd(), libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)?;
+    }
     // The kernel clamps the backlog to net.core.somaxconn.
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     let socket: TcpListener = socket.into();
@@ -79,4 +87,9 @@ pub fn set_mode(listeners: &[Listener]) -> io::Result<()> {
         l.socket.set_nonblocking(several)?;
     }
     Ok(())
+}
+
+/// The `TCP_DEFER_ACCEPT` period for a config: the header timeout, if enabled.
+pub fn defer(config: &crate::config::Config) -> Option<std::time::Duration> {
+    config.http.defer_accept.then_some(config.http.header_timeout)
 }

@@ -197,6 +197,10 @@ impl Observer for SlotObserver<'_> {
         must_retire(self.ctx) || (max > 0 && self.slot.worker_requests.load(Relaxed) + 1 >= max)
     }
 
+    fn under_pressure(&mut self) -> bool {
+        self.ctx.scoreboard.header.busy.load(Relaxed) != 0
+    }
+
     fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {
         let conf = &self.ctx.config.status;
         let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");

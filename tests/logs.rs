@@ -67,7 +67,9 @@ fn filters_include_and_exclude() {
     // A TTIN/TTOU pair makes the master retire a worker through a dummy connection.
     p.signal(21);
     wait_until(DEADLINE, "a spare worker", || (children_of(p.pid).len() >= 2).then_some(()));
+    // Signals of one kind merge while pending: wait for each to be seen.
     p.signal(22);
+    wait_until(DEADLINE, "one TTOU", || site.error_log().contains("min_spare 1, max_spare 2").then_some(()));
     p.signal(22);
     wait_until(DEADLINE, "an internal request in the debug log", || {
         site.read("logs/debug.log").contains("(internal dummy connection)").then_some(())

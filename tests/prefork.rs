@@ -286,16 +286,20 @@ fn ttin_and_ttou_move_the_spare_band() {
     let site = Site::new();
     site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n");
     let p = Pika::start(&site, "-F");
-    for _ in 0..3 {
-        p.signal(21); // SIGTTIN
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    wait_until(DEADLINE, "min_spare 5", || site.error_log().contains("min_spare 5, max_spare 6").then_some(()));
+    // Pending signals of one kind merge: send each after the last was seen.
+    let step = |sig: i32, min: u32, max: u32| {
+        let line = format!("min_spare {min}, max_spare {max}");
+        let before = site.error_log().matches(&line).count();
+        p.signal(sig);
+        wait_until(DEADLINE, &line, || (site.error_log().matches(&line).count() > before).then_some(()));
+    };
+    step(21, 3, 4); // SIGTTIN
+    step(21, 4, 5);
+    step(21, 5, 6);
     wait_status(&site, "5 workers", DEADLINE, |s| n(s, "workers") == 5);
-    for _ in 0..4 {
-        p.signal(22); // SIGTTOU
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    wait_until(DEADLINE, "min_spare 1", || site.error_log().contains("min_spare 1, max_spare 2").then_some(()));
+    step(22, 4, 5); // SIGTTOU
+    step(22, 3, 4);
+    step(22, 2, 3);
+    step(22, 1, 2);
     wait_status(&site, "back to 2 workers", DEADLINE, |s| n(s, "workers") == 2);
 }

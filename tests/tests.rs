@@ -4,6 +4,7 @@
 
 mod control;
 mod corpus;
+mod hostile;
 mod http_engine;
 mod logs;
 mod prefork;

@@ -100,10 +100,14 @@ pub struct Workers {
 pub struct Http {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    /// Bytes per second a body must keep up (0: no rate, only body_timeout per read).
+    pub body_min_rate: u64,
     pub keepalive_timeout: Duration,
     pub send_timeout: Duration,
     pub request_timeout: Duration,
     pub keepalive: bool,
+    /// `TCP_DEFER_ACCEPT`: connections reach a worker only once they sent data.
+    pub defer_accept: bool,
     pub max_keepalive_requests: u64,
     pub max_request_line: usize,
     pub max_header_size: usize,
@@ -247,10 +251,12 @@ impl Ctx<'_> {
         let http = Http {
             header_timeout: h.header_timeout.0,
             body_timeout: h.body_timeout.0,
+            body_min_rate: h.body_min_rate.0,
             keepalive_timeout: h.keepalive_timeout.0,
             send_timeout: h.send_timeout.0,
             request_timeout: h.request_timeout.0,
             keepalive: h.keepalive,
+            defer_accept: h.defer_accept,
             max_keepalive_requests: h.max_keepalive_requests,
             max_request_line: h.max_request_line.0 as usize,
             max_header_size: h.max_header_size.0 as usize,

@@ -75,10 +75,12 @@ impl Default for RawWorkers {
 pub(crate) struct RawHttp {
     pub(crate) header_timeout: Secs,
     pub(crate) body_timeout: Secs,
+    pub(crate) body_min_rate: Bytes,
     pub(crate) keepalive_timeout: Secs,
     pub(crate) send_timeout: Secs,
     pub(crate) request_timeout: Secs,
     pub(crate) keepalive: bool,
+    pub(crate) defer_accept: bool,
     pub(crate) max_keepalive_requests: u64,
     pub(crate) max_request_line: Bytes,
     pub(crate) max_header_size: Bytes,
@@ -93,11 +95,14 @@ impl Default for RawHttp {
             // mod_reqtimeout's default: the head within 20 s.
             header_timeout: Secs(std::time::Duration::from_secs(20)),
             body_timeout: Secs(std::time::Duration::from_secs(20)),
+            // mod_reqtimeout's MinRate: 500 bytes/s buys one more second.
+            body_min_rate: Bytes(500),
             // Apache's KeepAliveTimeout: a worker held by an idle client is a worker lost.
             keepalive_timeout: Secs(std::time::Duration::from_secs(5)),
             send_timeout: Secs(std::time::Duration::from_secs(60)),
             request_timeout: Secs(std::time::Duration::from_secs(300)),
             keepalive: true,
+            defer_accept: true,
             max_keepalive_requests: 100,
             // Apache's LimitRequestLine / LimitRequestFieldSize / LimitRequestFields.
             max_request_line: Bytes(8190),

@@ -44,6 +44,10 @@ pub trait Observer {
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
+    /// Idle workers are scarce: idle and slow connections should yield.
+    fn under_pressure(&mut self) -> bool {
+        false
+    }
     /// An optional page the worker serves itself (`server-status`).
     fn status_page(&mut self, _req: &Request<'_>, _query: Option<&[u8]>, _reply: &mut Reply<'_>) -> bool {
         false
@@ -96,7 +100,28 @@ struct Input<'a> {
     end: usize,
     timeout: Option<Duration>,
     bytes_in: u64,
+    /// Set while a body is read.
+    body: Option<BodyClock>,
 }
+
+#[derive(Clone, Copy)]
+struct BodyClock {
+    started: Instant,
+    timeout: Duration,
+    min_rate: u64,
+    /// `bytes_in` when the body began.
+    head_bytes: u64,
+}
+
+/// The longest single wait for input: after each, the deadline and the pressure on
+/// the pool are looked at again.
+const WAIT_SLICE: Duration = Duration::from_secs(1);
+
+/// Under pressure (no idle worker left and the pool at its maximum), how long an idle
+/// kept-alive connection or a trickling head may keep its worker. Long enough for any
+/// client that is really sending (its head comes in one round trip); short enough that a pool full of idle or slowloris
+/// connections frees itself within seconds.
+const PRESSURE_GRACE: Duration = Duration::from_secs(1);
 
 enum HeadError {
     /// The client closed or went idle between requests: close quietly.
@@ -150,11 +175,14 @@ impl<'c> Server<'c> {
         let _ = stream.set_write_timeout(Some(http.send_timeout));
         let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0) };
         let mut outcome = Outcome::default();
-        let mut input = Input { stream: &stream, buf, start: 0, end: 0, timeout: None, bytes_in: 0 };
+        let mut input = Input { stream: &stream, buf, start: 0, end: 0, timeout: None, bytes_in: 0, body: None };
         loop {
             obs.state(if outcome.requests == 0 { ConnState::Reading } else { ConnState::KeepAlive });
             let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
-            let head_end = match input.read_head(first_wait, http.header_timeout, limits) {
+            let kept_alive = outcome.requests > 0;
+            let head_end = match input
+                .read_head(first_wait, http.header_timeout, limits, kept_alive, &mut || obs.under_pressure())
+            {
                 Ok(n) => n,
                 Err(HeadError::Quiet) => break,
                 Err(HeadError::Http(e)) => {
@@ -183,7 +211,7 @@ impl<'c> Server<'c> {
             obs.request(req.line, peer);
             outcome.requests += 1;
 
-            if let Err(e) = input.discard_body(&req, http.max_body_size, http.body_timeout) {
+            if let Err(e) = input.discard_body(&req, http.max_body_size, http.body_timeout, http.body_min_rate) {
                 if let BodyError::Http(e) = e {
                     out.fail(&mut input, e, req.line, &conn, obs);
                 }
@@ -511,10 +539,29 @@ impl Input<'_> {
     /// Reads until a whole head is buffered; returns the index just past it. The first
     /// byte may take `first_wait`; once it came, the whole head must arrive within
     /// `head_timeout` (mod_reqtimeout's rule, so a trickling client cannot hold a
-    /// worker forever).
-    fn read_head(&mut self, first_wait: Duration, head_timeout: Duration, limits: &Limits) -> Result<usize, HeadError> {
+    /// worker forever). Waits are cut into slices so that, when `pressure()` says idle
+    /// workers are scarce, an idle or trickling connection gives its worker back after
+    /// [`PRESSURE_GRACE`].
+    fn read_head(
+        &mut self,
+        first_wait: Duration,
+        head_timeout: Duration,
+        limits: &Limits,
+        kept_alive: bool,
+        pressure: &mut dyn FnMut() -> bool,
+    ) -> Result<usize, HeadError> {
+        let began = Instant::now();
         let mut scanned = 0;
         let mut deadline: Option<Instant> = None;
+        // Nothing at all on a kept-alive connection is the idle timeout, closed
+        // quietly; a head that stopped halfway (or never came) earns a 408.
+        let timed_out = |this: &Self, deadline: Option<Instant>| {
+            if kept_alive && this.end == this.start && deadline.is_none() {
+                HeadError::Quiet
+            } else {
+                HeadError::Http(HttpError::Timeout)
+            }
+        };
         loop {
             if self.end > self.start {
                 let window = &self.buf[self.start..self.end];
@@ -526,36 +573,61 @@ impl Input<'_> {
                 if self.start == 0 && self.end == self.buf.len() {
                     return Err(HeadError::Http(HttpError::HeadersTooLarge));
                 }
-            }
-            let wait = match deadline {
-                None if self.end > self.start => {
-                    let d = Instant::now() + head_timeout;
-                    deadline = Some(d);
-                    head_timeout
+                if deadline.is_none() {
+                    deadline = Some(Instant::now() + head_timeout);
                 }
-                None => first_wait,
+            }
+            let full = match deadline {
+                None => first_wait.saturating_sub(began.elapsed()),
                 Some(d) => d.saturating_duration_since(Instant::now()),
             };
-            if wait.is_zero() {
-                return Err(HeadError::Http(HttpError::Timeout));
+            if full.is_zero() {
+                return Err(timed_out(self, deadline));
+            }
+            let mut wait = full.min(WAIT_SLICE);
+            if pressure() {
+                let left = PRESSURE_GRACE.saturating_sub(began.elapsed());
+                if left.is_zero() {
+                    return Err(timed_out(self, deadline));
+                }
+                wait = wait.min(left);
             }
             self.set_timeout(wait);
             match self.fill() {
                 Ok(0) => return Err(HeadError::Quiet),
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    // Nothing at all on a kept-alive connection is the idle timeout, not
-                    // an error; a head that stopped halfway earns a 408.
-                    if self.end == self.start && deadline.is_none() && first_wait != head_timeout {
-                        return Err(HeadError::Quiet);
-                    }
-                    if self.end == self.start && deadline.is_none() {
-                        return Err(HeadError::Http(HttpError::Timeout));
-                    }
-                    return Err(HeadError::Http(HttpError::Timeout));
-                }
+                // The slice ended: look at the deadline and the pressure again.
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
                 Err(_) => return Err(HeadError::Quiet),
             }
+        }
+    }
+
+    /// Reads more body bytes, within the body's deadline: `body_timeout`, extended by
+    /// one second for every `min_rate` bytes received (mod_reqtimeout's MinRate), so a
+    /// client may be slow but must keep moving.
+    fn fill_body(&mut self) -> Result<usize, BodyError> {
+        if let Some(b) = self.body {
+            let received = self.bytes_in.saturating_sub(b.head_bytes);
+            match received.checked_div(b.min_rate) {
+                None => self.set_timeout(b.timeout),
+                Some(earned) => {
+                    let left =
+                        (b.started + b.timeout + Duration::from_secs(earned)).saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(BodyError::Http(HttpError::Timeout));
+                    }
+                    self.set_timeout(left.min(b.timeout));
+                }
+            }
+        }
+        match self.fill() {
+            Ok(0) => Err(BodyError::Io),
+            Ok(n) => Ok(n),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(BodyError::Http(HttpError::Timeout))
+            }
+            Err(_) => Err(BodyError::Io),
         }
     }
 
@@ -563,10 +635,7 @@ impl Input<'_> {
     fn skip(&mut self, mut n: u64) -> Result<(), BodyError> {
         while n > 0 {
             if self.start == self.end {
-                match self.fill() {
-                    Ok(0) | Err(_) => return Err(BodyError::Io),
-                    Ok(_) => {}
-                }
+                self.fill_body()?;
             }
             let take = n.min((self.end - self.start) as u64);
             self.start += take as usize;
@@ -585,15 +654,12 @@ impl Input<'_> {
             if self.end - self.start > max {
                 return Err(BodyError::Http(HttpError::BadRequest("chunk line too long")));
             }
-            match self.fill() {
-                Ok(0) | Err(_) => return Err(BodyError::Io),
-                Ok(_) => {}
-            }
+            self.fill_body()?;
         }
     }
 
     /// Reads and drops a request body so that the connection stays in step.
-    fn discard_body(&mut self, req: &Request<'_>, max: u64, timeout: Duration) -> Result<(), BodyError> {
+    fn discard_body(&mut self, req: &Request<'_>, max: u64, timeout: Duration, min_rate: u64) -> Result<(), BodyError> {
         if req.framing == Framing::None {
             return Ok(());
         }
@@ -606,7 +672,13 @@ impl Input<'_> {
             let mut s = self.stream;
             s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(|_| BodyError::Io)?;
         }
-        self.set_timeout(timeout);
+        self.body = Some(BodyClock { started: Instant::now(), timeout, min_rate, head_bytes: self.bytes_in });
+        let result = self.discard_framed(req, max);
+        self.body = None;
+        result
+    }
+
+    fn discard_framed(&mut self, req: &Request<'_>, max: u64) -> Result<(), BodyError> {
         match req.framing {
             Framing::None => Ok(()),
             Framing::Length(n) => self.skip(n),

@@ -116,7 +116,8 @@ impl Master {
     pub fn new(config: Config) -> Result<Master, String> {
         let mut listeners = Vec::new();
         for addr in &config.listen {
-            let l = listen::bind(*addr, config.backlog).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let l = listen::bind(*addr, config.backlog, listen::defer(&config))
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             listeners.push(l);
         }
         listen::set_mode(&listeners).map_err(|e| e.to_string())?;
@@ -620,7 +621,7 @@ impl Master {
             if let Some(i) = old.iter().position(|l| l.configured == *addr) {
                 result.push(old.swap_remove(i));
             } else {
-                match listen::bind(*addr, new.backlog) {
+                match listen::bind(*addr, new.backlog, listen::defer(new)) {
                     Ok(l) => {
                         log::info!("listening on {}", l.bound);
                         result.push(l);

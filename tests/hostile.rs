@@ -1,0 +1,118 @@
+//! Slow, idle and hostile clients against a small pool: the server must keep serving
+//! real users, within a bound.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// The longest a normal client may wait while the pool is flooded. Silent
+/// connections never reach a worker (TCP_DEFER_ACCEPT); each slowloris gives its
+/// worker back after `PRESSURE_GRACE` (1 s) once the master has flagged the pressure
+/// (at its next 1 s tick): 8 of them on 4 workers is about 3 s, plus scheduling on a
+/// loaded 2-core machine.
+const FLOODED_BOUND: Duration = Duration::from_secs(8);
+
+#[test]
+fn a_real_client_is_served_through_slowloris_and_silent_connections() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 4\nmin_spare = 1\nmax_spare = 4\nmax = 4\n[http]\nheader_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    let stop = Arc::new(AtomicBool::new(false));
+    // 2 x workers.max slowloris connections: one header byte every 1.5 s.
+    let trickle: Vec<_> = (0..8)
+        .map(|i| {
+            let stop = stop.clone();
+            let addr = p.addr;
+            std::thread::spawn(move || {
+                let Ok(mut s) = TcpStream::connect(addr) else { return };
+                let head = format!("GET /?slow={i} HTTP/1.1\r\nHost: localhost\r\nX-Slow: {}", "a".repeat(200));
+                for b in head.bytes() {
+                    if stop.load(Ordering::Relaxed) || s.write_all(&[b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1500));
+                }
+            })
+        })
+        .collect();
+    // And as many that connect and say nothing.
+    let silent: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(p.addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = get(p.addr, "/");
+        let waited = t.elapsed();
+        assert_eq!(r.status, 200);
+        assert!(waited < FLOODED_BOUND, "a real client waited {waited:?}");
+        waits.push(waited);
+    }
+    eprintln!("flooded pool: a normal client waited {waits:?}");
+    assert!(site.error_log().contains("reached workers.max"), "the full pool is reported");
+    stop.store(true, Ordering::Relaxed);
+    drop(silent);
+    for t in trickle {
+        t.join().unwrap();
+    }
+    // The slowloris heads were cut with 408s, not served.
+    assert!(site.access_lines().iter().any(|l| l.contains("\" 408 ")), "{:?}", site.access_lines());
+}
+
+#[test]
+fn idle_keepalive_connections_yield_under_pressure() {
+    let site = Site::new();
+    site.config(
+        "",
+        "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nkeepalive_timeout = \"60s\"\n",
+    );
+    let p = Pika::start(&site, "-F");
+    // Two clients take both workers and keep their connections open, idle.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect(p.addr);
+        s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+        held.push(s);
+    }
+    let t = Instant::now();
+    let r = get(p.addr, "/");
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() < FLOODED_BOUND, "waited {:?} behind idle keep-alive connections", t.elapsed());
+    // The yielded connections were closed cleanly, not reset mid-response.
+    for mut s in held {
+        assert!(read_all(&mut s).is_empty());
+    }
+}
+
+#[test]
+fn a_body_must_keep_a_minimum_rate() {
+    let site = Site::new();
+    site.config("", "[http]\nbody_timeout = \"2s\"\nbody_min_rate = 1000\n");
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n").unwrap();
+    let t = Instant::now();
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            // 100 bytes a second: far below the minimum rate, but never silent
+            // long enough for a plain per-read timeout.
+            for _ in 0..100 {
+                if w.write_all(&[b'x'; 100]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1000));
+            }
+        })
+    };
+    let r = read_response(&mut s, false).expect("a 408");
+    assert_eq!(r.status, 408);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(8), "{took:?}");
+    drop(s);
+    writer.join().unwrap();
+}
