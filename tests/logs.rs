@@ -304,3 +304,43 @@ fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
         .find(|p| p.exists())
         .ok_or(())
 }
+
+#[test]
+fn time_rotation_with_patterns_compression_and_the_error_log() {
+    let site = Site::new();
+    site.config(
+        "error_log_rotate = { size = \"1\", keep = 2 }",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n\
+         [[access_log]]\npath = \"logs/access.log\"\n\
+         rotate = { interval = \"2s\", naming = \"%Y%m%d-%H%M%S\", local_time = false, compress = true, keep = 50 }\n",
+    );
+    let p = Pika::start(&site, "-F");
+    let mut made = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let gz = || {
+        std::fs::read_dir(site.path("logs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("access.log.") && n.ends_with(".gz"))
+            .collect::<Vec<_>>()
+    };
+    while gz().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no compressed rotations: {:?}", gz());
+        assert_eq!(get(p.addr, "/").status, 200);
+        made += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Names come from the period (UTC, aligned to 2 s: an even second).
+    for name in gz() {
+        let stamp = name.trim_start_matches("access.log.").trim_end_matches(".gz");
+        let secs: u32 = stamp.split('.').next().unwrap()[13..15].parse().unwrap();
+        assert_eq!(secs % 2, 0, "{name}");
+    }
+    let lines = all_lines(&site, "access.log");
+    assert_eq!(lines.len(), made, "one line per request across the rotated files");
+    // The error log rotates too (1-byte limit: every tick with a new line), keeping 2.
+    wait_until(DEADLINE, "a rotated error log", || site.path("logs/error.log.1").exists().then_some(()));
+    assert!(!site.path("logs/error.log.3").exists());
+    assert!(site.path("logs/error.log").exists());
+}
