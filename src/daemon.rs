@@ -29,7 +29,7 @@ pub fn run_single(config: Config) -> ExitCode {
             Err(e) => return crate::cli::fail(format!("cannot listen on {addr}: {e}")),
         }
     }
-    if let Err(e) = crate::listen::set_mode(&listeners) {
+    if let Err(e) = crate::listen::configure(&listeners, config.http.send_timeout) {
         return crate::cli::fail(e);
     }
     let setup = || -> Result<_, String> {

@@ -4,9 +4,12 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use socket2::{Domain, Socket, Type};
+
+pub use crate::http::connection::WAIT_SLICE;
 
 /// One bound listener: the address as configured (the key across reloads), the
 /// address actually bound (port 0 picks one), and the socket.
@@ -47,9 +50,10 @@ pub fn bind(addr: SocketAddr, backlog: u32, defer: Option<std::time::Duration>) 
 /// connection, so no accept lock is needed. With several, the listeners are
 /// non-blocking and the worker waits in `poll()`; a worker that loses the race for a
 /// connection gets `EAGAIN` and polls again.
-pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr)> {
+pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr, u16)> {
     if let [only] = listeners {
-        return only.socket.accept();
+        let (s, peer) = only.socket.accept()?;
+        return Ok((s, peer, only.bound.port()));
     }
     loop {
         let mut fds: Vec<PollFd<'_>> =
@@ -71,7 +75,7 @@ pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr)> {
                     // Accepted sockets inherit O_NONBLOCK from the listener on some
                     // systems; the worker wants blocking I/O with timeouts.
                     s.set_nonblocking(false)?;
-                    return Ok((s, peer));
+                    return Ok((s, peer, listeners[i].bound.port()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -80,11 +84,23 @@ pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr)> {
     }
 }
 
-/// Prepares listeners for [`accept`]: non-blocking when there are several.
-pub fn set_mode(listeners: &[Listener]) -> io::Result<()> {
+/// Prepares listeners for [`accept`] and for the connections they hand out.
+///
+/// Several listeners are non-blocking (workers wait in `poll`). Options a connection
+/// needs are set once on the listener, which every accepted socket inherits on Linux:
+/// `TCP_NODELAY` (a response goes out in one `writev`, nothing to coalesce),
+/// `SO_SNDTIMEO` (the send timeout) and `SO_RCVTIMEO` ([`WAIT_SLICE`], the reads'
+/// first timeout). That spares three `setsockopt` calls per connection. On a blocking
+/// listener the receive timeout also bounds `accept()`, so an idle worker looks at
+/// the pipe of death and the generation at least once per slice.
+pub fn configure(listeners: &[Listener], send_timeout: Duration) -> io::Result<()> {
     let several = listeners.len() > 1;
     for l in listeners {
         l.socket.set_nonblocking(several)?;
+        let s = socket2::SockRef::from(&l.socket);
+        s.set_tcp_nodelay(true)?;
+        s.set_write_timeout(Some(send_timeout))?;
+        s.set_read_timeout(Some(WAIT_SLICE))?;
     }
     Ok(())
 }

@@ -207,14 +207,16 @@ pub fn open_beneath(dir: BorrowedFd<'_>, path: &std::path::Path, links: Symlinks
     Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
 }
 
-/// Maps a whole file read-only.
+/// Maps the first `len` bytes of a file (its size, from the caller's `fstat`) read-only.
 ///
 /// pika never reads these bytes itself: it only hands them to the kernel in
 /// `writev`. If the file is truncated while mapped, the kernel's copy then fails with
 /// `EFAULT` and the connection is closed, instead of the `SIGBUS` a read by our own
 /// code would raise.
-pub fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
+pub fn map_file(file: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: the mapping is read-only and only ever passed to the kernel (see above),
     // so a concurrent change to the file cannot cause undefined behaviour in our code.
-    unsafe { memmap2::Mmap::map(file) }
+    // The length comes from our own fstat, which spares memmap2 another one.
+    unsafe { memmap2::MmapOptions::new().len(len).map(file) }
 }

@@ -102,13 +102,23 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None };
     let mut served: u64 = 0;
     loop {
-        slot.set_state(State::Ready);
-        let (stream, peer) = match listen::accept(ctx.listeners) {
+        if slot.state() != State::Ready {
+            slot.set_state(State::Ready);
+        }
+        let (stream, peer, local_port) = match listen::accept(ctx.listeners) {
             Ok(c) => c,
             Err(e) => match e.raw_os_error() {
                 Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                     log::error!("accept: {e}; the worker exits to be replaced");
                     return ChildExit::Sick;
+                }
+                // The accept timeout (one wait slice) passed: a chance to notice a
+                // retirement even if no dummy connection reached this worker.
+                Some(libc::EAGAIN) | Some(libc::EINTR) => {
+                    if ctx.pod.as_deref().is_some_and(|p| p.check(ctx.scoreboard.header)) || must_retire(&ctx) {
+                        return ChildExit::Retired;
+                    }
+                    continue;
                 }
                 _ => continue, // ECONNABORTED and friends: the client gave up.
             },
@@ -117,7 +127,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         // look before each record, for connections that outlive a rotation.
         server.sync_logs();
         slot.connections.fetch_add(1, Relaxed);
-        let outcome = server.serve(stream, peer, &mut obs);
+        let outcome = server.serve(stream, peer, local_port, &mut obs);
         served += outcome.requests;
 
         // Check the pod and the generation after every connection, so a worker retires

@@ -6,6 +6,7 @@ mod control;
 mod corpus;
 mod hostile;
 mod http_engine;
+mod init_scripts;
 mod logs;
 mod prefork;
 mod util;

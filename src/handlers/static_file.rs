@@ -5,14 +5,16 @@
 //! descriptor, so the kernel refuses anything that would leave the root, links
 //! included (DESIGN §3).
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
+use std::rc::Rc;
+use std::time::UNIX_EPOCH;
 
+use super::file_cache::{Entry, FileCache};
 use crate::config::Vhost;
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -22,17 +24,46 @@ use crate::http::request::{Method, Request};
 use crate::http::response::{ALLOW, Body, Reply};
 use crate::sys;
 
-/// One vhost as a worker serves it: its config and an open descriptor on its root.
+/// One vhost as a worker serves it: its config, an open descriptor on its root, and
+/// the files it recently served.
 pub struct Site<'c> {
     pub vhost: &'c Vhost,
     pub root: File,
+    cache: RefCell<FileCache>,
 }
 
 impl<'c> Site<'c> {
     pub fn open(vhost: &'c Vhost) -> io::Result<Site<'c>> {
         let root = File::open(&vhost.root)?;
-        Ok(Site { vhost, root })
+        Ok(Site { vhost, root, cache: RefCell::default() })
     }
+
+    /// What `rel` names under the root: a file ready to send (from the cache when it
+    /// is still the same file), a directory, or something not to serve.
+    fn lookup(&self, rel: &Path) -> io::Result<Found> {
+        if !rel.as_os_str().is_empty() {
+            if let Some(entry) = self.cache.borrow_mut().fresh(self.root.as_fd(), rel) {
+                return Ok(Found::File(entry));
+            }
+        }
+        let file = sys::open_beneath(self.root.as_fd(), rel, self.vhost.symlinks)?;
+        let meta = file.metadata()?;
+        if meta.is_dir() {
+            return Ok(Found::Dir);
+        }
+        if !meta.is_file() {
+            return Ok(Found::Other);
+        }
+        let entry = Rc::new(Entry::from_file(&file, &meta)?);
+        self.cache.borrow_mut().insert(rel, &entry);
+        Ok(Found::File(entry))
+    }
+}
+
+enum Found {
+    File(Rc<Entry>),
+    Dir,
+    Other,
 }
 
 /// What the handler needs besides the request.
@@ -66,23 +97,17 @@ pub fn serve(
         reply.error(404, "The requested resource was not found.");
         return;
     }
-    let file = match sys::open_beneath(site.root.as_fd(), path.relative(), site.vhost.symlinks) {
-        Ok(f) => f,
-        Err(e) => return open_error(e, reply),
-    };
-    let meta = match file.metadata() {
-        Ok(m) => m,
-        Err(e) => return open_error(e, reply),
-    };
-    if meta.is_dir() {
-        return directory(site, env, req, path, query, reply);
+    match site.lookup(path.relative()) {
+        Ok(Found::File(entry)) => {
+            let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
+            send_file(env, req, &entry, env.mime.lookup(name), reply);
+        }
+        Ok(Found::Dir) => directory(site, env, req, path, query, reply),
+        Ok(Found::Other) => {
+            reply.error(403, "This resource cannot be served.");
+        }
+        Err(e) => open_error(e, reply),
     }
-    if !meta.is_file() {
-        reply.error(403, "This resource cannot be served.");
-        return;
-    }
-    let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
-    send_file(env, req, file, &meta, env.mime.lookup(name), reply);
 }
 
 fn open_error(e: io::Error, reply: &mut Reply<'_>) {
@@ -126,11 +151,8 @@ fn directory(
         return;
     }
     for index in &site.vhost.index {
-        let rel = path.relative().join(index);
-        let Ok(file) = sys::open_beneath(site.root.as_fd(), &rel, site.vhost.symlinks) else { continue };
-        let Ok(meta) = file.metadata() else { continue };
-        if meta.is_file() {
-            return send_file(env, req, file, &meta, env.mime.lookup(index.as_bytes()), reply);
+        if let Ok(Found::File(entry)) = site.lookup(&path.relative().join(index)) {
+            return send_file(env, req, &entry, env.mime.lookup(index.as_bytes()), reply);
         }
     }
     if site.vhost.autoindex {
@@ -154,18 +176,8 @@ fn encode_query(q: &[u8]) -> String {
 }
 
 /// A regular file: validators, preconditions, ranges, then the mapped body.
-fn send_file(
-    env: &Env<'_>,
-    req: &Request<'_>,
-    file: File,
-    meta: &std::fs::Metadata,
-    content_type: &str,
-    reply: &mut Reply<'_>,
-) {
-    let len = meta.len();
-    let mtime = meta.mtime().max(0) as u64;
-    let etag = conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino());
-    let last_modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime));
+fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str, reply: &mut Reply<'_>) {
+    let (len, mtime, etag, last_modified) = (entry.len, entry.mtime, &entry.etag, &entry.last_modified);
     let if_match = req.header_list("if-match");
     let if_none_match = req.header_list("if-none-match");
     let conds = Conditions {
@@ -174,11 +186,11 @@ fn send_file(
         if_modified_since: req.header("if-modified-since"),
         if_unmodified_since: req.header("if-unmodified-since"),
     };
-    match conditional::evaluate(&conds, &etag, mtime, true) {
+    match conditional::evaluate(&conds, etag, mtime, true) {
         Precondition::Proceed => {}
         Precondition::NotModified => {
             reply.status = 304;
-            reply.header("ETag", &etag).header("Last-Modified", &last_modified);
+            reply.header("ETag", etag).header("Last-Modified", last_modified);
             reply.body = Body::None;
             return;
         }
@@ -191,7 +203,7 @@ fn send_file(
     // Range is defined for GET only (RFC 9110 §14.2): HEAD gets the 200 headers.
     let range = if req.method == Method::Get { req.header("range") } else { None };
     let ranges = match range {
-        Some(r) if req.header("if-range").is_none_or(|v| conditional::if_range_allows(v, &etag, mtime)) => {
+        Some(r) if req.header("if-range").is_none_or(|v| conditional::if_range_allows(v, etag, mtime)) => {
             range::parse_range(r, len, env.max_ranges)
         }
         _ => RangeOutcome::Full,
@@ -202,22 +214,12 @@ fn send_file(
         return;
     }
 
-    reply.header("Last-Modified", &last_modified).header("ETag", &etag).header("Accept-Ranges", "bytes");
-    if len == 0 {
+    reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
+    let Some(map) = entry.map.clone() else {
         reply.header("Content-Type", content_type);
         reply.body = Body::Owned(Vec::new());
         return;
-    }
-    let map = match sys::map_file(&file) {
-        Ok(m) => m,
-        Err(e) => {
-            log::warn!("mmap failed: {e}");
-            reply.error(500, "The resource could not be read.");
-            return;
-        }
     };
-    // The descriptor is no longer needed once mapped.
-    drop(file);
     match ranges {
         RangeOutcome::Full | RangeOutcome::Unsatisfiable => {
             reply.header("Content-Type", content_type);
@@ -230,7 +232,7 @@ fn send_file(
             reply.body = Body::Mapped { map, start: r.start as usize, end: r.end as usize + 1 };
         }
         RangeOutcome::Partial(rs) => {
-            let boundary = boundary(&etag);
+            let boundary = boundary(etag);
             let parts = rs
                 .iter()
                 .enumerate()
@@ -260,11 +262,12 @@ fn boundary(etag: &str) -> String {
 }
 
 /// Opens a vhost-relative URL path for an error page (no listing, no redirect).
-pub fn open_error_page(site: &Site<'_>, url_path: &str) -> Option<(File, u64)> {
+pub fn open_error_page(site: &Site<'_>, url_path: &str) -> Option<Rc<Entry>> {
     let rel = Path::new(std::ffi::OsStr::from_bytes(url_path.trim_start_matches('/').as_bytes()));
-    let file = sys::open_beneath(site.root.as_fd(), rel, site.vhost.symlinks).ok()?;
-    let meta = file.metadata().ok()?;
-    meta.is_file().then_some((file, meta.len()))
+    match site.lookup(rel) {
+        Ok(Found::File(entry)) => Some(entry),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

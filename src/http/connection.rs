@@ -115,7 +115,7 @@ struct BodyClock {
 
 /// The longest single wait for input: after each, the deadline and the pressure on
 /// the pool are looked at again.
-const WAIT_SLICE: Duration = Duration::from_secs(1);
+pub const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// Under pressure (no idle worker left and the pool at its maximum), how long an idle
 /// kept-alive connection or a trickling head may keep its worker. Long enough for any
@@ -166,16 +166,16 @@ impl<'c> Server<'c> {
         self.out.logs.sync_epoch();
     }
 
-    /// Serves one connection to its end.
-    pub fn serve(&mut self, stream: TcpStream, peer: SocketAddr, obs: &mut dyn Observer) -> Outcome {
+    /// Serves one connection to its end. The socket comes from a listener set up by
+    /// `listen::configure`: no delay, the send timeout, and [`WAIT_SLICE`] as its
+    /// receive timeout are already in place.
+    pub fn serve(&mut self, stream: TcpStream, peer: SocketAddr, local_port: u16, obs: &mut dyn Observer) -> Outcome {
         let Server { config, sites, token, limits, out, buf, req_head } = self;
         let http = &config.http;
-        let local_port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(http.send_timeout));
         let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0) };
         let mut outcome = Outcome::default();
-        let mut input = Input { stream: &stream, buf, start: 0, end: 0, timeout: None, bytes_in: 0, body: None };
+        let mut input =
+            Input { stream: &stream, buf, start: 0, end: 0, timeout: Some(WAIT_SLICE), bytes_in: 0, body: None };
         loop {
             obs.state(if outcome.requests == 0 { ConnState::Reading } else { ConnState::KeepAlive });
             let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
@@ -287,7 +287,11 @@ impl<'c> Server<'c> {
             }
             if !keep_alive {
                 obs.state(ConnState::Closing);
-                input.linger();
+                // Only unread input can turn our close into a reset that destroys the
+                // response; without any, close at once (nginx's lingering_close on).
+                if input.start < input.end {
+                    input.linger();
+                }
                 break;
             }
         }
@@ -404,14 +408,10 @@ fn dispatch(
 /// has one that can be opened.
 fn custom_error_page(site: &Site<'_>, mime: &crate::http::mime::MimeTypes, reply: &mut Reply<'_>) {
     let Some((_, page)) = site.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
-    let Some((file, len)) = static_file::open_error_page(site, page) else { return };
-    let body = if len == 0 {
-        Body::Owned(Vec::new())
-    } else {
-        match crate::sys::map_file(&file) {
-            Ok(map) => Body::Mapped { map, start: 0, end: len as usize },
-            Err(_) => return,
-        }
+    let Some(entry) = static_file::open_error_page(site, page) else { return };
+    let body = match &entry.map {
+        None => Body::Owned(Vec::new()),
+        Some(map) => Body::Mapped { map: map.clone(), start: 0, end: entry.len as usize },
     };
     // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
     let kept: Vec<u8> = reply

@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 
+use std::rc::Rc;
+
 use memmap2::Mmap;
 
 use super::range::ByteRange;
@@ -18,9 +20,9 @@ pub enum Body {
     /// Bytes we made (error pages, listings, the status page).
     Owned(Vec<u8>),
     /// A slice of a mapped file (the whole file, or one range).
-    Mapped { map: Mmap, start: usize, end: usize },
+    Mapped { map: Rc<Mmap>, start: usize, end: usize },
     /// `multipart/byteranges`: each part's head, then its range of the map; `tail` closes.
-    Multipart { map: Mmap, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
+    Multipart { map: Rc<Mmap>, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
 }
 
 impl Body {

@@ -120,7 +120,7 @@ impl Master {
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             listeners.push(l);
         }
-        listen::set_mode(&listeners).map_err(|e| e.to_string())?;
+        listen::configure(&listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
@@ -638,7 +638,7 @@ impl Master {
         for l in &old {
             log::info!("no longer listening on {}", l.bound);
         }
-        listen::set_mode(&result).map_err(|e| e.to_string())?;
+        listen::configure(&result, new.http.send_timeout).map_err(|e| e.to_string())?;
         Ok(result)
     }
 

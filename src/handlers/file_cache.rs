@@ -1,0 +1,147 @@
+//! A worker's cache of open, mapped files with their validators.
+//!
+//! Without it every request for a small file costs `openat2`, `fstat` (twice: once
+//! for us, once inside memmap2), `mmap`, `munmap` and `close`. With it a hit costs one
+//! `fstatat`, which also revalidates: the entry is used only if the path still names
+//! the same inode with the same size and modification time, so a replaced or edited
+//! file is seen at once. Entries are made only from a file opened through
+//! `openat2(RESOLVE_BENEATH)`, so a cached inode was proven to be inside the root.
+
+use std::collections::HashMap;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use memmap2::Mmap;
+use nix::sys::stat::{FileStat, SFlag};
+
+use crate::http::conditional;
+
+/// Largest file kept mapped between requests. Bigger files cost their open and map
+/// once per request, which their transfer time dwarfs; keeping them mapped would only
+/// grow every worker's footprint.
+pub const MAX_CACHED_FILE: u64 = 256 * 1024;
+
+/// Most entries per vhost and worker; when full, the cache starts over (simple, and
+/// a working set larger than this is served from the page cache anyway).
+pub const MAX_ENTRIES: usize = 256;
+
+/// A regular file ready to send.
+pub struct Entry {
+    pub len: u64,
+    pub mtime: u64,
+    pub etag: String,
+    pub last_modified: String,
+    /// The mapping (None for an empty file).
+    pub map: Option<Rc<Mmap>>,
+    ino: u64,
+    dev: u64,
+    mtime_nsec: i64,
+}
+
+impl Entry {
+    /// Maps an open regular file and computes its validators.
+    pub fn from_file(file: &File, meta: &Metadata) -> io::Result<Entry> {
+        let len = meta.len();
+        let mtime = meta.mtime().max(0) as u64;
+        let map = if len == 0 { None } else { Some(Rc::new(crate::sys::map_file(file, len)?)) };
+        Ok(Entry {
+            len,
+            mtime,
+            etag: conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino()),
+            last_modified: httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime)),
+            map,
+            ino: meta.ino(),
+            dev: meta.dev(),
+            mtime_nsec: meta.mtime_nsec(),
+        })
+    }
+
+    fn matches(&self, st: &FileStat) -> bool {
+        st.st_ino == self.ino
+            && st.st_dev == self.dev
+            && st.st_size as u64 == self.len
+            && st.st_mtime.max(0) as u64 == self.mtime
+            && st.st_mtime_nsec == self.mtime_nsec
+    }
+}
+
+#[derive(Default)]
+pub struct FileCache {
+    entries: HashMap<Vec<u8>, Rc<Entry>>,
+}
+
+impl FileCache {
+    /// The cached entry for `rel` under `root`, if the file there is still the same.
+    pub fn fresh(&mut self, root: BorrowedFd<'_>, rel: &Path) -> Option<Rc<Entry>> {
+        use std::os::unix::ffi::OsStrExt;
+        let key = rel.as_os_str().as_bytes();
+        let entry = self.entries.get(key)?;
+        let st = nix::sys::stat::fstatat(root, rel, nix::fcntl::AtFlags::empty()).ok();
+        match st {
+            Some(st)
+                if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
+                    && entry.matches(&st) =>
+            {
+                Some(entry.clone())
+            }
+            _ => {
+                self.entries.remove(key);
+                None
+            }
+        }
+    }
+
+    /// Keeps `entry` for later requests, if it is small enough.
+    pub fn insert(&mut self, rel: &Path, entry: &Rc<Entry>) {
+        use std::os::unix::ffi::OsStrExt;
+        if entry.len > MAX_CACHED_FILE {
+            return;
+        }
+        if self.entries.len() >= MAX_ENTRIES {
+            self.entries.clear();
+        }
+        self.entries.insert(rel.as_os_str().as_bytes().to_vec(), entry.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn entries_are_revalidated() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = File::open(dir.path()).unwrap();
+        let p = dir.path().join("a.txt");
+        std::fs::write(&p, "one").unwrap();
+        let f = File::open(&p).unwrap();
+        let e = Rc::new(Entry::from_file(&f, &f.metadata().unwrap()).unwrap());
+        let mut c = FileCache::default();
+        c.insert(Path::new("a.txt"), &e);
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_some());
+        assert!(c.fresh(root.as_fd(), Path::new("b.txt")).is_none());
+        // Replaced (new inode, other size): stale.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, "three").unwrap();
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_none());
+        assert!(c.entries.is_empty());
+    }
+
+    #[test]
+    fn big_files_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        std::fs::write(&p, vec![0u8; MAX_CACHED_FILE as usize + 1]).unwrap();
+        let f = File::open(&p).unwrap();
+        let e = Rc::new(Entry::from_file(&f, &f.metadata().unwrap()).unwrap());
+        let mut c = FileCache::default();
+        c.insert(Path::new("big"), &e);
+        assert!(c.entries.is_empty());
+    }
+}
