@@ -585,7 +585,11 @@ impl Input<'_> {
                 return Err(timed_out(self, deadline));
             }
             let mut wait = full.min(WAIT_SLICE);
-            if pressure() {
+            // The first wait of a fresh read is a plain slice: a healthy client's head
+            // is usually there already. Pressure is weighed once a slice went by or a
+            // head came in part (and the timeout then changes only for those).
+            let dawdling = self.end > self.start || began.elapsed() >= WAIT_SLICE;
+            if dawdling && pressure() {
                 let left = PRESSURE_GRACE.saturating_sub(began.elapsed());
                 if left.is_zero() {
                     return Err(timed_out(self, deadline));
