@@ -1,4 +1,60 @@
 //! pika: a pre-forking HTTP/1.1 web server for Linux.
+//!
+//! # The map
+//!
+//! Processes and their modules:
+//!
+//! - `main.rs` → [`cli`] parses the command line, then one of: [`config`] (`-t`),
+//!   [`ctl`] (`-k …`: signals the master found through [`pidfile`], waits on the status
+//!   file), [`daemon`] (start in the foreground `-F`, as a daemon with a ready pipe, or
+//!   in one process `-X`).
+//! - [`master`] is the master process: binds the listeners ([`listen`]), maps the
+//!   [`scoreboard`], installs the signal handlers ([`master::signals`]), forks workers,
+//!   and runs one loop with a one-second tick: reap → act on signals → spare-worker
+//!   maintenance ([`master::maintenance`], a pure function) → retire old generations →
+//!   kill stuck workers → rotate logs → rewrite the status file. It never serves a
+//!   request and never imports the HTTP code.
+//! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
+//!   drops privileges, then loops: accept ([`listen::accept`]) → serve the connection
+//!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
+//!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
+//!   to the HTTP code, which knows nothing about processes.
+//! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
+//!   `prctl`, `openat2`, `mmap`); the rest of the crate denies `unsafe`.
+//!
+//! # How a request travels
+//!
+//! [`listen::accept`] hands a socket (options inherited from the listener) to
+//! [`http::connection::Server::serve`]: read the head into a fixed buffer within its
+//! timeout → [`http::request::parse`] (httparse plus our own checks: Host, framing,
+//! limits; every failure is an [`http::request::HttpError`] mapped to its status in one
+//! place) → read and discard any body → [`vhost::select`] by Host →
+//! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) →
+//! [`handlers::static_file::serve`]: a cached mapping ([`handlers::file_cache`],
+//! revalidated by one `fstatat`) or `openat2(RESOLVE_BENEATH)` under the vhost root →
+//! file, index, listing ([`handlers::listing`]), redirect or error →
+//! [`http::conditional`] and [`http::range`] → the head built from
+//! [`http::response::Reply`] and sent with the body in one `writev` → one access-log
+//! record per log ([`log::access`], formatted by [`log::format`], chosen by
+//! [`log::filter`]) → keep alive or close.
+//!
+//! # How a signal travels
+//!
+//! A signal sets a flag and writes a byte to the master's self-pipe
+//! ([`master::signals`]); the master's `poll` wakes, turns the flags into
+//! [`master::signals::Control`]s and acts: stop (TERM to workers, or a graceful stop
+//! that lets them finish), reload (check the new config, bump the generation in the
+//! scoreboard, fork the new generation, wake the old idle workers with dummy
+//! connections so they see it and exit), reopen logs (bump the log epoch; workers
+//! reopen before their next record), or move the spare band. Workers never act on the
+//! master's signals: they ignore them, and die with TERM.
+//!
+//! # Logs
+//!
+//! The error log ([`log`]) is a `log` facade backend that reads the pid at every line
+//! and writes each line with one `write()`; access logs are opened by the master,
+//! inherited by the workers, and rotated by the master ([`log::rotate`]): rename,
+//! create for the workers, bump the epoch.
 #![deny(unsafe_code)]
 
 pub mod cli;

@@ -2,6 +2,9 @@
 //! modules by theme. Every test starts the real `pika` binary on 127.0.0.1 with a temp
 //! config and speaks raw HTTP to it.
 
+// Tests use threads freely: only the server process must stay single-threaded.
+#![allow(clippy::disallowed_methods)]
+
 mod control;
 mod corpus;
 mod hostile;
