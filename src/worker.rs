@@ -82,6 +82,15 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     if let Some(pod) = ctx.pod.as_deref_mut() {
         pod.close_write();
     }
+    if let Some(limit) = ctx.config.workers.max_memory {
+        // A worker that leaks or is fed something huge fails its allocation (and is
+        // replaced) instead of taking the machine down.
+        use nix::sys::resource::{Resource, setrlimit};
+        if let Err(e) = setrlimit(Resource::RLIMIT_AS, limit, limit) {
+            log::error!("cannot set workers.max_memory: {e}");
+            return ChildExit::Fatal;
+        }
+    }
     if let Some(run_as) = &ctx.config.run_as {
         if let Err(e) = drop_privileges(run_as) {
             log::error!("cannot switch to user {}: {e}", run_as.user);

@@ -307,3 +307,18 @@ fn help_and_version() {
     assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), format!("pika {}", env!("CARGO_PKG_VERSION")));
     assert_eq!(Command::new(BIN).arg("--bogus").output().unwrap().status.code(), Some(2));
 }
+
+#[test]
+fn workers_get_an_address_space_limit() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\nmax_memory = \"768MiB\"\n");
+    let p = Pika::start(&site, "-F");
+    for w in children_of(p.pid) {
+        let limits = std::fs::read_to_string(format!("/proc/{w}/limits")).unwrap();
+        let line = limits.lines().find(|l| l.starts_with("Max address space")).unwrap().to_string();
+        assert_eq!(line.split_whitespace().nth(3), Some((768u64 << 20).to_string().as_str()), "{line}");
+    }
+    let master = std::fs::read_to_string(format!("/proc/{}/limits", p.pid)).unwrap();
+    assert!(master.lines().any(|l| l.starts_with("Max address space") && l.contains("unlimited")));
+    assert_eq!(get(p.addr, "/").status, 200);
+}

@@ -94,6 +94,8 @@ pub struct Workers {
     pub max_spare: u32,
     pub max: u32,
     pub max_requests: u64,
+    /// Address-space limit for each worker (`RLIMIT_AS`), if any.
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -444,6 +446,7 @@ impl Ctx<'_> {
             max_spare: w.max_spare.max(w.min_spare + 1),
             max: w.max,
             max_requests: w.max_requests,
+            max_memory: w.max_memory.map(|b| b.0),
         })
     }
 
@@ -585,7 +588,10 @@ mod tests {
         let c = try_parse(&dir, MINIMAL).unwrap();
         assert_eq!(c.root, dir.path());
         assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
-        assert_eq!(c.workers, Workers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0 });
+        assert_eq!(
+            c.workers,
+            Workers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0, max_memory: None }
+        );
         assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
         assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
         assert_eq!(c.vhosts[0].index, vec!["index.html".to_string()]);

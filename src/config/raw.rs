@@ -60,13 +60,14 @@ pub(crate) struct RawWorkers {
     pub(crate) max_spare: u32,
     pub(crate) max: u32,
     pub(crate) max_requests: u64,
+    pub(crate) max_memory: Option<Bytes>,
 }
 
 impl Default for RawWorkers {
     fn default() -> Self {
         // Apache prefork's defaults (StartServers 5, MinSpare 5, MaxSpare 10,
         // MaxRequestWorkers 256): operators know them and they fit a small machine.
-        RawWorkers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0 }
+        RawWorkers { start: 5, min_spare: 5, max_spare: 10, max: 256, max_requests: 0, max_memory: None }
     }
 }
 
