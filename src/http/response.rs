@@ -5,7 +5,6 @@
 //! (Date, Server, Content-Length, Connection) and hands head and body to the kernel in
 //! one `writev`. A mapped file's bytes are never read by our code (DESIGN §3).
 
-use std::fmt::Write as _;
 
 use std::rc::Rc;
 
@@ -60,10 +59,10 @@ impl<'h> Reply<'h> {
 
     /// Adds a header line. Values must not come unescaped from the client.
     pub fn header(&mut self, name: &str, value: impl std::fmt::Display) -> &mut Self {
-        let mut s = String::new();
-        let _ = write!(s, "{name}: {value}\r\n");
-        debug_assert!(!s[..s.len() - 2].contains(['\r', '\n']), "header injection");
-        self.headers.extend_from_slice(s.as_bytes());
+        use std::io::Write as _;
+        let start = self.headers.len();
+        let _ = write!(self.headers, "{name}: {value}\r\n");
+        debug_assert!(!self.headers[start..self.headers.len() - 2].contains(&b'\n'), "header injection");
         self
     }
 

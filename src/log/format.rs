@@ -6,7 +6,6 @@
 //! `mod_log_config`, and every byte that came from a client is escaped the way Apache
 //! escapes it (`\"`, `\\`, `\n`, `\xHH`): a client cannot end a line or forge a field.
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
@@ -268,10 +267,10 @@ fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
     })
 }
 
+/// Formats straight into the record buffer (no temporary string per field).
 fn push_display(out: &mut Vec<u8>, v: impl std::fmt::Display) {
-    let mut s = String::new();
-    let _ = write!(s, "{v}");
-    out.extend_from_slice(s.as_bytes());
+    use std::io::Write as _;
+    let _ = write!(out, "{v}");
 }
 
 /// Apache's `ap_escape_logitem`: `"` and `\` are backslash-escaped, the usual control
