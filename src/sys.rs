@@ -172,39 +172,76 @@ pub enum Symlinks {
 /// that the kernel itself refuses any resolution that leaves `dir`: `..`, absolute
 /// links, links pointing out. This is the containment check with no race between
 /// checking and opening. `O_NONBLOCK` keeps a FIFO in the docroot from hanging a worker.
-pub fn open_beneath(dir: BorrowedFd<'_>, path: &std::path::Path, links: Symlinks) -> io::Result<std::fs::File> {
+///
+/// Where the kernel has no `openat2` (before Linux 5.6, or under valgrind), the file is
+/// opened with `openat` and its real path (`/proc/self/fd`) checked against `dir_path`,
+/// the root's canonical path: the same policy, with a check after the open.
+pub fn open_beneath(
+    dir: BorrowedFd<'_>,
+    dir_path: &std::path::Path,
+    path: &std::path::Path,
+    links: Symlinks,
+) -> io::Result<std::fs::File> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+    static CHECKED_ENV: std::sync::Once = std::sync::Once::new();
+    // PIKA_NO_OPENAT2=1 takes the fallback path on purpose (its tests use it).
+    CHECKED_ENV.call_once(|| NO_OPENAT2.store(std::env::var_os("PIKA_NO_OPENAT2").is_some(), Relaxed));
+
     let mut bytes = path.as_os_str().as_bytes().to_vec();
     if bytes.is_empty() {
         bytes.push(b'.');
     }
     let c = std::ffi::CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let resolve = match links {
-        Symlinks::Inside => libc::RESOLVE_BENEATH,
-        Symlinks::Never => libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-        Symlinks::Follow => 0,
-    };
-    // SAFETY: `open_how` is a plain C struct for which all-zero is valid.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY) as u64;
-    how.resolve = resolve;
-    // SAFETY: the path is a valid C string and `how` a valid open_how of the size we
-    // pass; both outlive the call. The returned fd, if any, is ours alone.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    if !NO_OPENAT2.load(Relaxed) {
+        let resolve = match links {
+            Symlinks::Inside => libc::RESOLVE_BENEATH,
+            Symlinks::Never => libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+            Symlinks::Follow => 0,
+        };
+        // SAFETY: `open_how` is a plain C struct for which all-zero is valid.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = flags as u64;
+        how.resolve = resolve;
+        // SAFETY: the path is a valid C string and `how` a valid open_how of the size we
+        // pass; both outlive the call. The returned fd, if any, is ours alone.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+            return Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) });
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(err);
+        }
+        NO_OPENAT2.store(true, Relaxed);
+    }
+    // SAFETY: the path is a valid C string that outlives the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let real = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+    let allowed = match links {
+        Symlinks::Follow => true,
+        Symlinks::Inside => real.starts_with(dir_path),
+        // No link anywhere: the real path is the lexical one.
+        Symlinks::Never => real == dir_path.join(path),
+    };
+    if allowed { Ok(file) } else { Err(io::Error::from_raw_os_error(libc::EXDEV)) }
 }
 
 /// Maps the first `len` bytes of a file (its size, from the caller's `fstat`) read-only.

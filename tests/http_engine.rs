@@ -328,6 +328,25 @@ fn head_errors_have_their_statuses() {
 #[test]
 fn paths_are_decoded_normalised_and_confined() {
     let (site, p) = basic();
+    confinement_battery(&site, &p);
+}
+
+/// The same battery where the kernel lacks openat2 (the fallback checks the opened
+/// file's real path against the root).
+#[test]
+fn paths_are_confined_without_openat2() {
+    let site = Site::new();
+    site.write("htdocs/hello.txt", "hello, world\n");
+    site.write("htdocs/a b.txt", "spaced\n");
+    site.write("htdocs/.secret", "hidden");
+    site.write("htdocs/.git/config", "hidden too");
+    site.write("htdocs/dir/index.html", "dir index\n");
+    site.config("", "");
+    let p = Pika::start_env(&site, "-X", &[("PIKA_NO_OPENAT2", "1")]);
+    confinement_battery(&site, &p);
+}
+
+fn confinement_battery(site: &Site, p: &Pika) {
     std::os::unix::fs::symlink("/etc", site.path("htdocs/etc-link")).unwrap();
     std::os::unix::fs::symlink("hello.txt", site.path("htdocs/inside-link")).unwrap();
     assert_eq!(get(p.addr, "/a%20b.txt").text(), "spaced\n");

@@ -96,7 +96,13 @@ impl Pika {
     /// Starts `pika -F` (or another mode flag) on the site's config and waits until
     /// it listens and, for the master, until its first workers are ready.
     pub fn start(site: &Site, mode: &str) -> Pika {
+        Pika::start_env(site, mode, &[])
+    }
+
+    /// Like [`Pika::start`], with extra environment variables.
+    pub fn start_env(site: &Site, mode: &str, env: &[(&str, &str)]) -> Pika {
         let child = Command::new(BIN)
+            .envs(env.iter().copied())
             .args([mode, "-f"])
             .arg(site.path("conf/pika.toml"))
             .stdin(Stdio::null())

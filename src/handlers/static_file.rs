@@ -46,7 +46,7 @@ impl<'c> Site<'c> {
                 return Ok(Found::File(entry));
             }
         }
-        let file = sys::open_beneath(self.root.as_fd(), rel, self.vhost.symlinks)?;
+        let file = sys::open_beneath(self.root.as_fd(), &self.vhost.root, rel, self.vhost.symlinks)?;
         let meta = file.metadata()?;
         if meta.is_dir() {
             return Ok(Found::Dir);

@@ -5,7 +5,6 @@
 //! (Date, Server, Content-Length, Connection) and hands head and body to the kernel in
 //! one `writev`. A mapped file's bytes are never read by our code (DESIGN §3).
 
-
 use std::rc::Rc;
 
 use memmap2::Mmap;
