@@ -11,5 +11,6 @@ mod hostile;
 mod http_engine;
 mod init_scripts;
 mod logs;
+mod path_props;
 mod prefork;
 mod util;

@@ -435,6 +435,9 @@ impl Ctx<'_> {
         if w.max > 20_000 {
             return Err(self.error(at, "workers.max above 20000 is not supported"));
         }
+        if w.min_spare > w.max {
+            return Err(self.error(at, "workers.min_spare must not be above workers.max"));
+        }
         if w.min_spare > w.max_spare {
             return Err(self.error(at, "workers.min_spare must not be above workers.max_spare"));
         }
@@ -443,7 +446,7 @@ impl Ctx<'_> {
             min_spare: w.min_spare,
             // Apache keeps MaxSpare at least MinSpare + 1, so the pool cannot oscillate
             // between spawning and retiring on every tick.
-            max_spare: w.max_spare.max(w.min_spare + 1),
+            max_spare: w.max_spare.max(w.min_spare.saturating_add(1)),
             max: w.max,
             max_requests: w.max_requests,
             max_memory: w.max_memory.map(|b| b.0),
@@ -636,6 +639,9 @@ mod tests {
         let text = format!("{MINIMAL}[workers]\nmin_spare = 3\nmax_spare = 3\nstart = 900\nmax = 8\n");
         let w = try_parse(&dir, &text).unwrap().workers;
         assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (8, 3, 4, 8));
+        // Found by the config fuzzer: this once overflowed computing max_spare.
+        let text = format!("{MINIMAL}[workers]\nmin_spare = 4294967295\nmax_spare = 4294967295\n");
+        assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("min_spare"));
     }
 
     #[test]

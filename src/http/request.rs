@@ -138,16 +138,15 @@ pub struct Limits {
 /// earlier call already looked, so a head trickling in is scanned once, not once per
 /// byte received.
 pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let start = from.saturating_sub(3);
-    let mut i = start;
+    // Leading empty lines before the request line are allowed (RFC 9112 §2.2): the
+    // head starts at the first byte that is neither CR nor LF.
+    let content = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let mut i = from.saturating_sub(3).max(content);
     while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
         let nl = i + off;
-        // Leading empty lines before the request line are allowed (RFC 9112 §2.2).
         let line_start = buf[..nl].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         let line = &buf[line_start..nl];
-        let is_blank = line.is_empty() || line == b"\r";
-        let has_content_before = buf[..line_start].iter().any(|&b| b != b'\r' && b != b'\n');
-        if is_blank && has_content_before {
+        if (line.is_empty() || line == b"\r") && content < line_start {
             return Some(nl + 1);
         }
         i = nl + 1;
@@ -161,7 +160,7 @@ pub fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     let content = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
     let line_end = buf[content..].iter().position(|&b| b == b'\n');
     // A read may end between the CR and the LF of a line that is exactly at the limit.
-    let pending = buf.len() - content - usize::from(buf.ends_with(b"\r"));
+    let pending = (buf.len() - content).saturating_sub(usize::from(buf.ends_with(b"\r")));
     match line_end {
         None if pending > limits.max_request_line => Err(HttpError::UriTooLong),
         Some(n) if n > limits.max_request_line + 1 => Err(HttpError::UriTooLong),
@@ -518,6 +517,23 @@ mod tests {
         let both = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(status(both), 400);
         assert_eq!(status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn lone_carriage_returns_are_not_a_long_line() {
+        assert_eq!(check_partial(b"\r", &LIMITS), Ok(()));
+        assert_eq!(check_partial(b"\r\n\r", &LIMITS), Ok(()));
+        assert_eq!(find_head_end(b"\r", 0), None);
+    }
+
+    #[test]
+    fn leading_blank_lines_cost_linear_time() {
+        let mut buf = b"\r\n".repeat(8000);
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let t = std::time::Instant::now();
+        assert_eq!(find_head_end(&buf, 0), Some(buf.len()));
+        // Quadratic rescanning took ~90 ms here; linear is microseconds.
+        assert!(t.elapsed() < std::time::Duration::from_millis(50), "{:?}", t.elapsed());
     }
 
     #[test]
