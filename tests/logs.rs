@@ -344,3 +344,50 @@ fn time_rotation_with_patterns_compression_and_the_error_log() {
     assert!(!site.path("logs/error.log.3").exists());
     assert!(site.path("logs/error.log").exists());
 }
+
+#[test]
+fn syslog_lines_carry_each_processes_own_pid() {
+    use std::os::unix::net::UnixDatagram;
+    let site = Site::new();
+    let sock_path = site.path("syslog.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    site.config(
+        &format!("error_log = \"syslog:local3\"\nsyslog_socket = \"{}\"", sock_path.display()),
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n",
+    );
+    std::os::unix::fs::symlink("/dev/full", site.path("logs/access.log")).unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args(["-F", "-f"])
+        .arg(site.path("conf/pika.toml"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let master = child.id() as i32;
+    let mut messages: Vec<String> = Vec::new();
+    let mut recv = |messages: &mut Vec<String>| {
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = sock.recv(&mut buf) {
+            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    };
+    let addr = wait_until(DEADLINE, "the listening line over syslog", || {
+        recv(&mut messages);
+        listening_addr(&messages.join("\n"))
+    });
+    // local3 = 19, info = 6: <158>
+    let listening = messages.iter().find(|m| m.contains("listening on")).unwrap().clone();
+    assert!(listening.starts_with("<158>") && listening.contains(&format!("pika[{master}]:")), "{listening}");
+    // A worker's own complaint (its access log cannot be written) names the worker.
+    wait_until(DEADLINE, "pika to serve", || (get(addr, "/").status == 200).then_some(()));
+    let line = wait_until(DEADLINE, "a worker's message", || {
+        recv(&mut messages);
+        messages.iter().find(|m| m.contains("records are lost")).cloned()
+    });
+    let pid: i32 = line.split("pika[").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+    assert_ne!(pid, master);
+    assert_eq!(ppid_of(pid), Some(master), "{line}");
+    assert!(line.starts_with("<155>"), "error severity (3) at local3: {line}");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(master), nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}

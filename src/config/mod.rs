@@ -43,8 +43,9 @@ pub enum ConfigError {
 pub enum ErrorLogTarget {
     File(PathBuf),
     Stderr,
-    /// `syslog` or `syslog:FACILITY`.
-    Syslog(syslog::Facility),
+    /// `syslog` or `syslog:FACILITY`, sent to `server.syslog_socket` (or the usual
+    /// `/dev/log`).
+    Syslog(syslog::Facility, Option<PathBuf>),
 }
 
 /// The identity workers run as.
@@ -229,8 +230,11 @@ impl Ctx<'_> {
                 .parse::<LevelFilter>()
                 .map_err(|_| self.spanned(l, "log_level must be one of off, error, warn, info, debug, trace"))?,
         };
-        let error_log = parse_error_log(&raw.server.error_log, &root)
+        let mut error_log = parse_error_log(&raw.server.error_log, &root)
             .ok_or_else(|| self.error(self.table("server"), format!("bad error_log {:?}", raw.server.error_log)))?;
+        if let (ErrorLogTarget::Syslog(_, socket), Some(path)) = (&mut error_log, &raw.server.syslog_socket) {
+            *socket = Some(absolute(&root, path));
+        }
 
         let mime_path = at_root(&raw.server.mime_types);
         let mime_text = std::fs::read_to_string(&mime_path).map_err(|e| {
@@ -543,7 +547,7 @@ fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
         return Some(ErrorLogTarget::Stderr);
     }
     if s == "syslog" {
-        return Some(ErrorLogTarget::Syslog(LOG_DAEMON));
+        return Some(ErrorLogTarget::Syslog(LOG_DAEMON, None));
     }
     if let Some(f) = s.strip_prefix("syslog:") {
         let fac = match f {
@@ -559,7 +563,7 @@ fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
             "local7" => LOG_LOCAL7,
             _ => return None,
         };
-        return Some(ErrorLogTarget::Syslog(fac));
+        return Some(ErrorLogTarget::Syslog(fac, None));
     }
     if s.is_empty() {
         return None;

@@ -37,6 +37,7 @@ pub(crate) struct RawServer {
     #[serde(default = "default_error_log")]
     pub(crate) error_log: String,
     pub(crate) error_log_rotate: Option<Spanned<RawRotate>>,
+    pub(crate) syslog_socket: Option<String>,
     pub(crate) log_level: Option<Spanned<String>>,
     #[serde(default = "default_mime_types")]
     pub(crate) mime_types: String,

@@ -57,14 +57,18 @@ pub fn set_target(target: &ErrorLogTarget, level: LevelFilter) -> std::io::Resul
     let sink = match target {
         ErrorLogTarget::Stderr => Sink::Stderr,
         ErrorLogTarget::File(path) => Sink::File(open_append(path)?, path.clone()),
-        ErrorLogTarget::Syslog(facility) => {
+        ErrorLogTarget::Syslog(facility, socket) => {
             let formatter = syslog::Formatter3164 {
                 facility: *facility,
                 hostname: None,
                 process: "pika".into(),
                 pid: std::process::id(),
             };
-            let logger = syslog::unix(formatter).map_err(|e| std::io::Error::other(e.to_string()))?;
+            let logger = match socket {
+                Some(path) => syslog::unix_custom(formatter, path),
+                None => syslog::unix(formatter),
+            }
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
             Sink::Syslog(Box::new(logger))
         }
     };
