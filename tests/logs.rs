@@ -365,7 +365,7 @@ fn syslog_lines_carry_each_processes_own_pid() {
         .unwrap();
     let master = child.id() as i32;
     let mut messages: Vec<String> = Vec::new();
-    let mut recv = |messages: &mut Vec<String>| {
+    let recv = |messages: &mut Vec<String>| {
         let mut buf = [0u8; 2048];
         while let Ok(n) = sock.recv(&mut buf) {
             messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
