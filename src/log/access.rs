@@ -162,3 +162,53 @@ impl ClfClock {
         &self.text
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_long_record_is_cut_not_split() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let conf = AccessLog {
+            path: path.clone(),
+            format: LogFormat::parse("combined").unwrap(),
+            filter: Filter::default(),
+            rotate: None,
+            vhost: None,
+        };
+        let mut logs = AccessLogs::open(&[conf]).unwrap();
+        let ua = vec![b'u'; 10_000];
+        let headers = |n: &str| (n == "User-Agent").then_some(&ua[..]);
+        let record = Record {
+            client: "127.0.0.1".parse().unwrap(),
+            local_port: 80,
+            request_line: b"GET / HTTP/1.1",
+            method: b"GET",
+            path: b"/",
+            query: None,
+            protocol: "HTTP/1.1",
+            status: 200,
+            body_bytes: 1,
+            bytes_in: 1,
+            bytes_out: 1,
+            start: SystemTime::now(),
+            duration: Duration::ZERO,
+            vhost: "v",
+            host: None,
+            headers_in: &headers,
+            response_head: b"",
+            conn_status: '+',
+            keepalive_count: 0,
+            request_id: 0,
+        };
+        logs.write(&record, false, 0);
+        logs.write(&record, true, 0); // internal: filtered out by default
+        let text = std::fs::read(&path).unwrap();
+        assert_eq!(text.len(), MAX_RECORD);
+        assert!(text.ends_with(b"uuu\n"));
+        assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+}
