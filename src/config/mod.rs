@@ -108,6 +108,8 @@ pub struct Http {
     pub keepalive_timeout: Duration,
     pub send_timeout: Duration,
     pub request_timeout: Duration,
+    /// How long a worker trusts a cached file without looking at it again.
+    pub file_check_interval: Duration,
     pub keepalive: bool,
     /// `TCP_DEFER_ACCEPT`: connections reach a worker only once they sent data.
     pub defer_accept: bool,
@@ -261,6 +263,7 @@ impl Ctx<'_> {
             keepalive_timeout: h.keepalive_timeout.0,
             send_timeout: h.send_timeout.0,
             request_timeout: h.request_timeout.0,
+            file_check_interval: h.file_check_interval.0,
             keepalive: h.keepalive,
             defer_accept: h.defer_accept,
             max_keepalive_requests: h.max_keepalive_requests,
@@ -439,18 +442,17 @@ impl Ctx<'_> {
         if w.max > 20_000 {
             return Err(self.error(at, "workers.max above 20000 is not supported"));
         }
-        if w.min_spare > w.max {
-            return Err(self.error(at, "workers.min_spare must not be above workers.max"));
-        }
         if w.min_spare > w.max_spare {
             return Err(self.error(at, "workers.min_spare must not be above workers.max_spare"));
         }
+        // More spares than workers can never be reached: the pool stops at max.
+        let min_spare = w.min_spare.min(w.max);
         Ok(Workers {
             start: w.start.min(w.max),
-            min_spare: w.min_spare,
+            min_spare,
             // Apache keeps MaxSpare at least MinSpare + 1, so the pool cannot oscillate
             // between spawning and retiring on every tick.
-            max_spare: w.max_spare.max(w.min_spare.saturating_add(1)),
+            max_spare: w.max_spare.max(min_spare.saturating_add(1)),
             max: w.max,
             max_requests: w.max_requests,
             max_memory: w.max_memory.map(|b| b.0),
@@ -645,7 +647,11 @@ mod tests {
         assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (8, 3, 4, 8));
         // Found by the config fuzzer: this once overflowed computing max_spare.
         let text = format!("{MINIMAL}[workers]\nmin_spare = 4294967295\nmax_spare = 4294967295\n");
-        assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("min_spare"));
+        let w = try_parse(&dir, &text).unwrap().workers;
+        assert_eq!((w.min_spare, w.max_spare), (256, 4294967295));
+        let text = format!("{MINIMAL}[workers]\nmax = 4\n");
+        let w = try_parse(&dir, &text).unwrap().workers;
+        assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (4, 4, 10, 4));
     }
 
     #[test]

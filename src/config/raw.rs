@@ -81,6 +81,7 @@ pub(crate) struct RawHttp {
     pub(crate) keepalive_timeout: Secs,
     pub(crate) send_timeout: Secs,
     pub(crate) request_timeout: Secs,
+    pub(crate) file_check_interval: Secs,
     pub(crate) keepalive: bool,
     pub(crate) defer_accept: bool,
     pub(crate) max_keepalive_requests: u64,
@@ -103,6 +104,8 @@ impl Default for RawHttp {
             keepalive_timeout: Secs(std::time::Duration::from_secs(5)),
             send_timeout: Secs(std::time::Duration::from_secs(60)),
             request_timeout: Secs(std::time::Duration::from_secs(300)),
+            // lighttpd's stat cache holds for a second too.
+            file_check_interval: Secs(std::time::Duration::from_secs(1)),
             keepalive: true,
             defer_accept: true,
             max_keepalive_requests: 100,

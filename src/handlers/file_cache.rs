@@ -1,12 +1,15 @@
 //! A worker's cache of open, mapped files with their validators.
 //!
 //! Without it every request for a small file costs `openat2`, `fstat` (twice: once
-//! for us, once inside memmap2), `mmap`, `munmap` and `close`. With it a hit costs one
-//! `fstatat`, which also revalidates: the entry is used only if the path still names
-//! the same inode with the same size and modification time, so a replaced or edited
-//! file is seen at once. Entries are made only from a file opened through
-//! `openat2(RESOLVE_BENEATH)`, so a cached inode was proven to be inside the root.
+//! for us, once inside memmap2), `mmap`, `munmap` and `close`. With it a hit costs at
+//! most one `fstatat`, which revalidates: the entry is used only if the path still
+//! names the same inode with the same size and modification time. An entry checked
+//! less than `http.file_check_interval` ago is used without looking (lighttpd's stat
+//! cache and nginx's `open_file_cache_valid` do the same; 0 looks every time), so an
+//! edited file is seen within that interval. Entries are made only from a file opened
+//! through `openat2(RESOLVE_BENEATH)`, so a cached inode was proven inside the root.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::io;
@@ -14,7 +17,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use memmap2::Mmap;
 use nix::sys::stat::{FileStat, SFlag};
@@ -41,6 +44,8 @@ pub struct Entry {
     ino: u64,
     dev: u64,
     mtime_nsec: i64,
+    /// When the file was last confirmed unchanged.
+    checked: Cell<Instant>,
 }
 
 impl Entry {
@@ -58,6 +63,7 @@ impl Entry {
             ino: meta.ino(),
             dev: meta.dev(),
             mtime_nsec: meta.mtime_nsec(),
+            checked: Cell::new(Instant::now()),
         })
     }
 
@@ -73,20 +79,31 @@ impl Entry {
 #[derive(Default)]
 pub struct FileCache {
     entries: HashMap<Vec<u8>, Rc<Entry>>,
+    /// How long a confirmation holds (`http.file_check_interval`).
+    pub check_interval: Duration,
 }
 
 impl FileCache {
+    pub fn new(check_interval: Duration) -> FileCache {
+        FileCache { entries: HashMap::new(), check_interval }
+    }
+
     /// The cached entry for `rel` under `root`, if the file there is still the same.
     pub fn fresh(&mut self, root: BorrowedFd<'_>, rel: &Path) -> Option<Rc<Entry>> {
         use std::os::unix::ffi::OsStrExt;
         let key = rel.as_os_str().as_bytes();
         let entry = self.entries.get(key)?;
+        let now = Instant::now();
+        if now.saturating_duration_since(entry.checked.get()) < self.check_interval {
+            return Some(entry.clone());
+        }
         let st = nix::sys::stat::fstatat(root, rel, nix::fcntl::AtFlags::empty()).ok();
         match st {
             Some(st)
                 if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
                     && entry.matches(&st) =>
             {
+                entry.checked.set(now);
                 Some(entry.clone())
             }
             _ => {
@@ -125,6 +142,14 @@ mod tests {
         let mut c = FileCache::default();
         c.insert(Path::new("a.txt"), &e);
         assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_some());
+        // Within the check interval the entry is trusted without a look...
+        c.check_interval = Duration::from_secs(3600);
+        std::fs::write(&p, "changed").unwrap();
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_some());
+        // ... and with none, every use looks.
+        c.check_interval = Duration::ZERO;
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_none());
+        c.insert(Path::new("a.txt"), &e);
         assert!(c.fresh(root.as_fd(), Path::new("b.txt")).is_none());
         // Replaced (new inode, other size): stale.
         std::fs::remove_file(&p).unwrap();

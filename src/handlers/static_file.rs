@@ -33,9 +33,10 @@ pub struct Site<'c> {
 }
 
 impl<'c> Site<'c> {
-    pub fn open(vhost: &'c Vhost) -> io::Result<Site<'c>> {
+    pub fn open(vhost: &'c Vhost, check_interval: std::time::Duration) -> io::Result<Site<'c>> {
         let root = File::open(&vhost.root)?;
-        Ok(Site { vhost, root, cache: RefCell::default() })
+        let cache = FileCache::new(check_interval);
+        Ok(Site { vhost, root, cache: RefCell::new(cache) })
     }
 
     /// What `rel` names under the root: a file ready to send (from the cache when it

@@ -132,7 +132,8 @@ enum HeadError {
 impl<'c> Server<'c> {
     /// Prepares to serve: opens every vhost root.
     pub fn new(config: &'c Config, logs: AccessLogs, token: String) -> io::Result<Server<'c>> {
-        let sites = config.vhosts.iter().map(Site::open).collect::<io::Result<Vec<_>>>()?;
+        let check = config.http.file_check_interval;
+        let sites = config.vhosts.iter().map(|v| Site::open(v, check)).collect::<io::Result<Vec<_>>>()?;
         let limits = Limits {
             max_request_line: config.http.max_request_line,
             max_header_size: config.http.max_header_size,
