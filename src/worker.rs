@@ -91,6 +91,17 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     }
+    // chroot needs root, so it comes before the uid change (Apache's order).
+    if let Some(jail) = &ctx.config.chroot {
+        if let Err(e) = nix::unistd::chroot(jail.as_path()).and_then(|()| nix::unistd::chdir("/")) {
+            log::error!("cannot chroot to {}: {e}", jail.display());
+            return ChildExit::Fatal;
+        }
+        crate::log::enter_jail(jail);
+        ctx.logs.enter_jail(jail);
+        // Lives as long as this process (which ends in _exit).
+        ctx.config = Box::leak(Box::new(ctx.config.jailed(jail)));
+    }
     if let Some(run_as) = &ctx.config.run_as {
         if let Err(e) = drop_privileges(run_as) {
             log::error!("cannot switch to user {}: {e}", run_as.user);

@@ -322,3 +322,41 @@ fn workers_get_an_address_space_limit() {
     assert!(master.lines().any(|l| l.starts_with("Max address space") && l.contains("unlimited")));
     assert_eq!(get(p.addr, "/").status, 200);
 }
+
+#[test]
+fn workers_chroot_and_keep_logging_across_a_rotation() {
+    let site = Site::new();
+    site.write("htdocs/page.txt", "jailed");
+    site.write("htdocs/list/a.txt", "a");
+    site.config(
+        "user = \"nobody\"\nchroot = \".\"",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n[[vhost]]\nroot = \"htdocs\"\nautoindex = true\n",
+    );
+    open_up(&site);
+    let p = Pika::start(&site, "-F");
+    let jail = std::fs::canonicalize(site.dir.path()).unwrap();
+    for w in children_of(p.pid) {
+        assert_eq!(std::fs::read_link(format!("/proc/{w}/root")).unwrap(), jail, "worker {w}");
+        assert_eq!(ids(w).0, nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw());
+    }
+    assert_eq!(get(p.addr, "/page.txt").text(), "jailed");
+    assert!(get(p.addr, "/list/").text().contains("a.txt"), "listings read the jailed path");
+    std::fs::rename(site.path("logs/access.log"), site.path("logs/access.log.1")).unwrap();
+    p.signal(10); // SIGUSR1
+    wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
+    assert_eq!(get(p.addr, "/page.txt").status, 200);
+    wait_until(DEADLINE, "a line in the new log", || (site.access_lines().len() == 1).then_some(()));
+    // A docroot outside the jail is refused up front.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        site.path("conf/pika.toml"),
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:0\"]\nchroot = \"htdocs\"\n[[vhost]]\nroot = \"{}\"\n",
+            outside.path().display()
+        ),
+    )
+    .unwrap();
+    let out = pika(&site, &["-t"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("is outside the chroot"), "{}", text(&out));
+}

@@ -78,6 +78,8 @@ pub struct Config {
     pub log_level: LevelFilter,
     pub mime: MimeTypes,
     pub run_as: Option<RunAs>,
+    /// Workers `chroot` here before they serve; every docroot and log lies inside.
+    pub chroot: Option<PathBuf>,
     pub graceful_timeout: Duration,
     pub max_open_files: Option<u64>,
     pub server_tokens: ServerTokens,
@@ -333,7 +335,33 @@ impl Ctx<'_> {
         }
         let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
 
+        let chroot = match &raw.server.chroot {
+            None => None,
+            Some(c) => {
+                let dir = std::fs::canonicalize(absolute(&root, c.get_ref()))
+                    .map_err(|e| self.spanned(c, format!("chroot {:?}: {e}", c.get_ref())))?;
+                let logs = access_logs.iter().map(|a| &a.path).chain(match &error_log {
+                    ErrorLogTarget::File(p) => Some(p),
+                    _ => None,
+                });
+                for p in vhosts.iter().map(|v| &v.root).chain(logs) {
+                    if !p.starts_with(&dir) {
+                        return Err(self.spanned(
+                            c,
+                            format!(
+                                "{} is outside the chroot {}: workers could not reach it",
+                                p.display(),
+                                dir.display()
+                            ),
+                        ));
+                    }
+                }
+                Some(dir)
+            }
+        };
+
         Ok(Config {
+            chroot,
             file: self.file.to_path_buf(),
             listen,
             backlog: raw.server.backlog.max(1),
@@ -524,6 +552,25 @@ impl Ctx<'_> {
             serve_hidden: v.serve_hidden,
             error_pages,
         })
+    }
+}
+
+impl Config {
+    /// The same config as seen from inside `chroot`: docroots and log paths without
+    /// the jail's prefix. Workers switch to it after they `chroot`.
+    pub fn jailed(&self, jail: &Path) -> Config {
+        let inside = |p: &Path| Path::new("/").join(p.strip_prefix(jail).unwrap_or(p));
+        let mut c = self.clone();
+        for v in &mut c.vhosts {
+            v.root = inside(&v.root);
+        }
+        for a in &mut c.access_logs {
+            a.path = inside(&a.path);
+        }
+        if let ErrorLogTarget::File(p) = &mut c.error_log {
+            *p = inside(p);
+        }
+        c
     }
 }
 

@@ -126,6 +126,15 @@ impl AccessLogs {
         }
     }
 
+    /// After a `chroot` to `jail`: the paths as seen from inside.
+    pub fn enter_jail(&mut self, jail: &std::path::Path) {
+        for log in &mut self.logs {
+            if let Ok(rest) = log.path.strip_prefix(jail) {
+                log.path = std::path::Path::new("/").join(rest);
+            }
+        }
+    }
+
     /// Reopens every log by its path (after a rotation renamed the old files).
     pub fn reopen(&mut self) {
         for log in &mut self.logs {

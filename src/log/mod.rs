@@ -87,6 +87,17 @@ pub fn reopen_error_log() {
     }
 }
 
+/// After a `chroot` to `jail`: the error log file's path as seen from inside, so that
+/// reopening after a rotation still finds it.
+pub fn enter_jail(jail: &Path) {
+    let mut sink = ERROR_LOG.sink.lock().unwrap_or_else(|p| p.into_inner());
+    if let Sink::File(_, path) = &mut *sink {
+        if let Ok(rest) = path.strip_prefix(jail) {
+            *path = Path::new("/").join(rest);
+        }
+    }
+}
+
 /// Records this process's scoreboard slot for its log lines (workers call it after fork).
 pub fn set_slot(slot: usize) {
     SLOT.store(slot as i32, Ordering::Relaxed);
