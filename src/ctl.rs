@@ -28,26 +28,64 @@ pub fn status_file(pid_file: &Path) -> PathBuf {
 pub fn run(command: &str, config_path: &Path) -> ExitCode {
     let config = match config::load(config_path) {
         Ok(c) => c,
-        Err(e) => return fail(e),
+        // A broken config must not keep an operator from stopping or inspecting the
+        // running server: those commands only need the pid file, found leniently.
+        Err(e) => match (command, lenient_target(config_path)) {
+            ("stop" | "graceful-stop" | "status" | "reopen-logs", Some(t)) => {
+                eprintln!("pika: warning: {e}");
+                return act(command, &t);
+            }
+            _ => return fail(e),
+        },
     };
+    let target = Target { pid_file: config.pid_file.clone(), graceful_timeout: config.graceful_timeout };
     match command {
         "start" => start(config),
-        "stop" => stop(&config, Signal::SIGTERM, "stopped"),
-        "graceful-stop" => stop(&config, Signal::SIGQUIT, "stopped gracefully"),
-        "reload" | "graceful" => reload(&config),
+        "reload" | "graceful" => reload(&target),
         "restart" => {
-            if pidfile::running(&config.pid_file).is_some() {
-                let code = stop(&config, Signal::SIGTERM, "stopped");
+            if pidfile::running(&target.pid_file).is_some() {
+                let code = stop(&target, Signal::SIGTERM, "stopped");
                 if code != ExitCode::SUCCESS {
                     return code;
                 }
             }
             start(config)
         }
-        "reopen-logs" => signal(&config, Signal::SIGUSR1, "asked to reopen its logs"),
-        "status" => status(&config),
+        other => act(other, &target),
+    }
+}
+
+/// What the commands that only signal need to know.
+struct Target {
+    pid_file: PathBuf,
+    graceful_timeout: Duration,
+}
+
+fn act(command: &str, t: &Target) -> ExitCode {
+    match command {
+        "stop" => stop(t, Signal::SIGTERM, "stopped"),
+        "graceful-stop" => stop(t, Signal::SIGQUIT, "stopped gracefully"),
+        "reopen-logs" => signal(t, Signal::SIGUSR1, "asked to reopen its logs"),
+        "status" => status(t),
         other => fail(format!("unknown command {other:?} (see pika -h)")),
     }
+}
+
+/// The pid file named by a config that does not validate: `server.pid_file` and
+/// `server.root` read from whatever TOML parses, with the usual defaults.
+fn lenient_target(config_path: &Path) -> Option<Target> {
+    let text = std::fs::read_to_string(config_path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok().unwrap_or_default();
+    let server = table.get("server").and_then(|s| s.as_table());
+    let get = |k: &str| server.and_then(|s| s.get(k)).and_then(|v| v.as_str());
+    let abs = std::path::absolute(config_path).ok()?;
+    let conf_dir = abs.parent()?;
+    let root = match get("root") {
+        Some(r) => conf_dir.join(r),
+        None => conf_dir.parent().unwrap_or(conf_dir).to_path_buf(),
+    };
+    let pid_file = root.join(get("pid_file").unwrap_or("logs/pika.pid"));
+    Some(Target { pid_file, graceful_timeout: Duration::from_secs(30) })
 }
 
 fn start(config: Config) -> ExitCode {
@@ -58,11 +96,11 @@ fn start(config: Config) -> ExitCode {
     crate::daemon::start_daemon(config)
 }
 
-fn master_pid(config: &Config) -> Option<Pid> {
-    pidfile::running(&config.pid_file).map(Pid::from_raw)
+fn master_pid(t: &Target) -> Option<Pid> {
+    pidfile::running(&t.pid_file).map(Pid::from_raw)
 }
 
-fn signal(config: &Config, sig: Signal, what: &str) -> ExitCode {
+fn signal(config: &Target, sig: Signal, what: &str) -> ExitCode {
     let Some(pid) = master_pid(config) else { return fail("not running") };
     if let Err(e) = kill(pid, sig) {
         return fail(format!("cannot signal pid {pid}: {e}"));
@@ -71,7 +109,7 @@ fn signal(config: &Config, sig: Signal, what: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn stop(config: &Config, sig: Signal, what: &str) -> ExitCode {
+fn stop(config: &Target, sig: Signal, what: &str) -> ExitCode {
     let Some(pid) = master_pid(config) else { return fail("not running") };
     if let Err(e) = kill(pid, sig) {
         return fail(format!("cannot signal pid {pid}: {e}"));
@@ -85,7 +123,7 @@ fn stop(config: &Config, sig: Signal, what: &str) -> ExitCode {
     }
 }
 
-fn reload(config: &Config) -> ExitCode {
+fn reload(config: &Target) -> ExitCode {
     let Some(pid) = master_pid(config) else { return fail("not running") };
     let before = read_status(&config.pid_file).and_then(|s| field(&s, "generation"));
     if let Err(e) = kill(pid, Signal::SIGHUP) {
@@ -104,7 +142,7 @@ fn reload(config: &Config) -> ExitCode {
     }
 }
 
-fn status(config: &Config) -> ExitCode {
+fn status(config: &Target) -> ExitCode {
     let Some(pid) = master_pid(config) else {
         println!("pika is not running");
         return ExitCode::from(3);

@@ -101,7 +101,14 @@ fn restart_and_fast_stop() {
     assert_ne!(first, second);
     assert!(!alive(first) && alive(second));
     assert_eq!(get(addr(&site), "/").status, 200);
-    assert_eq!(pika(&site, &["-k", "stop"]).status.code(), Some(0));
+    // A config broken while running still lets the operator look and stop.
+    let good = site.read("conf/pika.toml");
+    std::fs::write(site.path("conf/pika.toml"), format!("{good}\n[workers]\nbogus = 1\n")).unwrap();
+    assert_eq!(pika(&site, &["-k", "reload"]).status.code(), Some(1), "reload refuses a broken config");
+    assert_eq!(pika(&site, &["-k", "status"]).status.code(), Some(0));
+    let stop = pika(&site, &["-k", "stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
+    assert!(text(&stop).contains("warning"), "{}", text(&stop));
     assert!(!alive(second));
 }
 
