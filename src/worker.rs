@@ -48,6 +48,9 @@ impl ChildExit {
     }
 }
 
+/// How long a worker out of descriptors waits before it tries `accept()` again.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Everything a worker gets from the master.
 pub struct WorkerCtx<'a> {
     pub config: &'a Config,
@@ -128,7 +131,14 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         let (stream, peer, local_port) = match listen::accept(ctx.listeners) {
             Ok(c) => c,
             Err(e) => match e.raw_os_error() {
-                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                // Out of descriptors: the connection waits in the backlog while this
+                // worker backs off (said once), as nginx pauses accepting.
+                Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                    crate::log::shortage::report(crate::log::shortage::Op::Accept, &e);
+                    std::thread::sleep(ACCEPT_BACKOFF);
+                    continue;
+                }
+                Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                     log::error!("accept: {e}; the worker exits to be replaced");
                     return ChildExit::Sick;
                 }
@@ -143,6 +153,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
                 _ => continue, // ECONNABORTED and friends: the client gave up.
             },
         };
+        crate::log::shortage::recovered(crate::log::shortage::Op::Accept);
         // Rotation: reopen before the next write (DESIGN §4); the access logs also
         // look before each record, for connections that outlive a rotation.
         server.sync_logs();

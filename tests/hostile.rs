@@ -116,3 +116,56 @@ fn a_body_must_keep_a_minimum_rate() {
     drop(s);
     writer.join().unwrap();
 }
+
+/// Sets a process's soft open-file limit from outside (util-linux prlimit; the hard
+/// limit stays, so it can be raised again without privileges).
+fn set_nofile(pid: i32, n: u64) {
+    let ok = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={n}:")])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "prlimit failed");
+}
+
+#[test]
+fn out_of_descriptors_is_said_once_and_recovers() {
+    let site = Site::new();
+    site.write("htdocs/a.txt", "a");
+    site.write("htdocs/b.txt", "b");
+    site.config("", "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\n");
+    let p = Pika::start(&site, "-F");
+    let w = children_of(p.pid)[0];
+    let open: Vec<u64> = std::fs::read_dir(format!("/proc/{w}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    // A limit is on descriptor numbers: find the limits leaving exactly one free
+    // number (room for the connection, none for a file) and none.
+    let free_below = |limit: u64| limit - open.iter().filter(|&&fd| fd < limit).count() as u64;
+    let one_free = (1..4096).find(|&l| free_below(l) == 1).unwrap();
+    let none_free = (1..4096).take_while(|&l| free_below(l) == 0).last().unwrap();
+    set_nofile(w, one_free);
+    for path in ["/a.txt", "/b.txt", "/a.txt"] {
+        assert_eq!(get(p.addr, path).status, 503, "{path}");
+    }
+    let log = site.error_log();
+    assert_eq!(log.matches("out of file descriptors").count(), 1, "said once:\n{log}");
+    // No room even to accept: the client waits in the backlog, the worker backs off.
+    set_nofile(w, none_free);
+    // A worker blocked in accept() reserved its descriptor number under the old
+    // limit; its accept returns within one wait slice (1 s) and retries under the
+    // new one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let addr = p.addr;
+    let waiting = std::thread::spawn(move || get(addr, "/b.txt").status);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(site.error_log().matches("out of file descriptors").count(), 1);
+    // Descriptors come back: the waiting client is served and the log says so.
+    set_nofile(w, 1024);
+    assert_eq!(waiting.join().unwrap(), 200);
+    assert_eq!(get(p.addr, "/a.txt").text(), "a");
+    wait_until(DEADLINE, "the recovery line", || site.error_log().contains("available again").then_some(()));
+    assert_eq!(children_of(p.pid), vec![w], "the same worker served throughout");
+}

@@ -48,6 +48,7 @@ impl<'c> Site<'c> {
             }
         }
         let file = sys::open_beneath(self.root.as_fd(), &self.vhost.root, rel, self.vhost.symlinks)?;
+        crate::log::shortage::recovered(crate::log::shortage::Op::Open);
         let meta = file.metadata()?;
         if meta.is_dir() {
             return Ok(Found::Dir);
@@ -121,7 +122,7 @@ fn open_error(e: io::Error, reply: &mut Reply<'_>) {
             reply.error(403, "Access to this resource is forbidden.");
         }
         Some(libc::EMFILE) | Some(libc::ENFILE) => {
-            log::error!("out of file descriptors: {e}");
+            crate::log::shortage::report(crate::log::shortage::Op::Open, &e);
             reply.error(503, "The server is out of resources; try again shortly.");
         }
         _ => {

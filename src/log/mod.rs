@@ -11,6 +11,36 @@ pub mod filter;
 pub mod format;
 pub mod rotate;
 
+/// Running out of file descriptors: said once when it starts, once when it ends.
+pub mod shortage {
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+    /// Which operation could not get a descriptor.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Op {
+        Accept = 1,
+        Open = 2,
+    }
+
+    /// 0 while descriptors are to be had, else the `Op` that first went short.
+    static SHORT: AtomicU8 = AtomicU8::new(0);
+
+    /// `op` could not get a descriptor (`EMFILE`/`ENFILE`).
+    pub fn report(op: Op, e: &std::io::Error) {
+        if SHORT.compare_exchange(0, op as u8, Relaxed, Relaxed).is_ok() {
+            log::error!("out of file descriptors ({e}); answering 503 or waiting until some free up");
+        }
+    }
+
+    /// `op` got its descriptor: the shortage that began with it is over.
+    pub fn recovered(op: Op) {
+        if SHORT.load(Relaxed) == op as u8 && SHORT.compare_exchange(op as u8, 0, Relaxed, Relaxed).is_ok() {
+            log::warn!("file descriptors available again");
+        }
+    }
+}
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
