@@ -1,0 +1,1269 @@
+#!/usr/bin/env python3
+"""Benchmark orchestration for pika and its peers (called by bench/run).
+
+What it does, in order:
+  1. writes the shared docroot (deterministic bytes, same files for everyone);
+  2. for each round, for each server in turn (A B C ... then A B C ... again,
+     so slow drifts of the machine hit every server alike):
+       a. "cold burst": start a fresh instance, fire ab at it the moment its
+          port accepts, note start-up time, failures and duration, stop it;
+       b. start another fresh instance, check it serves the right bytes, let it
+          settle, sample idle memory, then run every workload against it while
+          sampling memory, and stop it;
+  3. writes OUT/results.json after every cell (so a cut-short run still has
+     data for report.py).
+
+Safety: every server runs from a config generated in the run's temp dir, on
+its own 127.0.0.1 port; nothing under /etc is read for writing or changed.
+Every process we start is remembered by pid (servers get their own session,
+so their pgid == their pid) and stopped on exit, including Ctrl-C/SIGTERM.
+Clients are bounded in time (their own duration plus a hard wall-clock
+limit enforced here).
+"""
+import argparse
+import datetime
+import hashlib
+import http.client
+import json
+import os
+import platform
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(BENCH_DIR)
+# PIKA_BIN may point at another build (e.g. a copy of an older release).
+PIKA_BIN = os.environ.get("PIKA_BIN") or os.path.join(REPO_DIR, "target", "release", "pika")
+
+ALL_SERVERS = ["nginx", "apache", "lighttpd", "busybox", "pika", "floor"]
+ALIASES = {"apache2": "apache", "httpd": "apache", "busybox-httpd": "busybox"}
+PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "18080"))
+NPROC = os.cpu_count() or 1
+HOST = "127.0.0.1"  # all traffic stays on loopback
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------
+# Docroot: deterministic content (SHAKE-256 of a fixed label, so the bytes do
+# not depend on the Python version's random module).
+# --------------------------------------------------------------------------
+FILES = [
+    # name, size in bytes (decimal KB/MB, as in the issue), kind
+    ("index.html", 1400, "html"),
+    ("page17.html", 1700, "html"),
+    ("page50.html", 50_000, "html"),
+    ("img200.jpg", 200_000, "jpeg"),
+    ("img1700.jpg", 1_700_000, "jpeg"),
+]
+
+WORDS = ("pika prefork worker accept socket header request response static "
+         "file server kernel cache latency bytes route host alpine stone "
+         "meadow burrow whistle summit").split()
+
+
+def stream(label, n):
+    return hashlib.shake_256(("pika-bench:" + label).encode()).digest(n)
+
+
+def make_html(name, size):
+    head = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>pika bench {name}</title></head>\n<body>\n<p>")
+    tail = "</p>\n</body></html>\n"
+    need = size - len(head) - len(tail)
+    rnd = stream(name, need)
+    words, n, i = [], 0, 0
+    while n < need:
+        w = WORDS[rnd[i % len(rnd)] % len(WORDS)]
+        i += 1
+        sep = "\n" if i % 12 == 0 else " "
+        words.append(w + sep)
+        n += len(w) + 1
+    body = "".join(words)[:need]
+    data = (head + body + tail).encode()
+    assert len(data) == size, (name, len(data))
+    return data
+
+
+def make_jpeg(name, size):
+    # JPEG SOI + JFIF APP0 header, seeded filler, EOI. Not a decodable image
+    # (the servers never decode it), but the right name, type and size.
+    header = bytes.fromhex("ffd8ffe000104a46494600010100000100010000")
+    return header + stream(name, size - len(header) - 2) + b"\xff\xd9"
+
+
+def write_docroot(docroot):
+    os.makedirs(docroot, exist_ok=True)
+    info = {}
+    for name, size, kind in FILES:
+        data = make_html(name, size) if kind == "html" else make_jpeg(name, size)
+        assert len(data) == size
+        path = os.path.join(docroot, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o644)
+        info[name] = {"bytes": size, "sha256": hashlib.sha256(data).hexdigest()}
+    return info
+
+
+# --------------------------------------------------------------------------
+# Workloads
+# --------------------------------------------------------------------------
+def workloads(quick):
+    """Return the list of workload dicts. Quick mode keeps the same shapes with
+    ~1 s durations and ~1000-request counts so CI gets a smoke run in ~2 min."""
+    W = []
+    s_t = "2S" if quick else "10S"
+    for c, path in ([(10, "index.html"), (50, "img200.jpg"), (100, "img200.jpg")]
+                    if quick else
+                    [(10, "index.html"), (200, "img200.jpg"), (500, "img200.jpg")]):
+        W.append(dict(tool="siege", path=path, c=c, t=s_t,
+                      id=f"siege-c{c}-{path}",
+                      label=f"siege -b -t{s_t} -c{c} {path} (conn. close)"))
+    for c, n, path in ([(20, 1000, "page17.html"), (20, 200, "img1700.jpg"),
+                        (5, 1000, "page50.html"), (50, 1000, "page50.html"),
+                        (100, 1000, "page50.html")]
+                       if quick else
+                       [(20, 100_000, "page17.html"), (20, 10_000, "img1700.jpg"),
+                        (5, 10_000, "page50.html"), (50, 10_000, "page50.html"),
+                        (100, 10_000, "page50.html")]):
+        W.append(dict(tool="ab", path=path, c=c, n=n,
+                      id=f"ab-c{c}-n{n}-{path}",
+                      label=f"ab -c{c} -n{n} {path}"))
+    d = "1s" if quick else "10s"
+    for close in (False, True):
+        for c in (10, 100, 500):
+            W.append(dict(tool="wrk", path="index.html", c=c, d=d, close=close,
+                          id=f"wrk-c{c}-{'close' if close else 'ka'}-index.html",
+                          label=f"wrk -t2 -c{c} -d{d} index.html "
+                                f"({'Connection: close' if close else 'keep-alive'})"))
+    c, n = (100, 1000) if quick else (500, 5000)
+    W.append(dict(tool="ab", path="index.html", c=c, n=n, cold=True,
+                  id=f"cold-burst-ab-c{c}-n{n}",
+                  label=f"cold burst: fresh start, then ab -c{c} -n{n} index.html"))
+    return W
+
+
+# --------------------------------------------------------------------------
+# Process bookkeeping: everything we start is listed here and in a pid file
+# that bench/run's trap reads if this process itself is killed hard.
+# --------------------------------------------------------------------------
+LIVE = {}  # pid -> Popen
+LIVE_FILE = None
+
+
+def _starttime(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read()
+        return s[s.rfind(b")") + 2:].split()[19].decode()
+    except OSError:
+        return None
+
+
+def _write_live():
+    if LIVE_FILE:
+        tmp = LIVE_FILE + ".tmp"
+        with open(tmp, "w") as f:
+            for pid in LIVE:
+                st = _starttime(pid)
+                if st:
+                    f.write(f"{pid} {st}\n")
+        os.replace(tmp, LIVE_FILE)
+
+
+def spawn(cmd, **kw):
+    # start_new_session: the child leads its own process group (pgid == pid),
+    # so a terminal Ctrl-C reaches only us and we stop things in order, and
+    # stragglers (forked workers) can be killed by that group id.
+    p = subprocess.Popen(cmd, start_new_session=True, **kw)
+    LIVE[p.pid] = p
+    _write_live()
+    return p
+
+
+def descendants(root):
+    """root and all its descendants, from /proc/*/stat parent links."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                s = f.read()
+            ppid = int(s[s.rfind(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    out, stack = [], [root]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        stack.extend(kids.get(p, []))
+    return out
+
+
+def reap(p, grace=10.0):
+    """Stop a process we started: SIGTERM to it, then SIGKILL to whatever of
+    its tree / process group is still there after `grace` seconds."""
+    if p.poll() is None:
+        tree = descendants(p.pid)
+        try:
+            p.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    # Workers of a stopped master (same process group) must not outlive it.
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    LIVE.pop(p.pid, None)
+    _write_live()
+
+
+# --------------------------------------------------------------------------
+# Other work on the machine. Developers' builds, tests and fuzzers may share
+# it; their CPU time during a cell is measured so the report can flag (and
+# optionally drop) cells that were measured on a busy machine.
+# --------------------------------------------------------------------------
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table():
+    """pid -> (ppid, utime+stime+cutime+cstime in ticks) for all processes."""
+    t = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                s = f.read()
+            x = s[s.rfind(b")") + 2:].split()
+            t[int(d)] = (int(x[1]), sum(int(v) for v in x[11:15]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return t
+
+
+def _ours(table):
+    """This harness, its descendants (servers, clients) and its ancestors."""
+    me = os.getpid()
+    mine = set(descendants(me))
+    p = me
+    while p > 1 and p in table:
+        mine.add(p)
+        p = table[p][0]
+    return mine
+
+
+def _foreign_ticks(table, mine):
+    # Kernel threads (children of kthreadd, pid 2) are left out: softirq
+    # work for our own loopback traffic runs there.
+    return sum(cpu for pid, (ppid, cpu) in table.items()
+               if pid not in mine and pid != 2 and ppid != 2)
+
+
+class ForeignCPU:
+    """CPU seconds used by processes that are not part of this benchmark,
+    between start() and stop(). A process of theirs that ends in between is
+    still counted through its parent's cutime/cstime."""
+
+    def start(self):
+        t = _proc_table()
+        self.t0, self.mine0 = time.monotonic(), _ours(t)
+        self.pids0 = set(t)
+        self.c0 = _foreign_ticks(t, self.mine0)
+        return self
+
+    def stop(self):
+        t = _proc_table()
+        mine = _ours(t) | self.mine0
+        c1 = _foreign_ticks(t, mine)
+        wall = time.monotonic() - self.t0
+        sec = max(0.0, (c1 - self.c0) / CLK_TCK)
+        return {"foreign_cpu_s": round(sec, 2),
+                "foreign_cpu_pct": round(100 * sec / (wall * NPROC), 1) if wall > 0 else None}
+
+
+def cleanup_all():
+    for pid, p in list(LIVE.items()):
+        reap(p, grace=3.0)
+
+
+# --------------------------------------------------------------------------
+# Memory sampling: PSS summed over the server master and all descendants.
+# --------------------------------------------------------------------------
+def pss_tree(root):
+    total, n = 0, 0
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        n += 1
+                        break
+        except OSError:
+            pass  # a short-lived child (busybox forks per connection) left
+    return total, n
+
+
+def accept_queue(port):
+    """Connections the kernel has completed but the server has not accept()ed
+    yet: Recv-Q of the listening socket. It matters because wrk never counts
+    a request that gets no answer at all (it only counts late answers as
+    timeouts), so clients starved in the backlog would otherwise be invisible."""
+    try:
+        r = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                           text=True, timeout=2, stdin=subprocess.DEVNULL)
+        q = [int(line.split()[1]) for line in r.stdout.splitlines()
+             if len(line.split()) > 2]
+        return sum(q) if q else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+class MemSampler(threading.Thread):
+    """Samples, until finish(): PSS of the server's process tree (max kept)
+    and, with a port, its accept-queue depth (max kept)."""
+
+    def __init__(self, root, interval=0.2, port=None):
+        super().__init__(daemon=True)
+        self.root, self.interval, self.port = root, interval, port
+        self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
+        self.peak_queue = None
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            kb, n = pss_tree(self.root)
+            self.samples += 1
+            if kb > self.peak_kb:
+                self.peak_kb, self.peak_procs = kb, n
+            if self.port:
+                q = accept_queue(self.port)
+                if q is not None and (self.peak_queue is None or q > self.peak_queue):
+                    self.peak_queue = q
+            self._halt.wait(self.interval)
+
+    def finish(self):
+        self._halt.set()
+        self.join(timeout=5)
+        return {"peak_pss_kb": self.peak_kb, "peak_procs": self.peak_procs,
+                "peak_accept_queue": self.peak_queue, "samples": self.samples}
+
+
+# --------------------------------------------------------------------------
+# Server definitions: each renders its own config into its instance dir.
+# --------------------------------------------------------------------------
+class Server:
+    name = "?"
+    access_log = True
+    # user that must own the instance dir (server opens its logs after
+    # dropping privileges), or None
+    owner = None
+
+    def __init__(self, port, docroot, tmp):
+        self.port, self.docroot, self.tmp = port, docroot, tmp
+
+    def config(self, d):  # -> (filename, text) or None
+        return None
+
+    def command(self, d, conf):
+        raise NotImplementedError
+
+    def available(self):
+        return None  # or a reason string why it cannot run
+
+    def config_for_report(self):
+        """The rendered config with run-specific paths replaced by names."""
+        c = self.config(os.path.join(self.tmp, "INSTANCE"))
+        if not c:
+            return None
+        return c[1].replace(self.docroot, "DOCROOT").replace(self.tmp, "TMPDIR")
+
+
+class Nginx(Server):
+    name = "nginx"
+
+    def config(self, d):
+        return "nginx.conf", f"""\
+# generated by bench/harness.py
+daemon off;
+master_process on;
+user www-data;
+worker_processes {NPROC};          # = number of cores
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{
+    # nginx's compiled default is 512; 500-client runs can land mostly on one
+    # worker, so give each worker room for them (a common production value).
+    worker_connections 1024;
+}}
+http {{
+    include /etc/nginx/mime.types;     # read-only
+    default_type application/octet-stream;
+    sendfile on;
+    access_log {d}/access.log combined;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    server {{
+        listen {HOST}:{self.port};
+        server_name localhost;
+        root {self.docroot};
+    }}
+}}
+"""
+
+    def command(self, d, conf):
+        return ["nginx", "-p", d + "/", "-e", f"{d}/error.log", "-c", conf]
+
+    def available(self):
+        return None if shutil.which("nginx") else "nginx not installed"
+
+
+class Apache(Server):
+    name = "apache"
+    MODS = "/usr/lib/apache2/modules"
+
+    def config(self, d):
+        return "apache2.conf", f"""\
+# generated by bench/harness.py -- prefork MPM with its compiled-in defaults
+# (StartServers 5, Min/MaxSpareServers 5/10, MaxRequestWorkers 256,
+#  KeepAlive On, KeepAliveTimeout 5, EnableSendfile Off)
+ServerRoot "{d}"
+ServerName localhost
+Listen {HOST}:{self.port}
+PidFile {d}/apache2.pid
+DefaultRuntimeDir {d}
+Mutex file:{d} default
+LoadModule mpm_prefork_module {self.MODS}/mod_mpm_prefork.so
+LoadModule authz_core_module {self.MODS}/mod_authz_core.so
+LoadModule mime_module {self.MODS}/mod_mime.so
+LoadModule dir_module {self.MODS}/mod_dir.so
+User www-data
+Group www-data
+TypesConfig /etc/mime.types
+DocumentRoot "{self.docroot}"
+<Directory "{self.docroot}">
+    Require all granted
+</Directory>
+DirectoryIndex index.html
+ErrorLog {d}/error.log
+LogLevel warn
+LogFormat "%h %l %u %t \\"%r\\" %>s %b" common
+CustomLog {d}/access.log common
+"""
+
+    def command(self, d, conf):
+        return ["apache2", "-f", conf, "-DFOREGROUND"]
+
+    def available(self):
+        if not shutil.which("apache2"):
+            return "apache2 not installed"
+        if not os.path.exists(f"{self.MODS}/mod_mpm_prefork.so"):
+            return "mod_mpm_prefork.so missing"
+        return None
+
+
+class Lighttpd(Server):
+    name = "lighttpd"
+    owner = "www-data"  # lighttpd opens its error log after setuid()
+
+    def config(self, d):
+        return "lighttpd.conf", f"""\
+# generated by bench/harness.py -- lighttpd defaults plus mod_accesslog
+server.document-root = "{self.docroot}"
+server.bind = "{HOST}"
+server.port = {self.port}
+server.username = "www-data"
+server.groupname = "www-data"
+server.errorlog = "{d}/error.log"
+server.pid-file = "{d}/lighttpd.pid"
+server.modules = ( "mod_accesslog" )
+accesslog.filename = "{d}/access.log"
+index-file.names = ( "index.html" )
+# Static list instead of Debian's include_shell of a perl script, so no
+# helper process runs at start-up (it would show in the cold-burst memory).
+mimetype.assign = ( ".html" => "text/html", ".jpg" => "image/jpeg",
+                    ".css" => "text/css", ".js" => "text/javascript",
+                    ".png" => "image/png", ".txt" => "text/plain" )
+"""
+
+    def command(self, d, conf):
+        return ["lighttpd", "-D", "-f", conf]
+
+    def available(self):
+        return None if shutil.which("lighttpd") else "lighttpd not installed"
+
+
+class Busybox(Server):
+    name = "busybox"
+    access_log = False  # busybox httpd has no access log
+
+    def config(self, d):
+        return None
+
+    def command(self, d, conf):
+        return ["busybox", "httpd", "-f", "-p", f"{HOST}:{self.port}",
+                "-h", self.docroot]
+
+    def available(self):
+        if not shutil.which("busybox"):
+            return "busybox not installed"
+        r = subprocess.run(["busybox", "--list"], capture_output=True, text=True)
+        return None if "httpd" in r.stdout.split() else "busybox built without httpd"
+
+
+class Pika(Server):
+    name = "pika"
+    owner = "www-data"  # in case a worker (as www-data) opens a file here
+
+    def mime_types(self):
+        # pika's own shipped table (its default is conf/mime.types under root)
+        own = os.path.join(REPO_DIR, "conf", "mime.types")
+        return own if os.path.exists(own) else "/etc/mime.types"
+
+    def config(self, d):
+        return "pika.toml", f"""\
+# generated by bench/harness.py
+[server]
+listen = ["{HOST}:{self.port}"]
+root = "{d}"            # base for relative paths
+pid_file = "{d}/pika.pid"
+error_log = "{d}/error.log"
+mime_types = "{self.mime_types()}"
+# like nginx, apache and lighttpd here: workers serve as www-data
+user = "www-data"
+
+[workers]
+# defaults: left unset so the default configuration is what is measured
+
+[[vhost]]
+server_names = ["localhost", "127.0.0.1"]
+root = "{self.docroot}"
+
+[[access_log]]
+path = "{d}/access.log"
+format = "combined"
+"""
+
+    def command(self, d, conf):
+        return [PIKA_BIN, "-F", "-f", conf]
+
+    def available(self):
+        if not (os.path.isfile(PIKA_BIN) and os.access(PIKA_BIN, os.X_OK)):
+            return "pika binary not found, build with cargo build --release"
+        return None
+
+
+class Floor(Server):
+    name = "floor"
+    access_log = False
+    bin = None  # set from --floor-bin
+
+    def workers(self):
+        return 2 * NPROC
+
+    def command(self, d, conf):
+        return [self.bin, str(self.port), str(self.workers())]
+
+    def available(self):
+        if not (self.bin and os.access(self.bin, os.X_OK)):
+            return "floor binary missing (bench/run compiles bench/floor.c with gcc)"
+        return None
+
+    def config_for_report(self):
+        return f"bench/floor.c, {self.workers()} workers (2 x nproc), listen backlog 511"
+
+
+CLASSES = {"nginx": Nginx, "apache": Apache, "lighttpd": Lighttpd,
+           "busybox": Busybox, "pika": Pika, "floor": Floor}
+
+
+def port_free(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((HOST, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def port_accepts(port):
+    try:
+        with socket.create_connection((HOST, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class Instance:
+    """One running server process tree, from a fresh instance directory."""
+
+    def __init__(self, srv, tag):
+        self.srv = srv
+        self.dir = os.path.join(srv.tmp, "run", f"{srv.name}-{tag}")
+        os.makedirs(self.dir)
+        os.chmod(self.dir, 0o755)
+        c = srv.config(self.dir)
+        self.conf = None
+        if c:
+            self.conf = os.path.join(self.dir, c[0])
+            with open(self.conf, "w") as f:
+                f.write(c[1])
+        if srv.owner and os.geteuid() == 0:
+            pw = pwd.getpwnam(srv.owner)
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.out = open(os.path.join(self.dir, "stdout-stderr.log"), "wb")
+        self.proc = None
+
+    def start(self, wait=15.0, poll=0.01):
+        """Spawn and wait until the port accepts. Returns seconds to ready."""
+        for _ in range(100):  # a previous instance may still be releasing it
+            if port_free(self.srv.port):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"port {self.srv.port} is busy (not ours to kill)")
+        t0 = time.monotonic()
+        self.proc = spawn(self.srv.command(self.dir, self.conf), cwd=self.dir,
+                          stdin=subprocess.DEVNULL, stdout=self.out,
+                          stderr=subprocess.STDOUT)
+        while time.monotonic() - t0 < wait:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.srv.name} exited with {self.proc.returncode}: "
+                                   + self.tail())
+            if port_accepts(self.srv.port):
+                return time.monotonic() - t0
+            time.sleep(poll)
+        raise RuntimeError(f"{self.srv.name} did not accept on port "
+                           f"{self.srv.port} within {wait}s: " + self.tail())
+
+    def tail(self, n=1500):
+        out = ""
+        for name in ("stdout-stderr.log", "error.log"):
+            p = os.path.join(self.dir, name)
+            if os.path.exists(p):
+                with open(p, "rb") as f:
+                    out += f"[{name}] " + f.read()[-n:].decode(errors="replace")
+        return out.strip()
+
+    def access_lines(self):
+        p = os.path.join(self.dir, "access.log")
+        if not os.path.exists(p):
+            return None
+        with open(p, "rb") as f:
+            return sum(1 for _ in f)
+
+    def stop(self):
+        if self.proc:
+            reap(self.proc)
+        self.out.close()
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def verify(srv, files):
+    """GET every docroot file the way the load tools do (Host: 127.0.0.1:PORT)
+    and compare bytes. Returns {file: "ok" | problem}."""
+    res = {}
+    for name, meta in files.items():
+        try:
+            c = http.client.HTTPConnection(HOST, srv.port, timeout=5)
+            c.request("GET", "/" + name)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            if r.status != 200:
+                res[name] = f"HTTP {r.status}"
+            elif srv.name == "floor":
+                res[name] = "ok (floor: fixed 1400-byte body)" if len(body) == 1400 \
+                    else f"floor body {len(body)} bytes"
+            elif hashlib.sha256(body).hexdigest() != meta["sha256"]:
+                res[name] = f"content mismatch ({len(body)} bytes)"
+            else:
+                res[name] = "ok"
+        except Exception as e:  # noqa: BLE001 - report any failure as text
+            res[name] = f"error: {e}"
+    return res
+
+
+# --------------------------------------------------------------------------
+# Load tools: command lines and output parsers.
+# All parsers return a dict with the same keys (None = the tool does not say).
+# --------------------------------------------------------------------------
+def siegerc(path):
+    with open(path, "w") as f:
+        f.write("""\
+# generated by bench/harness.py, used via `siege -R THIS_FILE`
+verbose = false
+color = off
+quiet = false
+csv = false
+timestamp = false
+fullurl = false
+display-id = false
+show-logfile = false
+logging = false
+protocol = HTTP/1.1
+connection = close
+# siege refuses more than `limit` users; the default is 255
+limit = 1024
+# keep going on errors: count them instead of aborting the run
+failures = 1000000
+timeout = 10
+# do not fetch resources referenced by HTML pages
+parser = false
+cache = false
+""")
+
+
+def client_cmd(wl, port, rc):
+    url = f"http://{HOST}:{port}/{wl['path']}"
+    if wl["tool"] == "siege":
+        return ["siege", "-R", rc, "-b", f"-t{wl['t']}", f"-c{wl['c']}", url]
+    if wl["tool"] == "ab":
+        # -r: keep going on socket receive errors (count them, do not abort)
+        # -s 10: per-request timeout, so one stuck socket cannot stall ab 30 s
+        return ["ab", "-r", "-s", "10", "-c", str(wl["c"]), "-n", str(wl["n"]), url]
+    cmd = ["wrk", "-t2", f"-c{wl['c']}", f"-d{wl['d']}", "--timeout", "2s", "--latency"]
+    if wl.get("close"):
+        cmd += ["-H", "Connection: close"]
+    return cmd + [url]
+
+
+def wall_limit(wl):
+    """Hard wall-clock limit for one client run (seconds)."""
+    if wl["tool"] == "siege":
+        # a siege that is not done 15 s after its -t is hung, see run_client
+        return int(wl["t"].rstrip("S")) + 15
+    if wl["tool"] == "wrk":
+        return int(wl["d"].rstrip("s")) + 30
+    return max(30, min(300, wl["n"] // 200))  # ab: >= 200 req/s or it is cut
+
+
+def _num(rx, text, conv=float):
+    m = re.search(rx, text, re.M)
+    return conv(m.group(1)) if m else None
+
+
+def _empty():
+    return dict(requests=None, rps=None, mbps=None, failed=None, p50_ms=None,
+                p99_ms=None, avg_ms=None, max_ms=None, duration_s=None,
+                bytes=None, detail={})
+
+
+def parse_ab(text, n_asked):
+    r = _empty()
+    done = _num(r"^Complete requests:\s+(\d+)", text, int)
+    if done is None:
+        # ab gave up (e.g. "apr_pollset_poll: The timeout specified has expired")
+        partial = _num(r"Total of (\d+) requests completed", text, int)
+        r["detail"]["aborted"] = True
+        r["requests"] = partial or 0
+        r["failed"] = n_asked - (partial or 0)
+        return r
+    failed = _num(r"^Failed requests:\s+(\d+)", text, int) or 0
+    non2xx = _num(r"^Non-2xx responses:\s+(\d+)", text, int) or 0
+    r["requests"] = done
+    r["duration_s"] = _num(r"^Time taken for tests:\s+([\d.]+)", text)
+    r["rps"] = _num(r"^Requests per second:\s+([\d.]+)", text)
+    r["bytes"] = _num(r"^Total transferred:\s+(\d+)", text, int)
+    if r["bytes"] is not None and r["duration_s"]:
+        r["mbps"] = r["bytes"] / r["duration_s"] / 1e6
+    # requests asked but never completed (ab interrupted) count as failed too
+    r["failed"] = failed + non2xx + max(0, n_asked - done)
+    r["detail"] = {"ab_failed": failed, "non2xx": non2xx}
+    m = re.search(r"^\s+\(Connect: (\d+), Receive: (\d+), Length: (\d+), "
+                  r"Exceptions: (\d+)\)", text, re.M)
+    if m:
+        r["detail"].update(zip(("connect", "receive", "length", "exceptions"),
+                               map(int, m.groups())))
+    r["p50_ms"] = _num(r"^\s+50%\s+(\d+)", text)
+    r["p99_ms"] = _num(r"^\s+99%\s+(\d+)", text)
+    r["max_ms"] = _num(r"^\s+100%\s+(\d+)", text)
+    r["avg_ms"] = _num(r"^Time per request:\s+([\d.]+) \[ms\] \(mean\)$", text)
+    return r
+
+
+_UNIT_T = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+_UNIT_B = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3, "TB": 1024 ** 4}
+
+
+def _wrk_time(s):
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", s)
+    return float(m.group(1)) * _UNIT_T[m.group(2)] if m else None
+
+
+def parse_wrk(text):
+    r = _empty()
+    m = re.search(r"^\s+(\d+) requests in ([\d.]+)(ms|s|m), ([\d.]+)(B|KB|MB|GB|TB) read",
+                  text, re.M)
+    if not m:
+        return r
+    r["requests"] = int(m.group(1))
+    r["duration_s"] = float(m.group(2)) * {"ms": 1e-3, "s": 1, "m": 60}[m.group(3)]
+    r["bytes"] = int(float(m.group(4)) * _UNIT_B[m.group(5)])
+    r["rps"] = _num(r"^Requests/sec:\s+([\d.]+)", text)
+    if r["duration_s"]:
+        r["mbps"] = r["bytes"] / r["duration_s"] / 1e6
+    se = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    errs = dict(zip(("connect", "read", "write", "timeout"), map(int, se.groups()))) \
+        if se else {}
+    non = _num(r"Non-2xx or 3xx responses: (\d+)", text, int) or 0
+    r["failed"] = sum(errs.values()) + non
+    r["detail"] = dict(errs, non2xx_3xx=non)
+    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
+        mm = re.search(rf"^\s+{pct}%\s+(\S+)", text, re.M)
+        if mm:
+            r[key] = _wrk_time(mm.group(1))
+    mm = re.search(r"^\s+Latency\s+(\S+)\s+\S+\s+(\S+)", text, re.M)
+    if mm:
+        r["avg_ms"], r["max_ms"] = _wrk_time(mm.group(1)), _wrk_time(mm.group(2))
+    return r
+
+
+def parse_siege(text):
+    r = _empty()
+    tx = _num(r"^Transactions:\s+(\d+)", text, int)
+    if tx is None:
+        return r
+    ok = _num(r"^Successful transactions:\s+(\d+)", text, int) or 0
+    bad = _num(r"^Failed transactions:\s+(\d+)", text, int) or 0
+    r["requests"] = tx
+    r["duration_s"] = _num(r"^Elapsed time:\s+([\d.]+)", text)
+    r["rps"] = _num(r"^Transaction rate:\s+([\d.]+)", text)
+    mb = _num(r"^Data transferred:\s+([\d.]+)", text)  # siege: MiB, bodies only
+    if mb is not None:
+        r["bytes"] = int(mb * 1024 ** 2)
+        if r["duration_s"]:
+            r["mbps"] = r["bytes"] / r["duration_s"] / 1e6
+    # siege's own failures are socket errors/timeouts; responses >= 400 are
+    # transactions that are not "successful": count both.
+    r["failed"] = bad + max(0, tx - ok)
+    conc = _num(r"^Concurrency:\s+([\d.]+)", text)
+    # siege prints response time with 10 ms resolution; Little's law gives the
+    # mean more precisely: mean latency = mean concurrency / throughput.
+    if conc is not None and r["rps"]:
+        r["avg_ms"] = conc / r["rps"] * 1000
+    longest = _num(r"^Longest transaction:\s+([\d.]+)", text)
+    r["max_ms"] = longest * 1000 if longest is not None else None
+    r["detail"] = {"failed_transactions": bad, "unsuccessful": max(0, tx - ok),
+                   "concurrency": conc}
+    return r
+
+
+# A cell during which other processes used more than BUSY_PCT % of the CPU
+# is measured again, up to BUSY_TRIES attempts in all (see main loop).
+BUSY_PCT = 25.0
+BUSY_TRIES = 2
+SIEGE_SHIM = None  # LD_PRELOAD library, see bench/siege-nocancel.c
+SIEGE_TRIES = 3
+
+
+def run_client(wl, port, rc, root_pid, sampler=None):
+    """Run one load-tool invocation, sampling the server's memory meanwhile.
+    `sampler` may be one already running (cold burst: started at ready)."""
+    cmd = client_cmd(wl, port, rc)
+    if sampler is None:
+        sampler = MemSampler(root_pid, port=port)
+        sampler.start()
+    env = None
+    if wl["tool"] == "siege" and SIEGE_SHIM:
+        env = dict(os.environ, LD_PRELOAD=SIEGE_SHIM)
+    limit = wall_limit(wl)
+    tries = SIEGE_TRIES if wl["tool"] == "siege" else 1
+    # The machine may be shared (builds, tests): keep the load average so the
+    # report can flag cells measured on a busy machine.
+    load_before = os.getloadavg()[0]
+    foreign = ForeignCPU().start()
+    t0 = time.monotonic()
+    hangs = 0
+    for attempt in range(1, tries + 1):
+        p = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, env=env)
+        cut = False
+        try:
+            out, _ = p.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            cut = True
+            if wl["tool"] == "siege":
+                # siege hung in its end-of-run thread teardown (see
+                # siege-nocancel.c); it cannot print anything now: kill, retry
+                p.kill()
+            else:
+                p.send_signal(signal.SIGINT)  # ab prints what it has on SIGINT
+            try:
+                out, _ = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+        finally:
+            LIVE.pop(p.pid, None)
+            _write_live()
+        if cut and wl["tool"] == "siege" and attempt < tries:
+            hangs += 1
+            log(f"  siege hung after its run (attempt {attempt}); retrying")
+            time.sleep(2)
+            continue
+        break
+    wall = time.monotonic() - t0
+    busy = foreign.stop()
+    mem = sampler.finish()
+    text = out.decode(errors="replace")
+    if wl["tool"] == "ab":
+        m = parse_ab(text, wl["n"])
+        if m["detail"].get("aborted") and m["requests"]:
+            # ab gives up on the whole run when one request gets no answer
+            # within -s seconds, printing only how many completed. That is a
+            # server failure, not a harness one: keep the completed count,
+            # count the rest as failed, and take the rate over wall time
+            # (which includes the -s wait).
+            m["rps"] = m["requests"] / wall
+            m["duration_s"] = round(wall, 3)
+            m["detail"]["note"] = ("ab stopped: a request got no answer within "
+                                   "10 s; rate over wall time, no percentiles")
+    elif wl["tool"] == "wrk":
+        m = parse_wrk(text)
+    else:
+        m = parse_siege(text)
+        m["detail"]["hung_attempts"] = hangs + (1 if cut else 0)
+    err = None
+    if m["rps"] is None:
+        err = f"could not parse {wl['tool']} output (exit {p.returncode})"
+    if cut:
+        err = (err + "; " if err else "") + f"cut at wall-clock limit {limit}s"
+    return dict(cmd=cmd, exit=p.returncode, wall_s=round(wall, 3), metrics=m,
+                mem=mem, error=err, raw=text[-4000:],
+                loadavg=[round(load_before, 2), round(os.getloadavg()[0], 2)], **busy)
+
+
+# --------------------------------------------------------------------------
+# Machine / versions
+# --------------------------------------------------------------------------
+def sh(cmd):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10,
+                           stdin=subprocess.DEVNULL)
+        return (r.stdout + r.stderr).strip()
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable ({e.__class__.__name__})"
+
+
+def machine():
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    osname = "?"
+    if os.path.exists("/etc/os-release"):
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    osname = line.split("=", 1)[1].strip().strip('"')
+    sysctls = {}
+    for k in ("net/core/somaxconn", "net/ipv4/tcp_tw_reuse",
+              "net/ipv4/ip_local_port_range", "net/ipv4/tcp_max_syn_backlog"):
+        try:
+            with open("/proc/sys/" + k) as f:
+                sysctls[k.replace("/", ".")] = " ".join(f.read().split())
+        except OSError:
+            pass
+    return {"nproc": NPROC, "memory": mem, "kernel": platform.release(),
+            "cpu": cpu, "os": osname, "python": platform.python_version(),
+            "ulimit_nofile": sh(["bash", "-c", "ulimit -n"]), "sysctl": sysctls}
+
+
+def versions():
+    first = lambda s: s.splitlines()[0] if s else s  # noqa: E731
+    v = {
+        "nginx": first(sh(["nginx", "-v"])),
+        "apache": first(sh(["apache2", "-v"])),
+        "lighttpd": first(sh(["lighttpd", "-v"])),
+        "busybox": first(sh(["busybox"])),
+        "siege": first(sh(["siege", "-V"])),
+        "ab": first(sh(["ab", "-V"])),
+        "wrk": first(sh(["wrk", "-v"])),
+        "gcc": first(sh(["gcc", "--version"])),
+    }
+    if os.path.exists(PIKA_BIN):
+        st = os.stat(PIKA_BIN)
+        with open(PIKA_BIN, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        try:
+            r = subprocess.run([PIKA_BIN, "--version"], capture_output=True,
+                               text=True, timeout=5, stdin=subprocess.DEVNULL)
+            ver = first(r.stdout.strip()) if r.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            ver = ""
+        ver = ver if ver and len(ver) < 100 else "pika"
+        v["pika"] = (f"{ver} (binary built "
+                     f"{datetime.datetime.fromtimestamp(st.st_mtime):%Y-%m-%d %H:%M}, "
+                     f"sha256 {digest})")
+        rev = sh(["git", "-C", REPO_DIR, "rev-parse", "--short", "HEAD"])
+        if re.fullmatch(r"[0-9a-f]{4,40}", rev):
+            v["pika"] += f", repo HEAD {rev}"
+    return v
+
+
+# --------------------------------------------------------------------------
+# Main loop
+# --------------------------------------------------------------------------
+class Interrupted(Exception):
+    pass
+
+
+def _on_signal(signum, _frame):
+    # First signal wins: ignore further ones so a second Ctrl-C (or bench/run
+    # forwarding SIGTERM) cannot interrupt the cleanup of the first.
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def main():
+    global LIVE_FILE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", default=",".join(ALL_SERVERS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tmp", required=True, help="scratch dir (bench/run makes it)")
+    ap.add_argument("--floor-bin", required=True)
+    ap.add_argument("--siege-shim", default=None,
+                    help="LD_PRELOAD library from bench/siege-nocancel.c")
+    a = ap.parse_args()
+    global SIEGE_SHIM
+    SIEGE_SHIM = a.siege_shim if a.siege_shim and os.path.exists(a.siege_shim) else None
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _on_signal)
+
+    names = []
+    for n in a.only.split(","):
+        n = ALIASES.get(n.strip().lower(), n.strip().lower())
+        if not n:
+            continue
+        if n not in CLASSES:
+            sys.exit(f"unknown server '{n}' (known: {', '.join(ALL_SERVERS)})")
+        if n not in names:
+            names.append(n)
+    rounds = 1 if a.quick else max(1, a.rounds)
+    os.makedirs(a.out, exist_ok=True)
+    os.chmod(a.tmp, 0o755)  # workers run as www-data and must reach the docroot
+    LIVE_FILE = os.path.join(a.tmp, "live_pids")
+    docroot = os.path.join(a.tmp, "docroot")
+    files = write_docroot(docroot)
+    os.chmod(docroot, 0o755)
+    rc = os.path.join(a.tmp, "siegerc")
+    siegerc(rc)
+    Floor.bin = a.floor_bin
+    wls = workloads(a.quick)
+
+    servers, skipped = [], {}
+    taken = set()
+    for i, n in enumerate(ALL_SERVERS):
+        if n not in names:
+            continue
+        # Preferred port base+1+i; if something else (not ours) holds it,
+        # take the next free one rather than fail.
+        port = PORT_BASE + 1 + i
+        while not port_free(port) or port in taken:
+            port += 10
+        taken.add(port)
+        srv = CLASSES[n](port, docroot, a.tmp)
+        why = srv.available()
+        if why:
+            log(f"skipping {n}: {why}")
+            skipped[n] = why
+        else:
+            servers.append(srv)
+
+    with open(rc) as f:
+        rc_text = f.read()
+    results = {
+        "meta": {
+            "mode": "quick" if a.quick else "full", "rounds": rounds,
+            "servers": [s.name for s in servers], "skipped": skipped,
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "finished": None, "elapsed_s": None, "interrupted": None,
+            "machine": machine(), "versions": versions(), "files": files,
+            "ports": {s.name: s.port for s in servers},
+            "configs": {s.name: s.config_for_report() for s in servers},
+            "siegerc": rc_text,
+            "siege_shim": bool(SIEGE_SHIM),
+            "commands": {s.name: " ".join(s.command("TMPDIR/INSTANCE",
+                                                    "TMPDIR/INSTANCE/CONF"))
+                         .replace(docroot, "DOCROOT").replace(a.tmp, "TMPDIR")
+                         for s in servers},
+            "workloads": wls,
+            "access_log": {s.name: s.access_log for s in servers},
+        },
+        "idle": [], "cells": [], "errors": [],
+    }
+    out_json = os.path.join(a.out, "results.json")
+
+    def save():
+        tmp = out_json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(tmp, out_json)
+
+    t_start = time.monotonic()
+    pause = 0.3 if a.quick else 2.0
+    settle = 1.0 if a.quick else 2.0
+    cold = [w for w in wls if w.get("cold")]
+    warm = [w for w in wls if not w.get("cold")]
+    save()
+    try:
+        for rnd in range(1, rounds + 1):
+            for srv in servers:
+                log(f"round {rnd}/{rounds}: {srv.name} (127.0.0.1:{srv.port})")
+                # (a) cold burst on a fresh instance
+                for wl in cold:
+                    inst = Instance(srv, f"r{rnd}-cold")
+                    try:
+                        t0 = time.monotonic()
+                        ready = inst.start(poll=0.005)
+                        # sample from the moment it is ready (after config
+                        # parsing), and faster: a burst lasts well under 1 s
+                        smp = MemSampler(inst.proc.pid, 0.05, port=srv.port)
+                        smp.start()
+                        cell = run_client(wl, srv.port, rc, inst.proc.pid,
+                                          sampler=smp)
+                        cell["metrics"]["detail"]["ready_s"] = round(ready, 4)
+                        cell["metrics"]["detail"]["start_to_done_s"] = round(
+                            time.monotonic() - t0, 3)
+                    except RuntimeError as e:
+                        cell = dict(error=str(e), metrics=_empty(), mem={})
+                    finally:
+                        inst.stop()
+                    cell.update(round=rnd, server=srv.name, workload=wl["id"])
+                    results["cells"].append(cell)
+                    _say(cell)
+                    inst.remove()
+                    save()
+                    time.sleep(pause)
+                # (b) the workloads on one more fresh instance
+                inst = Instance(srv, f"r{rnd}")
+                try:
+                    inst.start()
+                    time.sleep(settle)  # let prefork pools spawn before 'idle'
+                    # idle memory first: the content check touches (and a
+                    # server may map) the files
+                    kb, nprocs = pss_tree(inst.proc.pid)
+                    check = verify(srv, files)
+                    results["idle"].append(dict(round=rnd, server=srv.name,
+                                                pss_kb=kb, procs=nprocs,
+                                                verify=check))
+                    log(f"  idle PSS {kb / 1024:.1f} MiB in {nprocs} processes; "
+                        f"content check: {check}")
+                    if not check["index.html"].startswith("ok"):
+                        raise RuntimeError(f"{srv.name} does not serve index.html: {check}")
+                    for wl in warm:
+                        for attempt in range(1, BUSY_TRIES + 1):
+                            if inst.proc.poll() is not None:
+                                raise RuntimeError(f"{srv.name} died (exit "
+                                                   f"{inst.proc.returncode}): {inst.tail()}")
+                            cell = run_client(wl, srv.port, rc, inst.proc.pid)
+                            cell.update(round=rnd, server=srv.name, workload=wl["id"],
+                                        attempt=attempt)
+                            results["cells"].append(cell)
+                            _say(cell)
+                            save()
+                            time.sleep(pause)
+                            # Someone else's build/fuzzer took a real share of
+                            # the CPU: measure again a bit later. All attempts
+                            # are kept; report.py prefers the quiet ones.
+                            if (cell.get("foreign_cpu_pct") or 0) <= BUSY_PCT or \
+                                    attempt == BUSY_TRIES:
+                                break
+                            log(f"  other processes used {cell['foreign_cpu_pct']}% "
+                                f"of the CPU during that cell; measuring it again")
+                            time.sleep(5 * pause)
+                except RuntimeError as e:
+                    log(f"  ERROR {e}")
+                    results["errors"].append(dict(round=rnd, server=srv.name,
+                                                  error=str(e)))
+                finally:
+                    inst.stop()
+                    lines = inst.access_lines()
+                    last = results["idle"][-1] if results["idle"] else None
+                    if last and last["server"] == srv.name and last["round"] == rnd:
+                        last["access_log_lines"] = lines
+                    if srv.access_log:
+                        log(f"  access log: {lines} lines")
+                    inst.remove()
+                    save()
+    except Interrupted as e:
+        results["meta"]["interrupted"] = str(e)
+        log(f"interrupted by {e}: stopping what we started")
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
+        cleanup_all()
+        results["meta"]["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        results["meta"]["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        save()
+    bad = [c for c in results["cells"] if c.get("error")] + results["errors"]
+    log(f"done in {results['meta']['elapsed_s']} s; {len(results['cells'])} cells, "
+        f"{len(bad)} with errors; raw results in {out_json}")
+    if results["meta"]["interrupted"]:
+        return 130
+    return 1 if bad else 0
+
+
+def _say(cell):
+    m = cell["metrics"]
+    if cell.get("error"):
+        log(f"  {cell['workload']}: ERROR {cell['error']}")
+        return
+    busy = cell.get("foreign_cpu_pct")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    log(f"  {cell['workload']}: {fmt(m['rps'], '.0f')} req/s, "
+        f"{fmt(m['mbps'], '.1f')} MB/s, failed {m['failed']}, "
+        f"p50 {fmt(m['p50_ms'], '.2f')} ms, p99 {fmt(m['p99_ms'], '.2f')} ms, "
+        f"peak PSS {cell['mem'].get('peak_pss_kb', 0) / 1024:.1f} MiB, "
+        f"queue {cell['mem'].get('peak_accept_queue')}"
+        + (f", other CPU {busy}%" if busy else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""Turn bench results.json into RESULTS.md and a requests/s bar chart.
+
+    python3 bench/report.py OUT/results.json [MORE.json ...] --md FILE --png FILE
+
+Several results files can be merged (e.g. peers from one run, pika from a
+later `bench/run --only pika --out bench/out/pika`): for a server present in
+more than one file, the LAST file's measurements are used. Medians are taken
+across rounds; only cells that produced parseable output count.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+ORDER = ["pika", "nginx", "apache", "lighttpd", "busybox", "floor"]
+COLORS = {"pika": "#e6a100", "nginx": "#009639", "apache": "#c92037",
+          "lighttpd": "#3b6db3", "busybox": "#7a7a7a", "floor": "#333333"}
+METRICS = ("rps", "mbps", "failed", "p50_ms", "p99_ms", "avg_ms", "max_ms",
+           "duration_s")
+
+
+def load(paths):
+    merged = None
+    for p in paths:
+        with open(p) as f:
+            r = json.load(f)
+        r["meta"]["source"] = p
+        if merged is None:
+            merged = r
+            merged["meta"]["sources"] = [p]
+            continue
+        mine = set(r["meta"]["servers"])
+        for key in ("cells", "idle", "errors"):
+            merged[key] = [c for c in merged[key] if c["server"] not in mine] + r[key]
+        m, n = merged["meta"], r["meta"]
+        m["servers"] = [s for s in m["servers"] if s not in mine] + n["servers"]
+        for k in ("versions", "configs", "commands", "ports", "access_log", "skipped"):
+            m.setdefault(k, {}).update({s: v for s, v in n.get(k, {}).items()
+                                        if s in mine or k == "versions"})
+        for s in mine:
+            m["skipped"].pop(s, None)
+        m["sources"].append(p)
+        m.setdefault("runs", []).append({"source": p, "servers": n["servers"],
+                                         "started": n["started"],
+                                         "elapsed_s": n["elapsed_s"]})
+        known = {w["id"] for w in m["workloads"]}
+        m["workloads"] += [w for w in n["workloads"] if w["id"] not in known]
+    return merged
+
+
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def busy_pct(c):
+    """% of the machine's CPU used by other people's processes in the cell."""
+    return c.get("foreign_cpu_pct")
+
+
+def summarize(res, max_busy=None):
+    """{(workload, server): {metric: median, 'n': rounds, 'peak_pss_kb': ..}}
+    With max_busy, rounds of a cell measured while other work used more than
+    max_busy % of the CPU are left out, as long as a quieter round remains."""
+    groups = {}
+    for c in res["cells"]:
+        groups.setdefault((c["workload"], c["server"]), []).append(c)
+    out = {}
+    for key, cells in groups.items():
+        ok = [c for c in cells if not c.get("error")]
+        dropped = 0
+        if max_busy is not None:
+            quiet = [c for c in ok if (busy_pct(c) or 0) <= max_busy]
+            if quiet:
+                dropped = len(ok) - len(quiet)
+                ok = quiet
+        s = {"n": len(ok), "dropped": dropped,
+             "busy": med([busy_pct(c) for c in ok]),
+             "errors": [c["error"] for c in cells if c.get("error")]}
+        for m in METRICS:
+            s[m] = med([c["metrics"].get(m) for c in ok])
+        s["peak_pss_kb"] = med([c["mem"].get("peak_pss_kb") for c in ok if c.get("mem")])
+        s["peak_procs"] = med([c["mem"].get("peak_procs") for c in ok if c.get("mem")])
+        s["peak_queue"] = med([c["mem"].get("peak_accept_queue") for c in ok if c.get("mem")])
+        s["ab_aborted"] = sum(1 for c in ok if c["metrics"].get("detail", {}).get("aborted"))
+        s["rps_all"] = [c["metrics"].get("rps") for c in ok]
+        for d in ("ready_s", "start_to_done_s"):
+            s[d] = med([c["metrics"].get("detail", {}).get(d) for c in ok])
+        out[key] = s
+    return out
+
+
+def servers_in(res):
+    present = set(res["meta"]["servers"]) | {c["server"] for c in res["cells"]}
+    return [s for s in ORDER if s in present]
+
+
+def f(v, fmt=".0f", none="–"):
+    return none if v is None else format(v, fmt)
+
+
+def fms(v):
+    if v is None:
+        return "–"
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.2f}×"
+
+
+def md_table(header, rows, left=1):
+    """Markdown table; the first `left` columns are left-aligned (text), the
+    rest right-aligned (numbers)."""
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def floor_fake(w):
+    """floor always sends 1400 bytes; only index.html workloads match that."""
+    return w["path"] != "index.html"
+
+
+def write_md(res, summ, path, png, max_busy=None):
+    meta = res["meta"]
+    servers = servers_in(res)
+    has_pika = "pika" in servers
+    wls = [w for w in meta["workloads"]
+           if any((w["id"], s) in summ for s in servers)]
+    L = []
+    L.append("# pika benchmark results\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    srcs = ", ".join(f"`{os.path.relpath(os.path.abspath(p), repo)}`"
+                     for p in meta.get("sources", []))
+    L.append("Generated by `bench/run` (see `bench/README.md`) from " + srcs +
+             ". Do not edit by hand: rerun `bench/report.py`.\n")
+    runs = meta.get("runs")
+    L.append(f"- Mode: **{meta['mode']}**, {meta['rounds']} round(s); values are "
+             f"**medians across rounds**.")
+    L.append(f"- Run started {meta['started']}, took {meta.get('elapsed_s') or '?'} s"
+             + (f" (+ merged runs: " + ", ".join(
+                 f"{', '.join(r['servers'])} started {r['started']}, {r['elapsed_s']} s"
+                 for r in runs) + ")" if runs else "") + ".")
+    if meta.get("interrupted"):
+        L.append(f"- **The run was interrupted ({meta['interrupted']}); tables are partial.**")
+    L.append("- Servers measured: " + ", ".join(servers) + ".")
+    busy = [busy_pct(c) for c in res["cells"] if busy_pct(c) is not None]
+    if busy:
+        nd = sum(x["dropped"] for x in summ.values())
+        L.append(f"- CPU used by *other* processes (not this benchmark: builds, "
+                 f"tests, fuzzers of people sharing the machine) during the cells: "
+                 f"median {statistics.median(busy):.0f}%, max {max(busy):.0f}% of the "
+                 f"machine." + (f" {nd} cell-round(s) measured while that exceeded "
+                                f"{max_busy:g}% were left out of the medians (a quieter "
+                                f"round of the same cell was kept)." if nd else "")
+                 + (" **Much of this run shared the CPU with other work: treat "
+                    "absolute numbers as noisy.**"
+                    if statistics.median(busy) > 10 else ""))
+    loads = [c["loadavg"][1] for c in res["cells"] if c.get("loadavg")]
+    if loads:
+        nproc = meta["machine"]["nproc"]
+        L.append(f"- 1-min load average after each cell: median "
+                 f"{sorted(loads)[len(loads) // 2]:.1f}, max {max(loads):.1f} on {nproc} "
+                 f"cores (it also counts processes waiting on disk, ours and others', "
+                 f"so it can be high with little CPU contention: the CPU share "
+                 f"above is the better signal).")
+    for s, why in meta.get("skipped", {}).items():
+        L.append(f"- **{s} was not measured: {why}.**")
+    if not has_pika:
+        L.append("- pika ratios are omitted because pika was not measured in this run.")
+    L.append("")
+
+    # ---- summary matrix --------------------------------------------------
+    L.append("## Summary: requests/s (median)\n")
+    hdr = ["workload"] + servers
+    rows = []
+    for w in wls:
+        rows.append([w["label"]] + [
+            f(summ.get((w["id"], s), {}).get("rps"))
+            + ("†" if s == "floor" and floor_fake(w) and (w["id"], s) in summ else "")
+            for s in servers])
+    L.append(md_table(hdr, rows))
+    if "floor" in servers:
+        L.append("\n† floor answers every path with its fixed 1400-byte body, so "
+                 "on the bigger files it is not doing the same work.")
+    L.append("")
+    L.append(f"![requests per second]({os.path.relpath(png, os.path.dirname(path))})\n")
+
+    # ---- per workload ----------------------------------------------------
+    L.append("## Per workload\n")
+    L.append("Columns: req/s and MB/s (10^6 bytes/s; ab and wrk count headers + "
+             "body, siege counts bodies only), failed requests (non-2xx, socket "
+             "errors, timeouts, requests never completed), latency percentiles "
+             "(ab: whole request incl. connect, 1 ms resolution; wrk: `--latency`, "
+             "excludes timed-out requests), *max queued*: the most connections "
+             "seen waiting in the server's accept queue (Recv-Q of its listening "
+             "socket, sampled every 0.2 s), peak PSS of the server during the cell"
+             + (", and pika's req/s divided by that server's (>1 = pika faster)."
+                if has_pika else "."))
+    L.append("")
+    for w in wls:
+        L.append(f"### {w['label']}\n")
+        siege = w["tool"] == "siege"
+        cold = bool(w.get("cold"))
+        hdr = ["server", "req/s", "MB/s", "failed"]
+        hdr += ["mean ms*", "longest ms"] if siege else ["p50 ms", "p99 ms"]
+        if cold:
+            hdr += ["ready ms", "ab s", "start→done s"]
+        hdr += ["max queued", "peak PSS MiB", "rounds"]
+        if has_pika:
+            hdr.append("pika ÷ this")
+        pika_rps = summ.get((w["id"], "pika"), {}).get("rps")
+        rows = []
+        for s in servers:
+            x = summ.get((w["id"], s))
+            if not x:
+                continue
+            if x["n"] == 0:
+                row = [s, "error", "", "", "", ""] + ([""] * 3 if cold else []) + ["", "", "0"]
+                if has_pika:
+                    row.append("")
+                rows.append(row)
+                continue
+            name = s + ("†" if s == "floor" and floor_fake(w) else "") \
+                + ("‡" if x.get("ab_aborted") else "")
+            row = [name, f(x["rps"]), f(x["mbps"], ".1f"), f(x["failed"])]
+            if siege:
+                row += [fms(x["avg_ms"]), fms(x["max_ms"])]
+            elif w["tool"] == "ab":  # ab reports whole milliseconds
+                row += [f(x["p50_ms"]), f(x["p99_ms"])]
+            else:
+                row += [fms(x["p50_ms"]), fms(x["p99_ms"])]
+            if cold:
+                row += [f(x["ready_s"] * 1000 if x["ready_s"] is not None else None, ".1f"),
+                        f(x["duration_s"], ".2f"), f(x["start_to_done_s"], ".2f")]
+            row += [f(x["peak_queue"]),
+                    f(x["peak_pss_kb"] / 1024 if x["peak_pss_kb"] else None, ".1f"),
+                    str(x["n"]) + (f" (+{x['dropped']} busy)" if x["dropped"] else "")]
+            if has_pika:
+                row.append("—" if s == "pika" else ratio(pika_rps, x["rps"]))
+            rows.append(row)
+        L.append(md_table(hdr, rows))
+        if "floor" in servers and floor_fake(w):
+            L.append("\n† floor sends its fixed 1400-byte body here, not "
+                     f"`{w['path']}`.")
+        aborted = [s for s in servers if summ.get((w["id"], s), {}).get("ab_aborted")]
+        if aborted:
+            L.append("\n‡ in " + ", ".join(
+                f"{summ[(w['id'], s)]['ab_aborted']} of {summ[(w['id'], s)]['n']} round(s)"
+                f" for {s}" for s in aborted) +
+                " ab gave up because one request got no answer within 10 s "
+                "(`-s 10`): the unfinished requests count as failed, req/s is "
+                "over wall time (including that wait), no percentiles.")
+        if siege:
+            L.append("\n\\* siege reports no percentiles: *mean* is mean concurrency ÷ "
+                     "transaction rate (Little's law; siege's own figure has 10 ms "
+                     "resolution), *longest* is siege's longest transaction.")
+        if cold:
+            L.append("\n*ready* = spawn until the port first accepted a TCP "
+                     "connection; ab starts right then; *start→done* = spawn until "
+                     "ab finished (the server is still spawning workers while the "
+                     "burst arrives).")
+        errs = [f"{s}: {e}" for s in servers
+                for e in summ.get((w["id"], s), {}).get("errors", [])]
+        if errs:
+            L.append("\nErrors: " + "; ".join(sorted(set(errs))))
+        L.append("")
+
+    # ---- memory -----------------------------------------------------------
+    L.append("## Memory (PSS, MiB, summed over master + all descendants)\n")
+    L.append("Idle = after start and a short settle, before any load. Peak = "
+             "highest sample (every 0.2 s) during a cell; per server the largest "
+             "per-workload median is shown.\n")
+    hdr = ["server", "idle PSS", "idle procs", "peak PSS", "procs at peak",
+           "peak during"]
+    if has_pika:
+        hdr += ["pika idle ÷ this", "pika peak ÷ this"]
+    idle = {s: med([i["pss_kb"] for i in res["idle"] if i["server"] == s])
+            for s in servers}
+    iprocs = {s: med([i["procs"] for i in res["idle"] if i["server"] == s])
+              for s in servers}
+    peak = {}
+    for s in servers:
+        best = None
+        for w in wls:
+            x = summ.get((w["id"], s))
+            if x and x.get("peak_pss_kb") and (best is None or x["peak_pss_kb"] > best[0]):
+                best = (x["peak_pss_kb"], x["peak_procs"], w["label"])
+        peak[s] = best
+    rows = []
+    for s in servers:
+        p = peak[s]
+        row = [s, f(idle[s] / 1024 if idle[s] else None, ".1f"), f(iprocs[s]),
+               f(p[0] / 1024 if p else None, ".1f"), f(p[1] if p else None),
+               p[2] if p else "–"]
+        if has_pika:
+            row += ["—", "—"] if s == "pika" else [
+                ratio(idle.get("pika"), idle[s]),
+                ratio(peak["pika"][0] if peak.get("pika") else None,
+                      p[0] if p else None)]
+        rows.append(row)
+    L.append(md_table(hdr, rows, left=1))
+    L.append("\nPeak PSS per workload (median across rounds):\n")
+    rows = [[w["label"]] + [f(summ.get((w["id"], s), {}).get("peak_pss_kb") / 1024
+                              if summ.get((w["id"], s), {}).get("peak_pss_kb") else None,
+                              ".1f") for s in servers] for w in wls]
+    L.append(md_table(["workload"] + servers, rows))
+    L.append("")
+
+    # ---- sanity -----------------------------------------------------------
+    L.append("## Sanity checks\n")
+    L.append("Every server instance was asked for each docroot file with the "
+             "same `Host: 127.0.0.1:PORT` the load tools send, and the bytes "
+             "were compared with the generated files (floor always answers its "
+             "fixed 1400-byte body).\n")
+    rows = []
+    for i in res["idle"]:
+        v = i.get("verify", {})
+        bad = {k: x for k, x in v.items() if not x.startswith("ok")}
+        mine = [c for c in res["cells"]
+                if c["server"] == i["server"] and c["round"] == i["round"]]
+        bz = [busy_pct(c) for c in mine if busy_pct(c) is not None]
+        rows.append([i["server"], i["round"], "all ok" if not bad else
+                     "; ".join(f"{k}: {x}" for k, x in bad.items()),
+                     "no access log" if not meta.get("access_log", {}).get(i["server"], True)
+                     else f(i.get("access_log_lines")),
+                     f"{statistics.median(bz):.0f}% / {max(bz):.0f}%" if bz else "–"])
+    L.append(md_table(["server", "round", "content check", "access-log lines",
+                       "other processes' CPU, median / max"], rows))
+    L[-1] = L[-1].replace("|---:|---:|---:|", "|---:|---|---:|", 1)
+    if res.get("errors"):
+        L.append("\nServer-level errors:\n")
+        for e in res["errors"]:
+            L.append(f"- round {e['round']} {e['server']}: `{e['error'][:400]}`")
+    L.append("")
+
+    # ---- method ---------------------------------------------------------
+    L.append("## Method\n")
+    L.append("- Each round runs every server in turn (A B C … then A B C … again), "
+             "so slow drifts of the machine hit all servers alike. Per server and "
+             "round: a fresh instance for the cold burst, then another fresh "
+             "instance that runs all other workloads in the order listed.")
+    L.append("- All traffic is to 127.0.0.1; load generators run on the same "
+             f"{meta['machine']['nproc']}-core machine as the servers, so client "
+             "CPU competes with server CPU (absolute numbers are low; ratios are "
+             "what matter).")
+    L.append("- Shared docroot with deterministic files (same bytes for every "
+             "server):")
+    for name, x in meta["files"].items():
+        L.append(f"  - `{name}`: {x['bytes']} bytes, sha256 `{x['sha256'][:16]}…`")
+    L.append("- siege runs with `-R` pointing at a generated rc: "
+             "`connection = close`, `protocol = HTTP/1.1`, logging off, "
+             "`limit = 1024`, `failures = 1000000` (count failures instead of "
+             "aborting), `parser = false`. ab runs with `-r -s 10`; wrk with "
+             "`-t2 --timeout 2s --latency`.")
+    L.append("- Memory: PSS from `/proc/PID/smaps_rollup`, summed over the master "
+             "and every descendant (busybox forks per connection, so its children "
+             "count while alive).")
+    L.append("- **busybox httpd has no access log** (every other server except the "
+             "floor writes one); it also forks a process per connection and does "
+             "no keep-alive.")
+    L.append("- **floor** (`bench/floor.c`) answers every request, whatever the "
+             "path, with the same 1400-byte body, so its MB/s on the 50 KB / "
+             "200 KB / 1.7 MB files is not comparable; its req/s is the ceiling "
+             "for a blocking prefork design on this machine. It closes after "
+             "responding when the request says `Connection: close` or is "
+             "HTTP/1.0 without keep-alive (ab), and has a 5 s idle timeout.")
+    L.append("- A blocking prefork server (apache prefork, floor, and pika if it "
+             "holds one connection per worker) can serve only as many keep-alive "
+             "connections at once as it has workers; the rest wait in the listen "
+             "backlog. **wrk does not count those as failures**: wrk 4.1 counts a "
+             "timeout only when a late answer finally arrives, so a connection "
+             "that is never served during the run is invisible in its output. "
+             "The *max queued* column shows them (e.g. the floor's 4 workers "
+             "under `wrk -c500` keep-alive leave ~496 connections unserved for "
+             "the whole run).")
+    L.append("")
+
+    # ---- machine / versions / configs ------------------------------------
+    mc = meta["machine"]
+    L.append("## Machine\n")
+    L.append(md_table(["", ""], [
+        ["CPU", mc["cpu"]], ["cores (nproc)", mc["nproc"]], ["memory", mc["memory"]],
+        ["kernel", mc["kernel"]], ["OS", mc["os"]],
+        ["open files limit", mc.get("ulimit_nofile", "?")]] +
+        [[k, v] for k, v in mc.get("sysctl", {}).items()], left=2))
+    L.append("\n## Versions\n")
+    L.append(md_table(["", "version"], [[k, f"`{v}`"] for k, v in meta["versions"].items()
+                                        if k not in ORDER or k in servers], left=2))
+    L.append("\n## Configurations\n")
+    L.append("Generated per instance into a temp dir (TMPDIR; DOCROOT is the "
+             "shared docroot); the system's own configs are never used or "
+             "changed.\n")
+    for s in servers:
+        L.append(f"### {s}\n")
+        cmd = meta.get("commands", {}).get(s)
+        if cmd:
+            L.append(f"Command: `{cmd}`\n")
+        conf = meta.get("configs", {}).get(s)
+        if conf:
+            L.append("```\n" + conf.rstrip() + "\n```\n")
+        elif s == "busybox":
+            L.append("No config file: defaults, command-line only.\n")
+    L.append("### siege rc\n")
+    L.append("```\n" + meta.get("siegerc", "").rstrip() + "\n```\n")
+    with open(path, "w") as fh:
+        fh.write("\n".join(L))
+
+
+def write_png(res, summ, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report.py: matplotlib not available, no chart", file=sys.stderr)
+        return False
+    servers = servers_in(res)
+    wls = [w for w in res["meta"]["workloads"]
+           if any(summ.get((w["id"], s), {}).get("rps") for s in servers)]
+    if not wls:
+        return False
+    cols = 3
+    rows = (len(wls) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 5.2, rows * 3.0), squeeze=False)
+    for ax, w in zip(axes.flat, wls):
+        vals = [summ.get((w["id"], s), {}).get("rps") or 0 for s in servers]
+        bars = ax.bar(range(len(servers)), vals,
+                      color=[COLORS.get(s, "#999") for s in servers])
+        if "floor" in servers and floor_fake(w):
+            b = bars[servers.index("floor")]
+            b.set_color("#bbbbbb")
+            b.set_hatch("//")
+            b.set_edgecolor("#333333")
+        ax.set_xticks(range(len(servers)))
+        ax.set_xticklabels([s + ("*" if s == "floor" and floor_fake(w) else "")
+                            for s in servers], fontsize=8)
+        ax.set_title(w["label"], fontsize=8.5)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_ylim(0, max(vals) * 1.18 if max(vals) else 1)
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height(),
+                    f"{v:,.0f}" if v else "n/a", ha="center", va="bottom", fontsize=6.5)
+    for ax in list(axes.flat)[len(wls):]:
+        ax.axis("off")
+    m = res["meta"]
+    fig.suptitle(f"requests/s, median of {m['rounds']} round(s) "
+                 f"({m['mode']} run, {m['machine']['nproc']} cores, "
+                 f"{m['machine']['cpu']})"
+                 + ("\nfloor* (hatched) = fixed 1400-byte reply, not the file asked for"
+                    if "floor" in servers else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.955))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--md", required=True)
+    ap.add_argument("--png", required=True)
+    ap.add_argument("--max-busy", type=float, default=25.0, metavar="PCT",
+                    help="leave out rounds of a cell measured while other "
+                         "processes used more than PCT%% of the CPU, if a "
+                         "quieter round exists (default 25; -1 keeps all)")
+    a = ap.parse_args()
+    res = load(a.results)
+    max_busy = None if a.max_busy < 0 else a.max_busy
+    summ = summarize(res, max_busy)
+    write_png(res, summ, a.png)
+    write_md(res, summ, a.md, a.png, max_busy)
+    print(f"report.py: wrote {a.md}" + (f" and {a.png}" if os.path.exists(a.png) else ""))
+
+
+if __name__ == "__main__":
+    main()
