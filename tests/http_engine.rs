@@ -9,6 +9,10 @@ use crate::util::*;
 
 /// A site with a few files, served by `pika -X` (one process: fast to start).
 fn serve(server_extra: &str, rest: &str) -> (Site, Pika) {
+    serve_env(server_extra, rest, &[])
+}
+
+fn serve_env(server_extra: &str, rest: &str, env: &[(&str, &str)]) -> (Site, Pika) {
     let site = Site::new();
     site.write("htdocs/hello.txt", "hello, world\n");
     site.write("htdocs/a b.txt", "spaced\n");
@@ -22,7 +26,7 @@ fn serve(server_extra: &str, rest: &str) -> (Site, Pika) {
     site.write("htdocs/list/a.txt", "a");
     site.write("htdocs/list/<script>.txt", "x");
     site.config(server_extra, rest);
-    let pika = Pika::start(&site, "-X");
+    let pika = Pika::start_env(&site, "-X", env);
     (site, pika)
 }
 
@@ -335,14 +339,7 @@ fn paths_are_decoded_normalised_and_confined() {
 /// file's real path against the root).
 #[test]
 fn paths_are_confined_without_openat2() {
-    let site = Site::new();
-    site.write("htdocs/hello.txt", "hello, world\n");
-    site.write("htdocs/a b.txt", "spaced\n");
-    site.write("htdocs/.secret", "hidden");
-    site.write("htdocs/.git/config", "hidden too");
-    site.write("htdocs/dir/index.html", "dir index\n");
-    site.config("", "");
-    let p = Pika::start_env(&site, "-X", &[("PIKA_NO_OPENAT2", "1")]);
+    let (site, p) = serve_env("", "", &[("PIKA_NO_OPENAT2", "1")]);
     confinement_battery(&site, &p);
 }
 
