@@ -188,7 +188,6 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
 /// stdin and stdout to /dev/null; stderr to the error log file if it is one (so a
 /// panic message is not lost), else /dev/null.
 fn redirect_stdio(config: &Config) {
-    use std::os::fd::AsRawFd;
     let null = File::options().read(true).write(true).open("/dev/null");
     let err = match &config.error_log {
         crate::config::ErrorLogTarget::File(p) => crate::log::open_append(p).ok(),
@@ -205,7 +204,6 @@ fn redirect_stdio(config: &Config) {
                 let _ = nix::unistd::dup2_stderr(&null);
             }
         }
-        let _ = null.as_raw_fd();
     }
 }
 

@@ -147,16 +147,6 @@ pub fn set_int_sockopt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) ->
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
-/// Bytes waiting in a listening socket's accept queue is not exposed by Linux; this
-/// reports the number of unread bytes on a connected socket instead (`FIONREAD`),
-/// used to tell whether a pipelined request is already waiting.
-pub fn readable_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int into `n`, which lives across the call.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
-    if rc == 0 { Ok(n.max(0) as usize) } else { Err(io::Error::last_os_error()) }
-}
-
 /// How [`open_beneath`] treats symbolic links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Symlinks {

@@ -78,10 +78,6 @@ impl AccessLogs {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.logs.is_empty()
-    }
-
     /// Writes one record to every log whose filter (and vhost) takes it.
     pub fn write(&mut self, r: &Record<'_>, internal: bool, vhost: usize) {
         if self.logs.is_empty() {
@@ -142,12 +138,6 @@ impl AccessLogs {
                 Ok(f) => log.file = f,
                 Err(e) => log::error!("cannot reopen access log {}: {e}", log.path.display()),
             }
-        }
-    }
-
-    pub fn flush(&mut self) {
-        for log in &mut self.logs {
-            let _ = log.file.flush();
         }
     }
 }
