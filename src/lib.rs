@@ -19,6 +19,8 @@
 //!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
 //!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
 //!   to the HTTP code, which knows nothing about processes.
+//! - [`text`] formats numbers and addresses into byte buffers for the per-request
+//!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
 //!   `prctl`, `openat2`, `mmap`); the rest of the crate denies `unsafe`.
 //!
@@ -71,5 +73,6 @@ pub mod pod;
 pub mod scoreboard;
 pub mod status;
 pub mod sys;
+pub mod text;
 pub mod vhost;
 pub mod worker;

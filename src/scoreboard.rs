@@ -6,7 +6,6 @@
 //! The master never trusts a pid read from here for `kill()` (a worker could write
 //! anything into its slot): it signals only pids from its own table.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::sys;
@@ -128,21 +127,21 @@ pub struct Slot {
 #[allow(unsafe_code)]
 unsafe impl sys::SharedAtomic for Slot {}
 
-/// Milliseconds on the monotonic clock, shared by all processes of the machine.
+/// Milliseconds on the monotonic clock, shared by all processes of the machine. The
+/// coarse clock (a few milliseconds' resolution) is read from memory, without the
+/// cycle counter: a worker stamps its slot several times per request.
 pub fn now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
         .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
         .unwrap_or(0)
 }
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
-    let mut chunk = [0u8; 8];
-    for (i, w) in words.iter().enumerate() {
-        chunk.fill(0);
-        let from = (i * 8).min(text.len());
-        let to = (from + 8).min(text.len());
-        chunk[..to - from].copy_from_slice(&text[from..to]);
-        w.store(u64::from_le_bytes(chunk), Relaxed);
+    let mut chunks = text.chunks(8);
+    for w in words {
+        // Little-endian, zero-padded; built by shifts (no memcpy call per word).
+        let v = chunks.next().map_or(0, |c| c.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)));
+        w.store(v, Relaxed);
     }
 }
 
@@ -165,9 +164,13 @@ impl Slot {
         self.heartbeat_ms.store(now, Relaxed);
     }
 
-    pub fn set_request(&self, line: &[u8], client: SocketAddr) {
+    pub fn set_request(&self, line: &[u8]) {
         store_text(&self.request, line);
-        store_text(&self.client, client.to_string().as_bytes());
+    }
+
+    /// `client` is `ip:port` as text (see `text::push_socket_addr`).
+    pub fn set_client(&self, client: &[u8]) {
+        store_text(&self.client, client);
     }
 
     pub fn request_line(&self) -> String {
@@ -219,11 +222,12 @@ mod tests {
     fn text_round_trips_and_truncates() {
         let sb = Scoreboard::new(2).unwrap();
         let s = &sb.slots[1];
-        s.set_request(b"GET /index.html HTTP/1.1", "127.0.0.1:5000".parse().unwrap());
+        s.set_request(b"GET /index.html HTTP/1.1");
+        s.set_client(b"127.0.0.1:5000");
         assert_eq!(s.request_line(), "GET /index.html HTTP/1.1");
         assert_eq!(s.client(), "127.0.0.1:5000");
         let long = vec![b'x'; 500];
-        s.set_request(&long, "[::1]:1".parse().unwrap());
+        s.set_request(&long);
         assert_eq!(s.request_line().len(), TEXT_WORDS * 8);
         s.claim(3);
         assert_eq!((s.request_line(), s.state(), s.generation.load(Relaxed)), (String::new(), State::Starting, 3));

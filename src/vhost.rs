@@ -15,12 +15,12 @@ pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
         for n in &v.server_names {
             if let Some(suffix) = n.strip_prefix("*.") {
                 let matches = name.len() > suffix.len() + 1
-                    && name.ends_with(suffix.as_bytes())
+                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
                     && name[name.len() - suffix.len() - 1] == b'.';
                 if matches && best.is_none_or(|(_, len)| suffix.len() > len) {
                     best = Some((i, suffix.len()));
                 }
-            } else if n.as_bytes() == name.as_slice() {
+            } else if n.as_bytes().eq_ignore_ascii_case(name) {
                 return i;
             }
         }
@@ -28,8 +28,9 @@ pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
     best.map_or(0, |(i, _)| i)
 }
 
-/// The host part of a Host value, lower-cased, without port and trailing dot.
-fn host_name(host: &[u8]) -> Vec<u8> {
+/// The host part of a Host value, without port and trailing dot (compared without
+/// case: configured names are lower-cased when the config is loaded).
+fn host_name(host: &[u8]) -> &[u8] {
     let host = host.trim_ascii();
     let name = if host.first() == Some(&b'[') {
         // An IPv6 literal keeps its brackets; only a port after `]` goes.
@@ -43,8 +44,7 @@ fn host_name(host: &[u8]) -> Vec<u8> {
             None => host,
         }
     };
-    let name = name.strip_suffix(b".").unwrap_or(name);
-    name.to_ascii_lowercase()
+    name.strip_suffix(b".").unwrap_or(name)
 }
 
 #[cfg(test)]

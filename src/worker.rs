@@ -122,7 +122,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     };
-    let mut obs = SlotObserver { slot, ctx: &ctx, client: None };
+    let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64) };
     let mut served: u64 = 0;
     loop {
         if slot.state() != State::Ready {
@@ -203,6 +203,8 @@ struct SlotObserver<'a> {
     ctx: &'a WorkerCtx<'a>,
     /// The client of the current request.
     client: Option<SocketAddr>,
+    /// Reused to format the client for the slot.
+    scratch: Vec<u8>,
 }
 
 impl Observer for SlotObserver<'_> {
@@ -217,8 +219,14 @@ impl Observer for SlotObserver<'_> {
     }
 
     fn request(&mut self, line: &[u8], client: SocketAddr) {
-        self.client = Some(client);
-        self.slot.set_request(line, client);
+        self.slot.set_request(line);
+        // The client is the same for every request of a connection: written once.
+        if self.client != Some(client) {
+            self.client = Some(client);
+            self.scratch.clear();
+            crate::text::push_socket_addr(&mut self.scratch, client);
+            self.slot.set_client(&self.scratch);
+        }
     }
 
     fn served(&mut self, bytes: u64) {

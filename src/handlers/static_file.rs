@@ -212,7 +212,7 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
     };
     if let RangeOutcome::Unsatisfiable = ranges {
         reply.error(416, "The requested range is not satisfiable.");
-        reply.header("Content-Range", format_args!("bytes */{len}"));
+        reply.header("Content-Range", format!("bytes */{len}"));
         return;
     }
 
@@ -248,7 +248,7 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
                 })
                 .collect();
             reply.status = 206;
-            reply.header("Content-Type", format_args!("multipart/byteranges; boundary={boundary}"));
+            reply.header("Content-Type", format!("multipart/byteranges; boundary={boundary}"));
             reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
         }
     }

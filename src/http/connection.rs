@@ -21,6 +21,7 @@ use crate::config::{Config, ServerTokens};
 use crate::handlers::static_file::{self, Env, Site};
 use crate::log::access::AccessLogs;
 use crate::log::format::Record;
+use crate::text;
 use crate::vhost;
 
 /// What a connection is doing, for the scoreboard.
@@ -235,7 +236,15 @@ impl<'c> Server<'c> {
             obs.state(ConnState::Writing);
             let status = reply.status;
             let body = std::mem::replace(&mut reply.body, Body::None);
-            write_head(&mut out.head, &mut out.date, out.server_header, &reply, &body, req.http11, keep_alive);
+            write_head(
+                &mut out.head,
+                out.date.at(start_time),
+                out.server_header,
+                &reply,
+                &body,
+                req.http11,
+                keep_alive,
+            );
             let send_body = req.method != Method::Head && !response::bodiless(status);
             let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs);
             let body_bytes = if send_body { body.len() } else { 0 };
@@ -320,7 +329,7 @@ impl Output {
         reply.error(e.status(), &e.to_string());
         obs.state(ConnState::Writing);
         let body = std::mem::replace(&mut reply.body, Body::None);
-        write_head(&mut self.head, &mut self.date, self.server_header, &reply, &body, true, false);
+        write_head(&mut self.head, self.date.at(start_time), self.server_header, &reply, &body, true, false);
         // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
         let send_body = !line.starts_with(b"HEAD ");
         let sent = write_response(input.stream, &self.head, send_body.then_some(&body), obs);
@@ -437,25 +446,28 @@ fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
 /// Writes the status line and the headers every response carries.
 fn write_head(
     head: &mut Vec<u8>,
-    date: &mut DateCache,
+    date: &str,
     server: &str,
     reply: &Reply<'_>,
     body: &Body,
     http11: bool,
     keep_alive: bool,
 ) {
-    use std::io::Write as _;
     head.clear();
-    let _ = write!(
-        head,
-        "HTTP/1.1 {} {}\r\nDate: {}\r\nServer: {server}\r\n",
-        reply.status,
-        response::reason(reply.status),
-        date.now()
-    );
+    head.extend_from_slice(b"HTTP/1.1 ");
+    text::push_int(head, reply.status);
+    head.push(b' ');
+    head.extend_from_slice(response::reason(reply.status).as_bytes());
+    head.extend_from_slice(b"\r\nDate: ");
+    head.extend_from_slice(date.as_bytes());
+    head.extend_from_slice(b"\r\nServer: ");
+    head.extend_from_slice(server.as_bytes());
+    head.extend_from_slice(b"\r\n");
     head.extend_from_slice(reply.headers);
     if !response::bodiless(reply.status) {
-        let _ = write!(head, "Content-Length: {}\r\n", body.len());
+        head.extend_from_slice(b"Content-Length: ");
+        text::push_int(head, body.len());
+        head.extend_from_slice(b"\r\n");
     }
     if !keep_alive {
         head.extend_from_slice(b"Connection: close\r\n");
@@ -468,22 +480,32 @@ fn write_head(
 /// Sends head and body with as few `writev` calls as the kernel allows. Returns the
 /// bytes sent.
 fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
-    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(4);
-    slices.push(IoSlice::new(head));
-    match body {
-        None | Some(Body::None) => {}
-        Some(Body::Owned(v)) => slices.push(IoSlice::new(v)),
-        Some(Body::Mapped { map, start, end }) => slices.push(IoSlice::new(&map[*start..*end])),
-        Some(Body::Multipart { map, parts, tail }) => {
-            for (h, r) in parts {
-                slices.push(IoSlice::new(h));
-                slices.push(IoSlice::new(&map[r.start as usize..=r.end as usize]));
-            }
-            slices.push(IoSlice::new(tail));
+    // One slice for the head and one for a body need no allocation; only multipart
+    // bodies build a list.
+    let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
+    let mut many: Vec<IoSlice<'_>>;
+    let slices: &mut [IoSlice<'_>] = match body {
+        None | Some(Body::None) => &mut pair[..1],
+        Some(Body::Owned(v)) => {
+            pair[1] = IoSlice::new(v);
+            &mut pair
         }
-    }
+        Some(Body::Mapped { map, start, end }) => {
+            pair[1] = IoSlice::new(&map[*start..*end]);
+            &mut pair
+        }
+        Some(Body::Multipart { map, parts, tail }) => {
+            many = vec![IoSlice::new(head)];
+            for (h, r) in parts {
+                many.push(IoSlice::new(h));
+                many.push(IoSlice::new(&map[r.start as usize..=r.end as usize]));
+            }
+            many.push(IoSlice::new(tail));
+            &mut many
+        }
+    };
     let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-    let mut rest = &mut slices[..];
+    let mut rest = slices;
     let mut stream = stream;
     while !rest.is_empty() {
         // IOV_MAX is 1024: a response with thousands of ranges goes out in batches.
@@ -578,9 +600,11 @@ impl Input<'_> {
                     deadline = Some(Instant::now() + head_timeout);
                 }
             }
+            // One clock read per pass.
+            let waited = began.elapsed();
             let full = match deadline {
-                None => first_wait.saturating_sub(began.elapsed()),
-                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => first_wait.saturating_sub(waited),
+                Some(d) => d.saturating_duration_since(began + waited),
             };
             if full.is_zero() {
                 return Err(timed_out(self, deadline));
@@ -589,9 +613,9 @@ impl Input<'_> {
             // The first wait of a fresh read is a plain slice: a healthy client's head
             // is usually there already. Pressure is weighed once a slice went by or a
             // head came in part (and the timeout then changes only for those).
-            let dawdling = self.end > self.start || began.elapsed() >= WAIT_SLICE;
+            let dawdling = self.end > self.start || waited >= WAIT_SLICE;
             if dawdling && pressure() {
-                let left = PRESSURE_GRACE.saturating_sub(began.elapsed());
+                let left = PRESSURE_GRACE.saturating_sub(waited);
                 if left.is_zero() {
                     return Err(timed_out(self, deadline));
                 }

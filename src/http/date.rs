@@ -11,9 +11,9 @@ pub struct DateCache {
 }
 
 impl DateCache {
-    /// The current time as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-    pub fn now(&mut self) -> &str {
-        let now = SystemTime::now();
+    /// `now` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`). The caller passes
+    /// the time it already read for the request (one clock read fewer).
+    pub fn at(&mut self, now: SystemTime) -> &str {
         let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         if secs != self.second || self.text.is_empty() {
             self.second = secs;
@@ -30,7 +30,7 @@ mod tests {
     #[test]
     fn formats_and_caches() {
         let mut d = DateCache::default();
-        let a = d.now().to_string();
+        let a = d.at(SystemTime::now()).to_string();
         assert_eq!(a.len(), 29);
         assert!(a.ends_with(" GMT"));
         assert!(httpdate::parse_http_date(&a).is_ok());

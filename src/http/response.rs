@@ -57,10 +57,12 @@ impl<'h> Reply<'h> {
     }
 
     /// Adds a header line. Values must not come unescaped from the client.
-    pub fn header(&mut self, name: &str, value: impl std::fmt::Display) -> &mut Self {
-        use std::io::Write as _;
+    pub fn header(&mut self, name: &str, value: impl AsRef<str>) -> &mut Self {
         let start = self.headers.len();
-        let _ = write!(self.headers, "{name}: {value}\r\n");
+        // Plain copies: `write!` costs several times more on the per-request path.
+        for part in [name, ": ", value.as_ref(), "\r\n"] {
+            self.headers.extend_from_slice(part.as_bytes());
+        }
         debug_assert!(!self.headers[start..self.headers.len() - 2].contains(&b'\n'), "header injection");
         self
     }
@@ -142,7 +144,7 @@ mod tests {
     fn reply_headers() {
         let mut buf = Vec::new();
         let mut r = Reply::new(&mut buf);
-        r.header("X-A", 1).header("X-B", "two");
+        r.header("X-A", "1").header("X-B", "two");
         r.error(405, "no");
         assert_eq!(r.status, 405);
         assert_eq!(&r.headers[..], &b"Content-Type: text/html; charset=utf-8\r\nAllow: GET, HEAD, OPTIONS\r\n"[..]);

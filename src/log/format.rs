@@ -7,6 +7,8 @@
 //! escapes it (`\"`, `\\`, `\n`, `\xHH`): a client cannot end a line or forge a field.
 
 use std::net::IpAddr;
+
+use crate::text;
 use std::time::{Duration, SystemTime};
 
 /// The named formats, as Apache ships them.
@@ -173,7 +175,7 @@ impl LogFormat {
         for t in &self.tokens {
             match t {
                 Token::Literal(s) => out.extend_from_slice(s.as_bytes()),
-                Token::RemoteHost => push_display(out, r.client_display()),
+                Token::RemoteHost => text::push_ip(out, r.client),
                 Token::Dash => out.push(b'-'),
                 Token::Time => out.extend_from_slice(clf_time.as_bytes()),
                 Token::TimeFormat(f) => render_time(f, r.start, out),
@@ -187,20 +189,20 @@ impl LogFormat {
                     }
                 }
                 Token::Protocol => out.extend_from_slice(r.protocol.as_bytes()),
-                Token::FinalStatus => push_display(out, r.status),
+                Token::FinalStatus => text::push_int(out, r.status),
                 Token::BodyBytesClf if r.body_bytes == 0 => out.push(b'-'),
-                Token::BodyBytesClf | Token::BodyBytes => push_display(out, r.body_bytes),
-                Token::Micros => push_display(out, r.duration.as_micros()),
-                Token::Seconds => push_display(out, r.duration.as_secs()),
+                Token::BodyBytesClf | Token::BodyBytes => text::push_int(out, r.body_bytes),
+                Token::Micros => text::push_int(out, r.duration.as_micros()),
+                Token::Seconds => text::push_int(out, r.duration.as_secs()),
                 Token::VhostName => escape_into(out, r.vhost.as_bytes()),
                 Token::HostHeader => match r.host {
                     Some(h) => escape_into(out, h),
                     None => escape_into(out, r.vhost.as_bytes()),
                 },
-                Token::LocalPort => push_display(out, r.local_port),
-                Token::Pid => push_display(out, std::process::id()),
-                Token::BytesIn => push_display(out, r.bytes_in),
-                Token::BytesOut => push_display(out, r.bytes_out),
+                Token::LocalPort => text::push_int(out, r.local_port),
+                Token::Pid => text::push_int(out, std::process::id()),
+                Token::BytesIn => text::push_int(out, r.bytes_in),
+                Token::BytesOut => text::push_int(out, r.bytes_out),
                 Token::HeaderIn(name) => match (r.headers_in)(name) {
                     Some(v) => escape_into(out, v),
                     None => out.push(b'-'),
@@ -210,21 +212,11 @@ impl LogFormat {
                     None => out.push(b'-'),
                 },
                 Token::ConnStatus => out.push(r.conn_status as u8),
-                Token::KeepaliveCount => push_display(out, r.keepalive_count),
-                Token::RequestId => push_display(out, format_args!("{:016x}", r.request_id)),
+                Token::KeepaliveCount => text::push_int(out, r.keepalive_count),
+                Token::RequestId => text::push_hex(out, r.request_id, 16),
             }
         }
         out.push(b'\n');
-    }
-}
-
-impl Record<'_> {
-    fn client_display(&self) -> IpAddr {
-        // A dual-stack socket reports IPv4 clients as ::ffff:a.b.c.d; log them as IPv4.
-        match self.client {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(self.client),
-            v4 => v4,
-        }
     }
 }
 
@@ -277,7 +269,14 @@ fn push_display(out: &mut Vec<u8>, v: impl std::fmt::Display) {
 /// characters get their C escapes, every other byte outside printable ASCII is `\xHH`.
 pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
+    let plain = |b: u8| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\';
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // Runs of plain bytes (nearly all of a real request) are copied whole.
+        let run = rest.iter().position(|&b| !plain(b)).unwrap_or(rest.len());
+        out.extend_from_slice(&rest[..run]);
+        let Some((&b, tail)) = rest[run..].split_first() else { break };
+        rest = tail;
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
@@ -286,7 +285,6 @@ pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
             b'\t' => out.extend_from_slice(b"\\t"),
             0x08 => out.extend_from_slice(b"\\b"),
             0x0b => out.extend_from_slice(b"\\v"),
-            0x20..=0x7e => out.push(b),
             _ => out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]),
         }
     }
@@ -366,6 +364,29 @@ mod tests {
         let mut out = Vec::new();
         escape_into(&mut out, b"a\"b\\c\r\n\t\x08\x0b\x00\x1b\x7f\xff");
         assert_eq!(out, b"a\\\"b\\\\c\\r\\n\\t\\b\\v\\x00\\x1b\\x7f\\xff");
+    }
+
+    proptest::proptest! {
+        /// The run-copying escaper writes what a byte-at-a-time one writes.
+        #[test]
+        fn escape_matches_bytewise(bytes: Vec<u8>) {
+            let mut want = Vec::new();
+            for &b in &bytes {
+                match b {
+                    b'"' | b'\\' => want.extend_from_slice(&[b'\\', b]),
+                    b'\n' => want.extend_from_slice(b"\\n"),
+                    b'\r' => want.extend_from_slice(b"\\r"),
+                    b'\t' => want.extend_from_slice(b"\\t"),
+                    0x08 => want.extend_from_slice(b"\\b"),
+                    0x0b => want.extend_from_slice(b"\\v"),
+                    0x20..=0x7e => want.push(b),
+                    _ => want.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                }
+            }
+            let mut out = Vec::new();
+            escape_into(&mut out, &bytes);
+            proptest::prop_assert_eq!(out, want);
+        }
     }
 
     #[test]
