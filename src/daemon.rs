@@ -29,9 +29,10 @@ pub fn run_single(config: Config) -> ExitCode {
             Err(e) => return crate::cli::fail(format!("cannot listen on {addr}: {e}")),
         }
     }
-    if let Err(e) = crate::listen::configure(&listeners, config.http.send_timeout) {
-        return crate::cli::fail(e);
-    }
+    let listeners = match crate::listen::Listeners::new(listeners, config.http.send_timeout) {
+        Ok(l) => l,
+        Err(e) => return crate::cli::fail(e),
+    };
     let setup = || -> Result<_, String> {
         let sb = crate::scoreboard::Scoreboard::new(1).map_err(|e| e.to_string())?;
         let logs = crate::log::access::AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
@@ -45,7 +46,7 @@ pub fn run_single(config: Config) -> ExitCode {
     if let Err(e) = crate::log::set_target(&config.error_log, config.log_level) {
         return crate::cli::fail(format!("cannot open the error log: {e}"));
     }
-    for l in &listeners {
+    for l in &listeners.list {
         log::info!("listening on {} (single process)", l.bound);
     }
     let ctx = crate::worker::WorkerCtx {

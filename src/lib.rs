@@ -15,7 +15,8 @@
 //!   kill stuck workers → rotate logs → rewrite the status file. It never serves a
 //!   request and never imports the HTTP code.
 //! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
-//!   drops privileges, then loops: accept ([`listen::accept`]) → serve the connection
+//!   drops privileges, then loops: accept ([`listen::Acceptor::accept`]: idle workers
+//!   sleep in `epoll` with `EPOLLEXCLUSIVE`, the oldest woken first) → serve the connection
 //!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
 //!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
 //!   to the HTTP code, which knows nothing about processes.
@@ -26,7 +27,7 @@
 //!
 //! # How a request travels
 //!
-//! [`listen::accept`] hands a socket (options inherited from the listener) to
+//! [`listen::Acceptor::accept`] hands a socket (options inherited from the listener) to
 //! [`http::connection::Server::serve`]: read the head into a fixed buffer within its
 //! timeout → [`http::request::parse`] (httparse plus our own checks: Host, framing,
 //! limits; every failure is an [`http::request::HttpError`] mapped to its status in one

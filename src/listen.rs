@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use socket2::{Domain, Socket, Type};
 
 pub use crate::http::connection::WAIT_SLICE;
@@ -44,65 +44,73 @@ pub fn bind(addr: SocketAddr, backlog: u32, defer: Option<std::time::Duration>) 
     Ok(Listener { configured: addr, bound, socket })
 }
 
-/// Blocks until one of the listeners has a connection and accepts it.
-///
-/// With one listener this is a plain blocking `accept()`: Linux wakes one waiter per
-/// connection, so no accept lock is needed. With several, the listeners are
-/// non-blocking and the worker waits in `poll()`; a worker that loses the race for a
-/// connection gets `EAGAIN` and polls again.
-pub fn accept(listeners: &[Listener]) -> io::Result<(TcpStream, SocketAddr, u16)> {
-    if let [only] = listeners {
-        let (s, peer) = only.socket.accept()?;
-        return Ok((s, peer, only.bound.port()));
-    }
-    loop {
-        let mut fds: Vec<PollFd<'_>> =
-            listeners.iter().map(|l| PollFd::new(l.socket.as_fd(), PollFlags::POLLIN)).collect();
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
+/// The listeners, set up for the workers' [`Acceptor`]s.
+pub struct Listeners {
+    pub list: Vec<Listener>,
+}
+
+impl Listeners {
+    /// Prepares bound listeners for [`Acceptor::accept`] and for the connections
+    /// they hand out.
+    ///
+    /// The listeners are non-blocking (a worker sleeps in `epoll_wait`, not in
+    /// `accept`). Options a connection needs are set once on the listener, which
+    /// every accepted socket inherits on Linux: `TCP_NODELAY` (a response goes out
+    /// in one `writev`, nothing to coalesce), `SO_SNDTIMEO` (the send timeout) and
+    /// `SO_RCVTIMEO` ([`WAIT_SLICE`], the reads' first timeout). That spares three
+    /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
+    /// sockets block, with those timeouts.
+    pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
+        for l in &list {
+            l.socket.set_nonblocking(true)?;
+            let s = socket2::SockRef::from(&l.socket);
+            s.set_tcp_nodelay(true)?;
+            s.set_write_timeout(Some(send_timeout))?;
+            s.set_read_timeout(Some(WAIT_SLICE))?;
         }
-        let ready: Vec<usize> = fds
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
-            .map(|(i, _)| i)
-            .collect();
-        for i in ready {
-            match listeners[i].socket.accept() {
-                Ok((s, peer)) => {
-                    // Accepted sockets inherit O_NONBLOCK from the listener on some
-                    // systems; the worker wants blocking I/O with timeouts.
-                    s.set_nonblocking(false)?;
-                    return Ok((s, peer, listeners[i].bound.port()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
+        Ok(Listeners { list })
     }
 }
 
-/// Prepares listeners for [`accept`] and for the connections they hand out.
+/// How one worker waits for connections: its own epoll instance with every listener
+/// registered `EPOLLEXCLUSIVE`.
 ///
-/// Several listeners are non-blocking (workers wait in `poll`). Options a connection
-/// needs are set once on the listener, which every accepted socket inherits on Linux:
-/// `TCP_NODELAY` (a response goes out in one `writev`, nothing to coalesce),
-/// `SO_SNDTIMEO` (the send timeout) and `SO_RCVTIMEO` ([`WAIT_SLICE`], the reads'
-/// first timeout). That spares three `setsockopt` calls per connection. On a blocking
-/// listener the receive timeout also bounds `accept()`, so an idle worker looks at
-/// the pipe of death and the generation at least once per slice.
-pub fn configure(listeners: &[Listener], send_timeout: Duration) -> io::Result<()> {
-    let several = listeners.len() > 1;
-    for l in listeners {
-        l.socket.set_nonblocking(several)?;
-        let s = socket2::SockRef::from(&l.socket);
-        s.set_tcp_nodelay(true)?;
-        s.set_write_timeout(Some(send_timeout))?;
-        s.set_read_timeout(Some(WAIT_SLICE))?;
+/// A new connection wakes one sleeping worker, and the kernel tries the workers in
+/// the order they registered: the oldest idle worker that is asleep gets it. Under a
+/// steady load the same few workers serve everything and the rest stay asleep (the
+/// master retires them past `max_spare`). Blocking `accept()` instead wakes its
+/// waiters first-in, first-out, so every worker of a large pool takes turns and
+/// all of them run cold (the commit that brought this in has the figures).
+pub struct Acceptor<'l> {
+    listeners: &'l [Listener],
+    ready: Epoll,
+}
+
+impl<'l> Acceptor<'l> {
+    pub fn new(listeners: &'l Listeners) -> io::Result<Acceptor<'l>> {
+        let ready = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        for (i, l) in listeners.list.iter().enumerate() {
+            let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
+            ready.add(l.socket.as_fd(), EpollEvent::new(flags, i as u64))?;
+        }
+        Ok(Acceptor { listeners: &listeners.list, ready })
     }
-    Ok(())
+
+    /// Accepts a connection, waiting for one at most [`WAIT_SLICE`]. A slice without
+    /// a connection (or one another worker took first) is `WouldBlock`, so the
+    /// worker can look at the pipe of death and the generation.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr, u16)> {
+        let mut events = [EpollEvent::empty()];
+        let timeout = EpollTimeout::try_from(WAIT_SLICE).unwrap_or(EpollTimeout::NONE);
+        if self.ready.wait(&mut events, timeout)? == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+        let Some(l) = self.listeners.get(events[0].data() as usize) else {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        };
+        let (s, peer) = l.socket.accept()?;
+        Ok((s, peer, l.bound.port()))
+    }
 }
 
 /// The `TCP_DEFER_ACCEPT` period for a config: the header timeout, if enabled.

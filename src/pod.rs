@@ -1,7 +1,8 @@
 //! The pipe of death and the dummy connection: how the master retires one idle worker.
 //!
-//! A worker parked in `accept()` cannot be woken by a signal (std retries `EINTR`, and
-//! signal-hook installs handlers with `SA_RESTART`). So the master writes one byte to
+//! An idle worker sleeps in `epoll_wait` for up to a second at a time; a signal
+//! cannot be aimed at it (the master does not know which worker is idle, and workers
+//! ignore the master's signals). So the master writes one byte to
 //! the pipe of death and then connects to its own listener with an `OPTIONS *`
 //! request carrying the per-boot token. Whichever worker accepts it answers, then
 //! finds the byte and exits. Any worker that finishes a connection also checks the
@@ -80,7 +81,7 @@ pub fn dummy_target(listen: SocketAddr) -> SocketAddr {
 }
 
 /// Connects to our own listener and sends one internal request, so that a worker
-/// blocked in `accept()` wakes up.
+/// waiting for a connection wakes up.
 pub fn dummy_connection(target: SocketAddr, token: &str) -> io::Result<()> {
     let mut s = TcpStream::connect_timeout(&target, DUMMY_TIMEOUT)?;
     s.set_write_timeout(Some(DUMMY_TIMEOUT))?;

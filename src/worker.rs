@@ -16,7 +16,7 @@ use crate::config::{Config, RunAs};
 use crate::http::connection::{ConnState, Observer, Server};
 use crate::http::request::Request;
 use crate::http::response::Reply;
-use crate::listen::{self, Listener};
+use crate::listen::{Acceptor, Listeners};
 use crate::log::access::AccessLogs;
 use crate::pod::Pod;
 use crate::scoreboard::{Scoreboard, Slot, State};
@@ -54,7 +54,7 @@ const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100
 /// Everything a worker gets from the master.
 pub struct WorkerCtx<'a> {
     pub config: &'a Config,
-    pub listeners: &'a [Listener],
+    pub listeners: &'a Listeners,
     pub scoreboard: &'a Scoreboard,
     pub slot: usize,
     pub generation: u32,
@@ -122,13 +122,20 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     };
+    let acceptor = match Acceptor::new(ctx.listeners) {
+        Ok(a) => a,
+        Err(e) => {
+            log::error!("worker cannot wait for connections: {e}");
+            return ChildExit::Fatal;
+        }
+    };
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64) };
     let mut served: u64 = 0;
     loop {
         if slot.state() != State::Ready {
             slot.set_state(State::Ready);
         }
-        let (stream, peer, local_port) = match listen::accept(ctx.listeners) {
+        let (stream, peer, local_port) = match acceptor.accept() {
             Ok(c) => c,
             Err(e) => match e.raw_os_error() {
                 // Out of descriptors: the connection waits in the backlog while this

@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 
 use crate::config::{self, Config};
 use crate::daemon::Ready;
-use crate::listen::{self, Listener};
+use crate::listen::{self, Listener, Listeners};
 use crate::log::access::AccessLogs;
 use crate::log::rotate::{self as rotation, Rotate, next_boundary, offset_at, period_start};
 use crate::pod::{self, Pod};
@@ -91,7 +91,7 @@ enum Stopping {
 
 pub struct Master {
     config: Config,
-    listeners: Vec<Listener>,
+    listeners: Listeners,
     scoreboard: Scoreboard,
     pod: Pod,
     token: String,
@@ -120,7 +120,7 @@ impl Master {
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             listeners.push(l);
         }
-        listen::configure(&listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
+        let listeners = Listeners::new(listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
@@ -150,7 +150,7 @@ impl Master {
 
     /// The addresses actually bound (port 0 in the config picks a free port).
     pub fn bound(&self) -> Vec<std::net::SocketAddr> {
-        self.listeners.iter().map(|l| l.bound).collect()
+        self.listeners.list.iter().map(|l| l.bound).collect()
     }
 
     /// The master loop. Returns when the server has stopped. `ready` is told once the
@@ -474,7 +474,7 @@ impl Master {
     }
 
     fn dummy_connections(&self, n: usize) {
-        let Some(first) = self.listeners.first() else { return };
+        let Some(first) = self.listeners.list.first() else { return };
         let target = pod::dummy_target(first.bound);
         for _ in 0..n {
             if let Err(e) = pod::dummy_connection(target, &self.token) {
@@ -614,8 +614,8 @@ impl Master {
 
     /// The listeners for a new config: existing sockets are kept (never closed and
     /// rebound, so no connection is refused), new addresses are bound.
-    fn rebind(&mut self, new: &Config) -> Result<Vec<Listener>, String> {
-        let mut old: Vec<Listener> = std::mem::take(&mut self.listeners);
+    fn rebind(&mut self, new: &Config) -> Result<Listeners, String> {
+        let mut old: Vec<Listener> = std::mem::take(&mut self.listeners.list);
         let mut result = Vec::new();
         for addr in &new.listen {
             if let Some(i) = old.iter().position(|l| l.configured == *addr) {
@@ -629,7 +629,7 @@ impl Master {
                     Err(e) => {
                         // Put everything back as it was.
                         old.extend(result);
-                        self.listeners = old;
+                        self.listeners.list = old;
                         return Err(format!("cannot listen on {addr}: {e}"));
                     }
                 }
@@ -638,8 +638,7 @@ impl Master {
         for l in &old {
             log::info!("no longer listening on {}", l.bound);
         }
-        listen::configure(&result, new.http.send_timeout).map_err(|e| e.to_string())?;
-        Ok(result)
+        Listeners::new(result, new.http.send_timeout).map_err(|e| e.to_string())
     }
 
     /// USR1: reopen the logs by path (after logrotate renamed them).
