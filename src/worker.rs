@@ -191,10 +191,9 @@ fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
 /// Switches to the configured user for good: groups, then gid, then uid (Apache's
 /// order: `setgid` before `initgroups`), then checks root cannot be regained.
 fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
-    use nix::unistd::{Uid, initgroups, setgid, setuid};
-    let name = std::ffi::CString::new(run_as.user.as_str()).map_err(std::io::Error::other)?;
+    use nix::unistd::{Uid, setgid, setgroups, setuid};
     setgid(run_as.gid)?;
-    initgroups(&name, run_as.gid)?;
+    setgroups(&run_as.groups)?;
     setuid(run_as.uid)?;
     if !run_as.uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
         return Err(std::io::Error::other("could regain root after setuid"));

@@ -88,6 +88,54 @@ fn idle_keepalive_connections_yield_under_pressure() {
     }
 }
 
+/// Busy keep-alive clients, three times as many as workers, none ever idle: each
+/// connection closes after `max_keepalive_requests`, goes to the back of the backlog,
+/// and every client is served in turn.
+#[test]
+fn busy_keepalive_clients_beyond_max_take_turns() {
+    let site = Site::new();
+    site.config(
+        "",
+        "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nmax_keepalive_requests = 5\n",
+    );
+    let p = Pika::start(&site, "-F");
+    const CLIENTS: usize = 6;
+    const EACH: usize = 40;
+    let addr = p.addr;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut conn: Option<TcpStream> = None;
+                let mut connections = 0;
+                for _ in 0..EACH {
+                    let s = conn.get_or_insert_with(|| {
+                        connections += 1;
+                        connect(addr)
+                    });
+                    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                    let r = read_response(s, false).expect("a response");
+                    assert_eq!(r.status, 200);
+                    if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+                        conn = None;
+                    }
+                }
+                (started.elapsed(), connections)
+            })
+        })
+        .collect();
+    for c in clients {
+        let (took, connections) = c.join().unwrap();
+        // 40 requests at 5 per connection: the connection was closed every 5th.
+        assert_eq!(connections, EACH / 5);
+        assert!(took < FLOODED_BOUND, "a client took {took:?} for {EACH} requests");
+    }
+    // The last records may be written just after their responses were read.
+    wait_until(DEADLINE, "every request logged", || {
+        (site.access_lines().iter().filter(|l| l.contains("\" 200 ")).count() == CLIENTS * EACH).then_some(())
+    });
+}
+
 #[test]
 fn a_body_must_keep_a_minimum_rate() {
     let site = Site::new();

@@ -96,7 +96,10 @@ struct Output {
 /// The read side of a connection: the socket, the buffer and what is in it.
 struct Input<'a> {
     stream: &'a TcpStream,
+    /// Starts at [`INPUT_START`] bytes and grows (doubling) to `limit`: the largest
+    /// head plus room for the start of a pipelined one.
     buf: &'a mut Vec<u8>,
+    limit: usize,
     start: usize,
     end: usize,
     timeout: Option<Duration>,
@@ -113,6 +116,12 @@ struct BodyClock {
     /// `bytes_in` when the body began.
     head_bytes: u64,
 }
+
+/// The input buffer's first size: more than nearly every request head.
+const INPUT_START: usize = 4096;
+
+/// Header slots on the stack: the default `http.max_headers`.
+const FEW_HEADERS: usize = 100;
 
 /// The longest single wait for input: after each, the deadline and the pressure on
 /// the pool are looked at again.
@@ -157,8 +166,8 @@ impl<'c> Server<'c> {
                 extra: Vec::with_capacity(256),
                 request_id: u64::from(std::process::id()) << 32,
             },
-            // Room for the largest head plus the start of a pipelined one.
-            buf: vec![0; config.http.max_header_size + 4096],
+            // Grows to the largest head plus the start of a pipelined one (Input::limit).
+            buf: vec![0; INPUT_START.min(config.http.max_header_size + 4096)],
             req_head: Vec::with_capacity(1024),
         })
     }
@@ -174,10 +183,11 @@ impl<'c> Server<'c> {
     pub fn serve(&mut self, stream: TcpStream, peer: SocketAddr, local_port: u16, obs: &mut dyn Observer) -> Outcome {
         let Server { config, sites, token, limits, out, buf, req_head } = self;
         let http = &config.http;
+        let limit = http.max_header_size + 4096;
         let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0) };
         let mut outcome = Outcome::default();
         let mut input =
-            Input { stream: &stream, buf, start: 0, end: 0, timeout: Some(WAIT_SLICE), bytes_in: 0, body: None };
+            Input { stream: &stream, buf, limit, start: 0, end: 0, timeout: Some(WAIT_SLICE), bytes_in: 0, body: None };
         loop {
             obs.state(if outcome.requests == 0 { ConnState::Reading } else { ConnState::KeepAlive });
             let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
@@ -202,8 +212,18 @@ impl<'c> Server<'c> {
             req_head.extend_from_slice(&input.buf[input.start..head_end]);
             input.bytes_in = req_head.len() as u64;
             input.start = head_end;
-            let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-            let req = match request::parse(req_head, &mut headers, limits) {
+            // Room for the default 100 headers on the stack; a config allowing more
+            // allocates per request. A 1000-entry array (32 KiB) here kept eight
+            // stack pages dirty in every worker.
+            let mut few = [const { MaybeUninit::uninit() }; FEW_HEADERS];
+            let mut many: Vec<MaybeUninit<httparse::Header<'_>>>;
+            let headers: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= FEW_HEADERS {
+                &mut few
+            } else {
+                many = std::iter::repeat_with(MaybeUninit::uninit).take(limits.max_headers.min(MAX_HEADERS)).collect();
+                &mut many
+            };
+            let req = match request::parse(req_head, headers, limits) {
                 Ok(r) => r,
                 Err(e) => {
                     out.fail(&mut input, e, request::request_line(req_head), &conn, obs);
@@ -546,6 +566,10 @@ impl Input<'_> {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
+        } else if self.end == self.buf.len() && self.buf.len() < self.limit {
+            // A head larger than the buffer so far: grow it, up to the limit.
+            let grown = (self.buf.len() * 2).min(self.limit);
+            self.buf.resize(grown, 0);
         }
         loop {
             match self.stream.read(&mut self.buf[self.end..]) {
@@ -593,7 +617,7 @@ impl Input<'_> {
                 }
                 scanned = window.len();
                 request::check_partial(window, limits).map_err(HeadError::Http)?;
-                if self.start == 0 && self.end == self.buf.len() {
+                if self.start == 0 && self.end == self.limit {
                     return Err(HeadError::Http(HttpError::HeadersTooLarge));
                 }
                 if deadline.is_none() {
