@@ -72,6 +72,14 @@ impl Listeners {
     }
 }
 
+impl Listeners {
+    /// Connections accepted by the kernel and waiting for a worker, over every
+    /// listener (0 where the kernel does not say).
+    pub fn queued(&self) -> u32 {
+        self.list.iter().map(|l| crate::sys::accept_queue_len(l.socket.as_fd()).unwrap_or(0)).sum()
+    }
+}
+
 /// How one worker waits for connections: its own epoll instance with every listener
 /// registered `EPOLLEXCLUSIVE`.
 ///

@@ -147,6 +147,25 @@ pub fn set_int_sockopt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) ->
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Connections waiting in a listening TCP socket's accept queue (`tcpi_unacked` of
+/// `TCP_INFO`, which Linux fills with the accept backlog for a listener).
+pub fn accept_queue_len(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SAFETY: all-zero is a valid tcp_info.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` outlive the call; `len` is the buffer's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 { Ok(info.tcpi_unacked) } else { Err(io::Error::last_os_error()) }
+}
+
 /// How [`open_beneath`] treats symbolic links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Symlinks {

@@ -72,7 +72,11 @@ fn a_burst_grows_the_pool_then_it_shrinks_back() {
     let log = site.error_log();
     let spawns: Vec<u32> =
         log.lines().filter_map(|l| l.split("maintenance: spawning ").nth(1)?.split(' ').next()?.parse().ok()).collect();
-    assert_eq!(&spawns[..3], &[1, 2, 4], "the spawn rate doubles: {spawns:?}");
+    // The slow clients wait in the listen queue, so the master forks one worker per
+    // waiting connection at once (a tick may fall while they are still connecting);
+    // the doubling ramp alone would take four ticks: 1, 2, 4, 4.
+    assert_eq!(spawns.iter().sum::<u32>(), 11, "{spawns:?}");
+    assert!(spawns.len() <= 3, "the pool grew by the queue, not by the ramp: {spawns:?}");
     wait_until(DEADLINE, "the pool-full message", || site.error_log().contains("reached workers.max").then_some(()));
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(site.error_log().matches("reached workers.max").count(), 1, "said once");

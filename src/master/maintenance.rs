@@ -5,6 +5,10 @@
 //! while the shortage lasts; more than `max_spare` → retire one idle worker per tick
 //! (growing fast and shrinking slowly avoids fork churn); never more than `max`
 //! workers. Any tick without a shortage resets the rate to 1.
+//!
+//! One addition: the master sees the listen queues. When short of idle workers with
+//! connections already waiting, it forks one per waiting connection at once (up to
+//! `max`) instead of ramping up over several seconds while clients wait.
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a
 /// few seconds, few enough that forking does not starve the workers already serving.
@@ -17,6 +21,8 @@ pub struct Counts {
     pub idle: u32,
     /// Slots in use by any worker, of any generation.
     pub used_slots: u32,
+    /// Connections waiting in the listen queues.
+    pub queued: u32,
 }
 
 /// The spare band and the ceiling.
@@ -48,7 +54,7 @@ pub fn decide(c: Counts, band: Band, rate: &mut u32) -> Decision {
             *rate = 1;
             return Decision::Full;
         }
-        let n = (*rate).min(free);
+        let n = (*rate).max(c.queued).min(free);
         *rate = (*rate * 2).min(MAX_SPAWN_RATE);
         return Decision::Spawn(n);
     }
@@ -65,30 +71,43 @@ mod tests {
     #[test]
     fn spawn_rate_doubles_to_32_then_resets() {
         let mut rate = 1;
-        let short = Counts { idle: 0, used_slots: 10 };
+        let short = Counts { idle: 0, used_slots: 10, queued: 0 };
         let spawned: Vec<_> = (0..8).map(|_| decide(short, BAND, &mut rate)).collect();
         assert_eq!(spawned, [1, 2, 4, 8, 16, 32, 32, 32].map(Decision::Spawn).to_vec());
-        assert_eq!(decide(Counts { idle: 7, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
+        assert_eq!(decide(Counts { idle: 7, used_slots: 10, queued: 0 }, BAND, &mut rate), Decision::Nothing);
         assert_eq!(rate, 1);
+    }
+
+    #[test]
+    fn waiting_connections_get_their_workers_at_once() {
+        let mut rate = 1;
+        let queued = Counts { idle: 0, used_slots: 10, queued: 40 };
+        assert_eq!(decide(queued, BAND, &mut rate), Decision::Spawn(40));
+        // The ramp goes on from where it was; the queue only raises a tick's count.
+        assert_eq!(decide(Counts { queued: 0, ..queued }, BAND, &mut rate), Decision::Spawn(2));
+        let band = Band { max: 20, ..BAND };
+        assert_eq!(decide(queued, band, &mut rate), Decision::Spawn(10));
+        // No shortage: a queue that idle workers are about to take forks nothing.
+        assert_eq!(decide(Counts { idle: 6, used_slots: 10, queued: 3 }, BAND, &mut rate), Decision::Nothing);
     }
 
     #[test]
     fn never_above_max() {
         let mut rate = 32;
         let band = Band { max: 12, ..BAND };
-        assert_eq!(decide(Counts { idle: 0, used_slots: 9 }, band, &mut rate), Decision::Spawn(3));
-        assert_eq!(decide(Counts { idle: 0, used_slots: 12 }, band, &mut rate), Decision::Full);
+        assert_eq!(decide(Counts { idle: 0, used_slots: 9, queued: 0 }, band, &mut rate), Decision::Spawn(3));
+        assert_eq!(decide(Counts { idle: 0, used_slots: 12, queued: 0 }, band, &mut rate), Decision::Full);
         assert_eq!(rate, 1);
     }
 
     #[test]
     fn retires_one_at_a_time() {
         let mut rate = 8;
-        assert_eq!(decide(Counts { idle: 30, used_slots: 30 }, BAND, &mut rate), Decision::RetireOne);
+        assert_eq!(decide(Counts { idle: 30, used_slots: 30, queued: 0 }, BAND, &mut rate), Decision::RetireOne);
         assert_eq!(rate, 1);
-        assert_eq!(decide(Counts { idle: 11, used_slots: 11 }, BAND, &mut rate), Decision::RetireOne);
-        assert_eq!(decide(Counts { idle: 10, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
-        assert_eq!(decide(Counts { idle: 5, used_slots: 10 }, BAND, &mut rate), Decision::Nothing);
+        assert_eq!(decide(Counts { idle: 11, used_slots: 11, queued: 0 }, BAND, &mut rate), Decision::RetireOne);
+        assert_eq!(decide(Counts { idle: 10, used_slots: 10, queued: 0 }, BAND, &mut rate), Decision::Nothing);
+        assert_eq!(decide(Counts { idle: 5, used_slots: 10, queued: 0 }, BAND, &mut rate), Decision::Nothing);
     }
 
     #[test]
@@ -96,6 +115,6 @@ mod tests {
         let mut rate = 4;
         let band = Band { max: 10, ..BAND };
         // 8 slots held by a retiring generation, none of the new one idle yet.
-        assert_eq!(decide(Counts { idle: 0, used_slots: 8 }, band, &mut rate), Decision::Spawn(2));
+        assert_eq!(decide(Counts { idle: 0, used_slots: 8, queued: 0 }, band, &mut rate), Decision::Spawn(2));
     }
 }

@@ -300,12 +300,18 @@ impl Master {
                 .filter(|c| c.generation == self.generation && self.scoreboard.slots[c.slot].state().is_idle())
                 .count() as u32,
             used_slots: self.children.len() as u32,
+            queued: self.listeners.queued(),
         };
         let before = self.spawn_rate;
         match maintenance::decide(counts, self.band, &mut self.spawn_rate) {
             Decision::Nothing => {}
             Decision::Spawn(n) => {
-                log::debug!("maintenance: spawning {n} workers ({} idle, {} total)", counts.idle, counts.used_slots);
+                log::debug!(
+                    "maintenance: spawning {n} workers ({} idle, {} total, {} connections waiting)",
+                    counts.idle,
+                    counts.used_slots,
+                    counts.queued
+                );
                 if before >= 8 {
                     log::info!(
                         "server seems busy (you may need to increase workers.start or min_spare/max_spare): spawning {n} workers, there are {} idle and {} total",
