@@ -11,7 +11,8 @@
 //! - [`master`] is the master process: binds the listeners ([`listen`]), maps the
 //!   [`scoreboard`], installs the signal handlers ([`master::signals`]), forks workers,
 //!   and runs one loop with a one-second tick: reap → act on signals → spare-worker
-//!   maintenance ([`master::maintenance`], a pure function) → retire old generations →
+//!   maintenance ([`master::maintenance`], a pure function of the idle count and the
+//!   listen queue) → retire old generations →
 //!   kill stuck workers → rotate logs → rewrite the status file. It never serves a
 //!   request and never imports the HTTP code.
 //! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
