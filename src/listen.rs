@@ -70,9 +70,7 @@ impl Listeners {
         }
         Ok(Listeners { list })
     }
-}
 
-impl Listeners {
     /// Connections accepted by the kernel and waiting for a worker, over every
     /// listener (0 where the kernel does not say).
     pub fn queued(&self) -> u32 {

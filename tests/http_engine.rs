@@ -289,6 +289,24 @@ fn request_bodies_are_discarded_and_framing_is_strict() {
     assert_eq!(read_response(&mut s, false).unwrap().status, 200);
 }
 
+/// Beyond the 100 header slots kept on the stack, a config allowing more uses a list
+/// per request; a 6 KiB head also grows the 4 KiB input buffer.
+#[test]
+fn more_headers_than_the_stack_holds_when_allowed() {
+    let (_site, p) = serve("", "[http]\nmax_headers = 150\n");
+    let head = |n: usize| {
+        let mut v = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n".to_vec();
+        for i in 0..n {
+            v.extend_from_slice(format!("X-{i}: {}\r\n", "y".repeat(40)).as_bytes());
+        }
+        v.extend_from_slice(b"\r\n");
+        v
+    };
+    // 2 + 120 = 122 headers, about 6 KiB.
+    assert_eq!(raw(p.addr, &head(120)).status, 200);
+    assert_eq!(raw(p.addr, &head(149)).status, 431);
+}
+
 #[test]
 fn head_errors_have_their_statuses() {
     let (_site, p) = serve("", "[http]\nheader_timeout = \"1s\"\n");
