@@ -144,9 +144,14 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     let mut i = from.saturating_sub(3).max(content);
     while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
         let nl = i + off;
-        let line_start = buf[..nl].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        let line = &buf[line_start..nl];
-        if (line.is_empty() || line == b"\r") && content < line_start {
+        // The head ends at an empty line ("\n" or "\r\n" right after a "\n") that
+        // starts after the request line began: two bytes back are enough to tell.
+        let empty_from = match buf[..nl] {
+            [.., b'\n'] => Some(nl),
+            [.., b'\n', b'\r'] => Some(nl - 1),
+            _ => None,
+        };
+        if empty_from.is_some_and(|start| content < start) {
             return Some(nl + 1);
         }
         i = nl + 1;
@@ -439,6 +444,36 @@ mod tests {
         match parse_str(s) {
             Ok(_) => 200,
             Err(e) => e.status(),
+        }
+    }
+
+    /// The line-by-line rule `find_head_end` implements, written plainly.
+    fn head_end_reference(buf: &[u8]) -> Option<usize> {
+        let content = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+        let mut line_start = 0;
+        for (nl, _) in buf.iter().enumerate().filter(|(_, b)| **b == b'\n') {
+            let line = &buf[line_start..nl];
+            if (line.is_empty() || line == b"\r") && content < line_start {
+                return Some(nl + 1);
+            }
+            line_start = nl + 1;
+        }
+        None
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn head_end_matches_the_line_rule(
+            bytes in proptest::collection::vec(proptest::sample::select(b"\r\nGa: ".to_vec()), 0..40),
+            cut in 0usize..40,
+        ) {
+            let want = head_end_reference(&bytes);
+            proptest::prop_assert_eq!(find_head_end(&bytes, 0), want);
+            // A scan resumed where an earlier one (that found nothing) stopped agrees.
+            let cut = cut.min(bytes.len());
+            if find_head_end(&bytes[..cut], 0).is_none() {
+                proptest::prop_assert_eq!(find_head_end(&bytes, cut), want);
+            }
         }
     }
 
