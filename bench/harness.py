@@ -191,19 +191,28 @@ def spawn(cmd, **kw):
     return p
 
 
-def descendants(root):
-    """root and all its descendants, from /proc/*/stat parent links."""
-    kids = {}
+def _proc_table():
+    """pid -> (ppid, utime+stime+cutime+cstime in ticks) for all processes."""
+    t = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat", "rb") as f:
                 s = f.read()
-            ppid = int(s[s.rfind(b")") + 2:].split()[1])
+            x = s[s.rfind(b")") + 2:].split()
+            t[int(d)] = (int(x[1]), sum(int(v) for v in x[11:15]))
         except (OSError, ValueError, IndexError):
             continue
-        kids.setdefault(ppid, []).append(int(d))
+    return t
+
+
+def descendants(root, table=None):
+    """root and all its descendants, from /proc/*/stat parent links
+    (`table`: a `_proc_table()` already read)."""
+    kids = {}
+    for pid, (ppid, _) in (table or _proc_table()).items():
+        kids.setdefault(ppid, []).append(pid)
     out, stack = [], [root]
     while stack:
         p = stack.pop()
@@ -251,26 +260,10 @@ def reap(p, grace=10.0):
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_table():
-    """pid -> (ppid, utime+stime+cutime+cstime in ticks) for all processes."""
-    t = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                s = f.read()
-            x = s[s.rfind(b")") + 2:].split()
-            t[int(d)] = (int(x[1]), sum(int(v) for v in x[11:15]))
-        except (OSError, ValueError, IndexError):
-            continue
-    return t
-
-
 def _ours(table):
     """This harness, its descendants (servers, clients) and its ancestors."""
     me = os.getpid()
-    mine = set(descendants(me))
+    mine = set(descendants(me, table))
     p = me
     while p > 1 and p in table:
         mine.add(p)

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::date::DateCache;
 use super::path::{self, PathError};
-use super::request::{self, Framing, HttpError, Limits, MAX_HEADERS, Method, Request};
+use super::request::{self, Framing, HttpError, Limits, Method, Request};
 use super::response::{self, ALLOW, Body, Reply};
 use crate::config::{Config, ServerTokens};
 use crate::handlers::static_file::{self, Env, Site};
@@ -220,7 +220,8 @@ impl<'c> Server<'c> {
             let headers: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= FEW_HEADERS {
                 &mut few
             } else {
-                many = std::iter::repeat_with(MaybeUninit::uninit).take(limits.max_headers.min(MAX_HEADERS)).collect();
+                // The config caps max_headers at `request::MAX_HEADERS`.
+                many = std::iter::repeat_with(MaybeUninit::uninit).take(limits.max_headers).collect();
                 &mut many
             };
             let req = match request::parse(req_head, headers, limits) {
