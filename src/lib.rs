@@ -51,14 +51,17 @@
 //! scoreboard, fork the new generation, wake the old idle workers with dummy
 //! connections so they see it and exit), reopen logs (bump the log epoch; workers
 //! reopen before their next record), or move the spare band. Workers never act on the
-//! master's signals: they ignore them, and die with TERM.
+//! master's signals: they ignore them, and die with TERM (after writing the access-log
+//! records they hold).
 //!
 //! # Logs
 //!
 //! The error log ([`log`]) is a `log` facade backend that reads the pid at every line
 //! and writes each line with one `write()`; access logs are opened by the master,
 //! inherited by the workers, and rotated by the master ([`log::rotate`]): rename,
-//! create for the workers, bump the epoch.
+//! create for the workers, bump the epoch. A worker holds its access-log records back
+//! in a fixed buffer per log ([`log::held`]) and writes them together: when full, when
+//! `flush` old, when it retires, and from its `TERM` handler ([`sys::write_on_term`]).
 #![deny(unsafe_code)]
 
 pub mod cli;

@@ -10,6 +10,7 @@
 use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Release};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
@@ -265,4 +266,91 @@ pub fn map_file(file: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {
     // so a concurrent change to the file cannot cause undefined behaviour in our code.
     // The length comes from our own fstat, which spares memmap2 another one.
     unsafe { memmap2::MmapOptions::new().len(len).map(file) }
+}
+
+/// One buffer of whole access-log records that the `TERM` handler writes out before
+/// the process ends (see `log/held.rs`): the descriptor, where the buffer is, and how
+/// many bytes of it are records.
+pub struct TermWrite {
+    pub fd: AtomicI32,
+    pub buf: AtomicPtr<u8>,
+    pub len: AtomicUsize,
+}
+
+impl TermWrite {
+    pub fn new(fd: i32) -> TermWrite {
+        TermWrite { fd: AtomicI32::new(fd), buf: AtomicPtr::new(std::ptr::null_mut()), len: AtomicUsize::new(0) }
+    }
+}
+
+/// The entries of this process, published once, read by the handler.
+static TERM_WRITES: AtomicPtr<TermWrite> = AtomicPtr::new(std::ptr::null_mut());
+static TERM_WRITES_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// On `TERM` (and `INT`, which a worker ignores but `pika -X` gets from a terminal),
+/// write every entry's records, then end as the signal would have. Each entry's
+/// buffer must hold `len` initialised bytes and never move; the process must be
+/// single-threaded.
+pub fn write_on_term(entries: &'static [TermWrite]) {
+    TERM_WRITES_LEN.store(entries.len(), Release);
+    TERM_WRITES.store(entries.as_ptr().cast_mut(), Release);
+    let action = SigAction::new(SigHandler::Handler(on_term), SaFlags::empty(), SigSet::empty());
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        let mut old = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+        // SAFETY: the handler only loads atomics and calls write(2), signal(2) and
+        // raise(3), all async-signal-safe. An ignored INT (a worker) stays ignored.
+        unsafe {
+            if let Ok(prev) = nix::sys::signal::sigaction(sig, &action) {
+                old = prev;
+            }
+            if matches!(old.handler(), SigHandler::SigIgn) {
+                let _ = nix::sys::signal::sigaction(sig, &old);
+            }
+        }
+    }
+}
+
+extern "C" fn on_term(sig: libc::c_int) {
+    let table = TERM_WRITES.load(Acquire);
+    if !table.is_null() {
+        // SAFETY: TERM_WRITES points at TERM_WRITES_LEN entries that live as long as
+        // the process (leaked), published before the handler was installed.
+        let entries = unsafe { std::slice::from_raw_parts(table, TERM_WRITES_LEN.load(Acquire)) };
+        for e in entries {
+            let len = e.len.load(Acquire);
+            let buf = e.buf.load(Acquire);
+            if len > 0 && !buf.is_null() {
+                // SAFETY: buf holds at least len initialised bytes and never moves
+                // (write_on_term's contract).
+                unsafe { libc::write(e.fd.load(Acquire), buf.cast(), len) };
+            }
+        }
+    }
+    // End the way the signal would have ended us: the parent sees the same status.
+    // SAFETY: signal(2) and raise(3) are async-signal-safe.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Holds `TERM` and `INT` off while alive (the records a [`TermWrite`] describes are
+/// being written or moved).
+pub struct TermBlocked(SigSet);
+
+impl TermBlocked {
+    pub fn hold() -> TermBlocked {
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGTERM);
+        set.add(Signal::SIGINT);
+        let mut old = SigSet::empty();
+        let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
+        TermBlocked(old)
+    }
+}
+
+impl Drop for TermBlocked {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.0), None);
+    }
 }

@@ -115,6 +115,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     slot.pid.store(std::process::id() as i32, Relaxed);
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch);
+    logs.hold_back();
     let mut server = match Server::new(ctx.config, logs, ctx.token.to_string()) {
         Ok(s) => s,
         Err(e) => {
@@ -152,6 +153,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
                 // The accept timeout (one wait slice) passed: a chance to notice a
                 // retirement even if no dummy connection reached this worker.
                 Some(libc::EAGAIN) | Some(libc::EINTR) => {
+                    server.idle();
                     if ctx.pod.as_deref().is_some_and(|p| p.check(ctx.scoreboard.header)) || must_retire(&ctx) {
                         return ChildExit::Retired;
                     }

@@ -254,7 +254,7 @@ fn logrotate_snippet_rotates_under_load_without_losing_a_line() {
     site.write("logrotate.conf", rotate_conf);
     let state = site.path("logrotate.state");
 
-    let p = Pika::start(&site, "-F");
+    let mut p = Pika::start(&site, "-F");
     let load = Load::start(p.addr);
     for round in 1..=3 {
         wait_until(DEADLINE, "requests before the rotation", || {
@@ -285,6 +285,10 @@ fn logrotate_snippet_rotates_under_load_without_losing_a_line() {
     let total: usize = made.iter().sum();
     assert!(total >= REQUESTS);
 
+    // Idle workers write their held records (buffered by default) a second or two
+    // after the load; a graceful stop writes them all now.
+    p.signal(3); // SIGQUIT
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
     let mut names: Vec<String> = std::fs::read_dir(&logs)
         .unwrap()
         .flatten()

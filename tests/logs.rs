@@ -391,3 +391,71 @@ fn syslog_lines_carry_each_processes_own_pid() {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(master), nix::sys::signal::Signal::SIGTERM);
     let _ = child.wait();
 }
+
+/// The numbers `n` of the `GET /?n=N` lines in `logs/NAME`.
+fn numbers_in(site: &Site, name: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(site.path(&format!("logs/{name}"))).unwrap_or_default();
+    text.lines().filter_map(|l| l.split("GET /?n=").nth(1)?.split(' ').next()?.parse().ok()).collect()
+}
+
+#[test]
+fn held_records_are_written_on_reload_after_a_rotation_and_on_a_fast_stop() {
+    let site = Site::new();
+    // Nothing is written for age (an hour) or for want of room (64 KiB): only the
+    // events under test write the held records.
+    let conf = |tag: &str| {
+        format!(
+            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\n# {tag}\n\
+             [[access_log]]\npath = \"logs/access.log\"\nformat = \"combined\"\n\
+             buffer = \"64KiB\"\nflush = \"1h\"\n"
+        )
+    };
+    site.config("", &conf("first"));
+    let mut p = Pika::start(&site, "-F");
+    let mut n = 0;
+    let mut requests = |count: u32| {
+        for _ in 0..count {
+            n += 1;
+            assert_eq!(get(p.addr, &format!("/?n={n}")).status, 200);
+        }
+    };
+    requests(5);
+    assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "held, not written");
+    // A reload retires the workers: each writes what it holds before it exits.
+    site.config("", &conf("second"));
+    p.signal(SIGHUP);
+    wait_until(DEADLINE, "the retired workers' records", || (numbers_in(&site, "access.log").len() == 5).then_some(()));
+    requests(5);
+    // A rotation: records held across it go to the new file, never to the old one
+    // (which logrotate or the built-in rotation may compress at once).
+    std::fs::rename(site.path("logs/access.log"), site.path("logs/access.log.1")).unwrap();
+    p.signal(SIGUSR1);
+    wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
+    requests(5);
+    assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "still held");
+    // A fast stop: TERM ends the workers at once, and their handler writes the records.
+    p.signal(15);
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
+    let mut old = numbers_in(&site, "access.log.1");
+    let mut new = numbers_in(&site, "access.log");
+    old.sort();
+    new.sort();
+    assert_eq!(old, (1..=5).collect::<Vec<_>>(), "before the rotation, written at the reload");
+    assert_eq!(new, (6..=15).collect::<Vec<_>>(), "after the reload, each once, in the new file");
+}
+
+#[test]
+fn single_process_mode_writes_held_records_when_terminated() {
+    let site = Site::new();
+    site.config("", "[[access_log]]\npath = \"logs/access.log\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n");
+    let mut p = Pika::start(&site, "-X");
+    for n in 1..=3 {
+        assert_eq!(get(p.addr, &format!("/?n={n}")).status, 200);
+    }
+    assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "held, not written");
+    p.signal(15);
+    let status = wait_until(DEADLINE, "pika -X to end", || p.child.try_wait().ok().flatten());
+    // The handler ends the process the way TERM would have.
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15), "{status}");
+    assert_eq!(numbers_in(&site, "access.log"), [1, 2, 3]);
+}

@@ -155,7 +155,18 @@ pub struct AccessLog {
     pub rotate: Option<Rotate>,
     /// Set for a log declared inside a `[[vhost]]`: only that vhost's requests.
     pub vhost: Option<usize>,
+    /// Bytes of records a worker holds back for one write (0: each record at once),
+    /// and the longest a record waits while the worker is busy.
+    pub buffer: usize,
+    pub flush: Duration,
 }
+
+/// `[[access_log]] buffer` unless set: lighttpd's 8 KiB, ~40 combined records.
+pub const DEFAULT_LOG_BUFFER: usize = 8192;
+/// `[[access_log]] flush` unless set.
+pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
+/// The largest `buffer` accepted.
+const MAX_LOG_BUFFER: u64 = 1 << 20;
 
 /// Reads and resolves a config file.
 pub fn load(file: &Path) -> Result<Config, ConfigError> {
@@ -405,7 +416,15 @@ impl Ctx<'_> {
             filter.exclude = conditions(exclude)?;
         }
         let rotate = a.rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
-        Ok(AccessLog { path: absolute(root, &a.path), format, filter, rotate, vhost })
+        let buffer = match &a.buffer {
+            None => DEFAULT_LOG_BUFFER,
+            Some(b) if b.get_ref().0 > MAX_LOG_BUFFER => {
+                return Err(self.spanned(b, "access log buffer above 1MiB"));
+            }
+            Some(b) => b.get_ref().0 as usize,
+        };
+        let flush = a.flush.as_ref().map_or(DEFAULT_LOG_FLUSH, |f| f.0);
+        Ok(AccessLog { path: absolute(root, &a.path), format, filter, rotate, vhost, buffer, flush })
     }
 
     fn condition(&self, c: &Spanned<RawCondition>) -> Result<Condition, ConfigError> {
@@ -706,6 +725,20 @@ mod tests {
         let text = format!("{MINIMAL}[workers]\nmax = 4\n");
         let w = try_parse(&dir, &text).unwrap().workers;
         assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (4, 4, 10, 4));
+    }
+
+    #[test]
+    fn access_log_buffer_and_flush() {
+        let dir = setup();
+        let log = |extra: &str| format!("{MINIMAL}[[access_log]]\npath = \"a.log\"\n{extra}");
+        let a = &try_parse(&dir, &log("")).unwrap().access_logs[0];
+        assert_eq!((a.buffer, a.flush), (DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH));
+        let a = &try_parse(&dir, &log("buffer = 0\nflush = \"250ms\"\n")).unwrap().access_logs[0];
+        assert_eq!((a.buffer, a.flush), (0, Duration::from_millis(250)));
+        let a = &try_parse(&dir, &log("buffer = \"64KiB\"\n")).unwrap().access_logs[0];
+        assert_eq!(a.buffer, 65536);
+        let e = try_parse(&dir, &log("buffer = \"2MiB\"\n")).unwrap_err().to_string();
+        assert!(e.contains("buffer above") && e.contains(":7:10:"), "{e}");
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub(crate) struct RawAccessLog {
     pub(crate) include: Option<Vec<Spanned<RawCondition>>>,
     pub(crate) exclude: Option<Vec<Spanned<RawCondition>>>,
     pub(crate) rotate: Option<Spanned<RawRotate>>,
+    pub(crate) buffer: Option<Spanned<Bytes>>,
+    pub(crate) flush: Option<Secs>,
 }
 
 /// One filter condition: every key given must match.

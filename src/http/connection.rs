@@ -177,6 +177,12 @@ impl<'c> Server<'c> {
         self.out.logs.sync_epoch();
     }
 
+    /// The worker waited a second for work: write out the access-log records held
+    /// back for `flush`.
+    pub fn idle(&mut self) {
+        self.out.logs.idle();
+    }
+
     /// Serves one connection to its end. The socket comes from a listener set up by
     /// `listen::configure`: no delay, the send timeout, and [`WAIT_SLICE`] as its
     /// receive timeout are already in place.
@@ -193,8 +199,11 @@ impl<'c> Server<'c> {
             let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
             let kept_alive = outcome.requests > 0;
             let head_end = match input
-                .read_head(first_wait, http.header_timeout, limits, kept_alive, &mut || obs.under_pressure())
-            {
+                // Called once a wait slice went by: a quiet moment to write held records.
+                .read_head(first_wait, http.header_timeout, limits, kept_alive, &mut || {
+                    out.logs.idle();
+                    obs.under_pressure()
+                }) {
                 Ok(n) => n,
                 Err(HeadError::Quiet) => break,
                 Err(HeadError::Http(e)) => {

@@ -1,17 +1,24 @@
-//! Access logs: one line per request, each written with a single `write()` on an
-//! `O_APPEND` descriptor, so that lines from any number of workers never tear or mix.
+//! Access logs: one line per request, written with a single `write()` of whole records
+//! on an `O_APPEND` descriptor, so that lines from any number of workers never tear or
+//! mix.
 //!
 //! The master opens the files before it forks (workers may have dropped the rights to
-//! open them); a worker renders each record into one reused buffer.
+//! open them); a worker renders each record into one reused buffer. With `buffer` set
+//! (the default), a worker holds records back and writes them together: when the next
+//! one would not fit; once the oldest is `flush` old, at the next record or after the
+//! next second the worker waits for work ([`AccessLogs::idle`]); before it exits; and
+//! from the `TERM` handler (see `held.rs`).
 
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::filter::{Facts, Filter};
 use super::format::{LogFormat, Record};
+use super::held::{self, Held};
 use crate::config::AccessLog;
 
 /// A record longer than this is cut (and still ends in a newline): one `write()` of at
@@ -26,6 +33,11 @@ struct OpenLog {
     file: File,
     /// A write failed (disk full, permissions): said once, until writes work again.
     failing: bool,
+    /// Bytes of records to hold back (0: write each at once) and for how long.
+    buffer: usize,
+    flush_ms: u64,
+    /// The held-back records, once [`AccessLogs::hold_back`] made room for them.
+    held: Option<Held>,
 }
 
 /// The open access logs of one process.
@@ -51,6 +63,9 @@ impl AccessLogs {
                 vhost: c.vhost,
                 file,
                 failing: false,
+                buffer: c.buffer,
+                flush_ms: c.flush.as_millis() as u64,
+                held: None,
             });
         }
         Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None })
@@ -78,6 +93,25 @@ impl AccessLogs {
         }
     }
 
+    /// From now on, hold records back in the logs configured with a `buffer` (and
+    /// write them out if `TERM` ends this process). Called once, in a worker.
+    pub fn hold_back(&mut self) {
+        let buffered: Vec<&mut OpenLog> = self.logs.iter_mut().filter(|l| l.buffer > 0).collect();
+        if buffered.is_empty() {
+            return;
+        }
+        // One write() of up to PIPE_BUF bytes is atomic on a pipe; on a regular file a
+        // whole write() is.
+        let sizes: Vec<usize> = buffered
+            .iter()
+            .map(|l| if l.file.metadata().is_ok_and(|m| m.is_file()) { l.buffer } else { l.buffer.min(MAX_RECORD) })
+            .collect();
+        let fds: Vec<i32> = buffered.iter().map(|l| l.file.as_raw_fd()).collect();
+        for (log, h) in buffered.into_iter().zip(held::install(&sizes, &fds)) {
+            log.held = Some(h);
+        }
+    }
+
     /// Writes one record to every log whose filter (and vhost) takes it.
     pub fn write(&mut self, r: &Record<'_>, internal: bool, vhost: usize) {
         if self.logs.is_empty() {
@@ -86,6 +120,7 @@ impl AccessLogs {
         self.sync_epoch();
         let facts = Facts { internal, record: r };
         let stamp = self.clf.stamp(r.start);
+        let mut now_ms = None;
         for log in &mut self.logs {
             if log.vhost.is_some_and(|v| v != vhost) || !log.filter.allows(&facts) {
                 continue;
@@ -96,28 +131,51 @@ impl AccessLogs {
                 self.buf.truncate(MAX_RECORD - 1);
                 self.buf.push(b'\n');
             }
-            // One write() on an O_APPEND descriptor: the record lands whole at the end.
-            let result = log.file.write(&self.buf);
-            match result {
-                Ok(n) if n == self.buf.len() => {
-                    if log.failing {
-                        log.failing = false;
-                        log::warn!("access log {} is writable again", log.path.display());
-                    }
-                }
-                Ok(_) | Err(_) if log.failing => {}
-                Ok(n) => {
-                    log.failing = true;
-                    log::error!(
-                        "access log {}: short write ({n} of {}); records are lost until it recovers",
-                        log.path.display(),
-                        self.buf.len()
-                    );
-                }
-                Err(e) => {
-                    log.failing = true;
-                    log::error!("access log {}: {e}; records are lost until it recovers", log.path.display());
-                }
+            let Some(held) = &mut log.held else {
+                put(&mut log.file, &log.path, &mut log.failing, &self.buf);
+                continue;
+            };
+            let now = *now_ms.get_or_insert_with(crate::scoreboard::now_ms);
+            if self.buf.len() > held.room() {
+                held.drain(|batch| put(&mut log.file, &log.path, &mut log.failing, batch));
+            }
+            if self.buf.len() > held.capacity() {
+                put(&mut log.file, &log.path, &mut log.failing, &self.buf);
+            } else {
+                held.push(&self.buf, now);
+            }
+            if held.age_ms(now) >= log.flush_ms {
+                held.drain(|batch| put(&mut log.file, &log.path, &mut log.failing, batch));
+            }
+        }
+    }
+
+    /// The worker waited a second for work: write out the held records that are
+    /// `flush` old.
+    pub fn idle(&mut self) {
+        self.write_held(Some(crate::scoreboard::now_ms()));
+    }
+
+    /// Writes out every held record (the worker ends).
+    pub fn flush(&mut self) {
+        self.write_held(None);
+    }
+
+    /// Writes the held records of each log (only those `flush` old, given `now_ms`).
+    fn write_held(&mut self, now_ms: Option<u64>) {
+        let due = |l: &OpenLog| {
+            l.held.as_ref().is_some_and(|h| !h.is_empty() && now_ms.is_none_or(|now| h.age_ms(now) >= l.flush_ms))
+        };
+        if !self.logs.iter().any(due) {
+            return;
+        }
+        // A rotation since: the records go to the new file (never to one that may
+        // already be compressed).
+        self.sync_epoch();
+        for log in &mut self.logs {
+            if due(log) {
+                let OpenLog { held: Some(h), file, path, failing, .. } = log else { continue };
+                h.drain(|batch| put(file, path, failing, batch));
             }
         }
     }
@@ -135,9 +193,46 @@ impl AccessLogs {
     pub fn reopen(&mut self) {
         for log in &mut self.logs {
             match super::open_append(&log.path) {
-                Ok(f) => log.file = f,
+                Ok(f) => {
+                    if let Some(h) = &log.held {
+                        h.set_fd(f.as_raw_fd());
+                    }
+                    log.file = f;
+                }
                 Err(e) => log::error!("cannot reopen access log {}: {e}", log.path.display()),
             }
+        }
+    }
+}
+
+impl Drop for AccessLogs {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// One `write()` of whole records; a failure is said once, and so is the recovery.
+fn put(file: &mut File, path: &std::path::Path, failing: &mut bool, bytes: &[u8]) {
+    // One write() on an O_APPEND descriptor: the records land whole at the end.
+    match file.write(bytes) {
+        Ok(n) if n == bytes.len() => {
+            if *failing {
+                *failing = false;
+                log::warn!("access log {} is writable again", path.display());
+            }
+        }
+        Ok(_) | Err(_) if *failing => {}
+        Ok(n) => {
+            *failing = true;
+            log::error!(
+                "access log {}: short write ({n} of {}); records are lost until it recovers",
+                path.display(),
+                bytes.len()
+            );
+        }
+        Err(e) => {
+            *failing = true;
+            log::error!("access log {}: {e}; records are lost until it recovers", path.display());
         }
     }
 }
@@ -167,26 +262,25 @@ mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
 
-    #[test]
-    fn a_long_record_is_cut_not_split() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("access.log");
-        let conf = AccessLog {
-            path: path.clone(),
-            format: LogFormat::parse("combined").unwrap(),
+    fn conf(path: &std::path::Path, format: &str, buffer: usize, flush: Duration) -> AccessLog {
+        AccessLog {
+            path: path.to_path_buf(),
+            format: LogFormat::parse(format).unwrap(),
             filter: Filter::default(),
             rotate: None,
             vhost: None,
-        };
-        let mut logs = AccessLogs::open(&[conf]).unwrap();
-        let ua = vec![b'u'; 10_000];
-        let headers = |n: &str| (n == "User-Agent").then_some(&ua[..]);
-        let record = Record {
+            buffer,
+            flush,
+        }
+    }
+
+    fn record<'a>(path: &'a [u8], headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
+        Record {
             client: "127.0.0.1".parse().unwrap(),
             local_port: 80,
             request_line: b"GET / HTTP/1.1",
             method: b"GET",
-            path: b"/",
+            path,
             query: None,
             protocol: "HTTP/1.1",
             status: 200,
@@ -197,17 +291,77 @@ mod tests {
             duration: Duration::ZERO,
             vhost: "v",
             host: None,
-            headers_in: &headers,
+            headers_in: headers,
             response_head: b"",
             conn_status: '+',
             keepalive_count: 0,
             request_id: 0,
-        };
-        logs.write(&record, false, 0);
-        logs.write(&record, true, 0); // internal: filtered out by default
+        }
+    }
+
+    #[test]
+    fn a_long_record_is_cut_not_split() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let mut logs = AccessLogs::open(&[conf(&path, "combined", 0, Duration::ZERO)]).unwrap();
+        let ua = vec![b'u'; 10_000];
+        let headers = |n: &str| (n == "User-Agent").then_some(&ua[..]);
+        let r = record(b"/", &headers);
+        logs.write(&r, false, 0);
+        logs.write(&r, true, 0); // internal: filtered out by default
         let text = std::fs::read(&path).unwrap();
         assert_eq!(text.len(), MAX_RECORD);
         assert!(text.ends_with(b"uuu\n"));
         assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+
+    #[test]
+    fn held_records_go_out_whole_when_the_next_does_not_fit_when_idle_and_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        // "%U" is the path: records of exactly 10 bytes ("/00000000" and a newline).
+        let mut logs = AccessLogs::open(&[conf(&path, "%U", 35, Duration::from_secs(3600))]).unwrap();
+        logs.hold_back();
+        let lines = |p: &std::path::Path| std::fs::read_to_string(p).unwrap().lines().count();
+        for i in 0..3 {
+            let p = format!("/{i:08}");
+            logs.write(&record(p.as_bytes(), &|_: &str| None), false, 0);
+        }
+        let no_headers = |_: &str| None;
+        assert_eq!(lines(&path), 0, "three records fit in 35 bytes: held");
+        logs.write(&record(b"/00000003", &no_headers), false, 0);
+        assert_eq!(lines(&path), 3, "the fourth did not fit: the first three went out");
+        logs.flush();
+        assert_eq!(lines(&path), 4);
+        logs.flush();
+        assert_eq!(lines(&path), 4, "nothing written twice");
+        // A record larger than the whole buffer goes straight out, after those held.
+        logs.write(&record(b"/00000004", &no_headers), false, 0);
+        logs.write(&record(&[b'x'; 100], &no_headers), false, 0);
+        logs.write(&record(b"/00000005", &no_headers), false, 0);
+        drop(logs);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let got: Vec<&str> = text.lines().map(|l| &l[..2]).collect();
+        assert_eq!(got, ["/0", "/0", "/0", "/0", "/0", "xx", "/0"], "{text}");
+    }
+
+    #[test]
+    fn a_held_record_goes_out_once_flush_old_when_idle_or_with_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let no_headers = |_: &str| None;
+        let mut logs = AccessLogs::open(&[conf(&path, "%U", 4096, Duration::from_millis(50))]).unwrap();
+        logs.hold_back();
+        logs.write(&record(b"/a", &no_headers), false, 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        logs.idle();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "younger than flush: held");
+        std::thread::sleep(Duration::from_millis(80));
+        logs.idle();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "/a\n");
+        logs.write(&record(b"/b", &no_headers), false, 0);
+        std::thread::sleep(Duration::from_millis(80));
+        logs.write(&record(b"/c", &no_headers), false, 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "/a\n/b\n/c\n", "with the next record");
     }
 }

@@ -9,6 +9,7 @@
 pub mod access;
 pub mod filter;
 pub mod format;
+pub mod held;
 pub mod rotate;
 
 /// Running out of file descriptors: said once when it starts, once when it ends.
