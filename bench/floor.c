@@ -19,6 +19,12 @@
  * so an idle client cannot pin a worker forever.
  *
  * Usage: floor PORT [WORKERS]     (binds 127.0.0.1 only)
+ *   WORKERS: default 2 x nproc, at most MAX_WORKERS (1024). A worker serves
+ *   one connection at a time, so it holds a keep-alive client until that
+ *   client closes: bench/harness.py starts it with 2 x nproc workers for the
+ *   one-request-per-connection cells and one worker per connection
+ *   (max(2 x nproc, c)) for the wrk keep-alive cells, so that no client
+ *   waits unanswered in the accept queue.
  * Build: gcc -O2 -o floor floor.c  (bench/run does this at bench time)
  * Stop:  SIGTERM to the parent; it forwards SIGTERM to its workers.
  */
@@ -38,7 +44,7 @@
 #include <unistd.h>
 
 #define BODY_LEN 1400
-#define MAX_WORKERS 256
+#define MAX_WORKERS 1024
 
 static char resp_ka[2048], resp_close[2048];
 static size_t resp_ka_len, resp_close_len;

@@ -9,7 +9,9 @@ What it does, in order:
           port accepts, note start-up time, failures and duration, stop it;
        b. start another fresh instance, check it serves the right bytes, let it
           settle, sample idle memory, then run every workload against it while
-          sampling memory, and stop it;
+          sampling memory, and stop it (a server sized per cell, the floor,
+          gets a fresh instance where a workload wants another worker count:
+          Server.workers_for);
   3. writes OUT/results.json after every cell (so a cut-short run still has
      data for report.py).
 
@@ -385,7 +387,17 @@ class Server:
         return None
 
     def command(self, d, conf):
+        """Command line of one instance. A server whose workers_for() returns
+        a number also takes `workers=N` here."""
         raise NotImplementedError
+
+    def workers_for(self, wl):
+        """Worker processes this server wants for workload `wl` (wl None: the
+        instance started for idle memory and the content check), or None: no
+        per-cell sizing, every instance runs as configured. When it differs
+        from the running instance's count, the main loop starts a fresh
+        instance with that many workers (see Instance, main)."""
+        return None
 
     def available(self):
         return None  # or a reason string why it cannot run
@@ -576,15 +588,29 @@ format = "combined"
 
 
 class Floor(Server):
+    """The least a prefork server can do (bench/floor.c), sized per cell:
+    - one request per connection (siege, ab, wrk with Connection: close, the
+      cold burst): a pool of 2 x nproc workers, its best there;
+    - keep-alive (wrk without Connection: close): one worker per connection,
+      max(2 x nproc, c). A blocking worker holds its keep-alive connection
+      for the whole run, so 2 x nproc workers would serve only 2 x nproc of
+      the c clients and leave the rest unanswered in the accept queue (wrk
+      does not count those as errors): a figure for 2 x nproc clients, not
+      for c, and one that starves clients. One process per connection is
+      the floor for keep-alive, with a wake-up per request as its price."""
     name = "floor"
     access_log = False
     bin = None  # set from --floor-bin
+    POOL = 2 * NPROC
+    MAX_WORKERS = 1024  # floor.c's cap
 
-    def workers(self):
-        return 2 * NPROC
+    def workers_for(self, wl):
+        if wl is not None and wl["tool"] == "wrk" and not wl.get("close"):
+            return min(self.MAX_WORKERS, max(self.POOL, wl["c"]))
+        return self.POOL
 
-    def command(self, d, conf):
-        return [self.bin, str(self.port), str(self.workers())]
+    def command(self, d, conf, workers=None):
+        return [self.bin, str(self.port), str(workers or self.POOL)]
 
     def available(self):
         if not (self.bin and os.access(self.bin, os.X_OK)):
@@ -592,7 +618,15 @@ class Floor(Server):
         return None
 
     def config_for_report(self):
-        return f"bench/floor.c, {self.workers()} workers (2 x nproc), listen backlog 511"
+        ka = ", ".join(f"-c{c} -> {max(self.POOL, c)}" for c in (10, 100, 500))
+        return "\n".join([
+            "bench/floor.c, listen backlog 511; worker count set per cell (2nd argument):",
+            "- one request per connection (siege, ab, wrk with Connection: close,",
+            f"  cold burst): {self.POOL} workers (2 x nproc)",
+            "- keep-alive (wrk without Connection: close): one worker per connection,",
+            f"  max({self.POOL}, c): {ka}",
+            f"  ({self.POOL} workers would serve {self.POOL} connections for the whole run",
+            "  while the others wait unanswered in the accept queue)"])
 
 
 CLASSES = {"nginx": Nginx, "apache": Apache, "lighttpd": Lighttpd,
@@ -620,10 +654,11 @@ def port_accepts(port):
 
 
 class Instance:
-    """One running server process tree, from a fresh instance directory."""
+    """One running server process tree, from a fresh instance directory.
+    `workers`: worker count from srv.workers_for() (None: as configured)."""
 
-    def __init__(self, srv, tag):
-        self.srv = srv
+    def __init__(self, srv, tag, workers=None):
+        self.srv, self.workers = srv, workers
         self.dir = os.path.join(srv.tmp, "run", f"{srv.name}-{tag}")
         os.makedirs(self.dir)
         os.chmod(self.dir, 0o755)
@@ -648,7 +683,9 @@ class Instance:
         else:
             raise RuntimeError(f"port {self.srv.port} is busy (not ours to kill)")
         t0 = time.monotonic()
-        self.proc = spawn(self.srv.command(self.dir, self.conf), cwd=self.dir,
+        cmd = (self.srv.command(self.dir, self.conf) if self.workers is None else
+               self.srv.command(self.dir, self.conf, workers=self.workers))
+        self.proc = spawn(cmd, cwd=self.dir,
                           stdin=subprocess.DEVNULL, stdout=self.out,
                           stderr=subprocess.STDOUT)
         while time.monotonic() - t0 < wait:
@@ -1122,8 +1159,11 @@ def main():
             "configs": {s.name: s.config_for_report() for s in servers},
             "siegerc": rc_text,
             "siege_shim": bool(SIEGE_SHIM),
-            "commands": {s.name: " ".join(s.command("TMPDIR/INSTANCE",
-                                                    "TMPDIR/INSTANCE/CONF"))
+            # a server sized per cell shows WORKERS for its worker count
+            "commands": {s.name: " ".join(
+                s.command("TMPDIR/INSTANCE", "TMPDIR/INSTANCE/CONF")
+                if s.workers_for(None) is None else
+                s.command("TMPDIR/INSTANCE", "TMPDIR/INSTANCE/CONF", workers="WORKERS"))
                          .replace(docroot, "DOCROOT").replace(a.tmp, "TMPDIR")
                          for s in servers},
             "workloads": wls,
@@ -1151,7 +1191,7 @@ def main():
                 log(f"round {rnd}/{rounds}: {srv.name} (127.0.0.1:{srv.port})")
                 # (a) cold burst on a fresh instance
                 for wl in cold:
-                    inst = Instance(srv, f"r{rnd}-cold")
+                    inst = Instance(srv, f"r{rnd}-cold", srv.workers_for(wl))
                     try:
                         t0 = time.monotonic()
                         ready = inst.start(poll=0.005)
@@ -1169,28 +1209,53 @@ def main():
                     finally:
                         inst.stop()
                     cell.update(round=rnd, server=srv.name, workload=wl["id"])
+                    if inst.workers is not None:
+                        cell["workers"] = inst.workers
                     results["cells"].append(cell)
                     _say(cell)
                     inst.remove()
                     save()
                     time.sleep(pause)
-                # (b) the workloads on one more fresh instance
-                inst = Instance(srv, f"r{rnd}")
+                # (b) the workloads on one more fresh instance. A server
+                # sized per cell (the floor: Server.workers_for) gets another
+                # fresh instance whenever the next workload wants a worker
+                # count other than the running instance's.
+                inst = None
+                lines = []  # access-log line counts of this round's instances
                 try:
+                    inst = Instance(srv, f"r{rnd}", srv.workers_for(None))
                     inst.start()
                     time.sleep(settle)  # let prefork pools spawn before 'idle'
                     # idle memory first: the content check touches (and a
                     # server may map) the files
                     kb, nprocs = pss_tree(inst.proc.pid)
                     check = verify(srv, files)
-                    results["idle"].append(dict(round=rnd, server=srv.name,
-                                                pss_kb=kb, procs=nprocs,
-                                                verify=check))
+                    idle = dict(round=rnd, server=srv.name, pss_kb=kb, procs=nprocs,
+                                verify=check)
+                    if inst.workers is not None:
+                        idle["workers"] = inst.workers
+                    results["idle"].append(idle)
                     log(f"  idle PSS {kb / 1024:.1f} MiB in {nprocs} processes; "
                         f"content check: {check}")
                     if not check["index.html"].startswith("ok"):
                         raise RuntimeError(f"{srv.name} does not serve index.html: {check}")
-                    for wl in warm:
+                    for n_wl, wl in enumerate(warm, 1):
+                        want = srv.workers_for(wl)
+                        if want is not None and want != inst.workers:
+                            # stop and remove the running instance first (one
+                            # port). `inst` is None in between, so the finally
+                            # below neither stops the old one twice nor misses
+                            # the new one if its start() fails.
+                            inst.stop()
+                            lines.append(inst.access_lines())
+                            inst.remove()
+                            inst = None
+                            inst = Instance(srv, f"r{rnd}-{n_wl}-w{want}", want)
+                            inst.start()
+                            time.sleep(settle)  # let the workers fork
+                            kb, nprocs = pss_tree(inst.proc.pid)
+                            log(f"  fresh instance with {want} workers for {wl['id']}: "
+                                f"{nprocs} processes, PSS {kb / 1024:.1f} MiB")
                         for attempt in range(1, BUSY_TRIES + 1):
                             if inst.proc.poll() is not None:
                                 raise RuntimeError(f"{srv.name} died (exit "
@@ -1198,6 +1263,8 @@ def main():
                             cell = run_client(wl, srv.port, rc, inst.proc.pid)
                             cell.update(round=rnd, server=srv.name, workload=wl["id"],
                                         attempt=attempt)
+                            if inst.workers is not None:
+                                cell["workers"] = inst.workers
                             results["cells"].append(cell)
                             _say(cell)
                             save()
@@ -1216,14 +1283,17 @@ def main():
                     results["errors"].append(dict(round=rnd, server=srv.name,
                                                   error=str(e)))
                 finally:
-                    inst.stop()
-                    lines = inst.access_lines()
+                    if inst:
+                        inst.stop()
+                        lines.append(inst.access_lines())
+                        inst.remove()
+                    counted = [n for n in lines if n is not None]
+                    total = sum(counted) if counted else None
                     last = results["idle"][-1] if results["idle"] else None
                     if last and last["server"] == srv.name and last["round"] == rnd:
-                        last["access_log_lines"] = lines
+                        last["access_log_lines"] = total
                     if srv.access_log:
-                        log(f"  access log: {lines} lines")
-                    inst.remove()
+                        log(f"  access log: {total} lines")
                     save()
     except Interrupted as e:
         results["meta"]["interrupted"] = str(e)

@@ -88,6 +88,9 @@ def summarize(res, max_busy=None):
         s["rps_all"] = [c["metrics"].get("rps") for c in ok]
         for d in ("ready_s", "start_to_done_s"):
             s[d] = med([c["metrics"].get("detail", {}).get(d) for c in ok])
+        # worker count of a server sized per cell (the floor); results.json
+        # files from before that have no "workers": None
+        s["workers"] = med([c.get("workers") for c in ok])
         out[key] = s
     return out
 
@@ -127,12 +130,28 @@ def floor_fake(w):
     return w["path"] != "index.html"
 
 
+def keepalive(w):
+    """A cell whose connections stay open for the whole run (wrk keep-alive)."""
+    return w["tool"] == "wrk" and not w.get("close")
+
+
+def floor_workers(res, summ):
+    """{workload id: floor's worker count} when the results record it (runs
+    since the floor is sized per cell), else {} (older results.json: the
+    floor ran 2 x nproc workers in every cell)."""
+    return {w["id"]: summ[(w["id"], "floor")]["workers"]
+            for w in res["meta"]["workloads"]
+            if summ.get((w["id"], "floor"), {}).get("workers") is not None}
+
+
 def write_md(res, summ, path, png, max_busy=None):
     meta = res["meta"]
     servers = servers_in(res)
     has_pika = "pika" in servers
     wls = [w for w in meta["workloads"]
            if any((w["id"], s) in summ for s in servers)]
+    fw = floor_workers(res, summ) if "floor" in servers else {}
+    pool = 2 * meta["machine"]["nproc"]
     L = []
     L.append("# pika benchmark results\n")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,17 +197,21 @@ def write_md(res, summ, path, png, max_busy=None):
 
     # ---- summary matrix --------------------------------------------------
     L.append("## Summary: requests/s (median)\n")
-    hdr = ["workload"] + servers
+    hdr = ["workload"] + servers + (["floor workers"] if fw else [])
     rows = []
     for w in wls:
         rows.append([w["label"]] + [
             f(summ.get((w["id"], s), {}).get("rps"))
             + ("†" if s == "floor" and floor_fake(w) and (w["id"], s) in summ else "")
-            for s in servers])
+            for s in servers] + ([f(fw.get(w["id"]))] if fw else []))
     L.append(md_table(hdr, rows))
     if "floor" in servers:
         L.append("\n† floor answers every path with its fixed 1400-byte body, so "
                  "on the bigger files it is not doing the same work.")
+    if fw:
+        L.append(f"\n*floor workers*: the floor runs {pool} workers (2 × nproc) "
+                 "for one request per connection and one worker per connection "
+                 "for wrk keep-alive (see Method).")
     L.append("")
     L.append(f"![requests per second]({os.path.relpath(png, os.path.dirname(path))})\n")
 
@@ -249,6 +272,9 @@ def write_md(res, summ, path, png, max_busy=None):
         if "floor" in servers and floor_fake(w):
             L.append("\n† floor sends its fixed 1400-byte body here, not "
                      f"`{w['path']}`.")
+        if fw.get(w["id"]) is not None and keepalive(w):
+            L.append(f"\nfloor ran {f(fw[w['id']])} workers here, one per "
+                     f"connection ({pool} everywhere else).")
         aborted = [s for s in servers if summ.get((w["id"], s), {}).get("ab_aborted")]
         if aborted:
             L.append("\n‡ in " + ", ".join(
@@ -371,15 +397,38 @@ def write_md(res, summ, path, png, max_busy=None):
              "for a blocking prefork design on this machine. It closes after "
              "responding when the request says `Connection: close` or is "
              "HTTP/1.0 without keep-alive (ab), and has a 5 s idle timeout.")
-    L.append("- A blocking prefork server (apache prefork, floor, and pika if it "
-             "holds one connection per worker) can serve only as many keep-alive "
-             "connections at once as it has workers; the rest wait in the listen "
-             "backlog. **wrk does not count those as failures**: wrk 4.1 counts a "
-             "timeout only when a late answer finally arrives, so a connection "
-             "that is never served during the run is invisible in its output. "
-             "The *max queued* column shows them (e.g. the floor's 4 workers "
-             "under `wrk -c500` keep-alive leave ~496 connections unserved for "
-             "the whole run).")
+    if fw:
+        ka = sorted({(w["c"], fw[w["id"]]) for w in wls
+                     if keepalive(w) and w["id"] in fw})
+        L.append(f"- **floor workers**: {pool} (2 × nproc) in the cells with one "
+                 "request per connection (siege, ab, wrk with `Connection: close`, "
+                 "the cold burst), where a small pool is its best; **one worker per "
+                 "connection** in the wrk keep-alive cells ("
+                 + ", ".join(f"`-c{c}`: {f(n)}" for c, n in ka) + "). A blocking "
+                 "worker holds its keep-alive connection for the whole run, so "
+                 f"with {pool} workers the floor served {pool} of the 100 (500) "
+                 f"connections while the other {100 - pool} ({500 - pool}) waited "
+                 "unanswered in the accept queue, which wrk does "
+                 f"not report as errors: its figure was one for {pool} clients, and "
+                 "it starved the others. One process per "
+                 "connection is the least a prefork server needs to serve every "
+                 "keep-alive client; its price is a process wake-up per request.")
+    elif "floor" in servers:
+        L.append(f"- **floor workers**: {pool} (2 × nproc) in every cell of this "
+                 "run (results from before the floor was sized per cell), so in "
+                 f"the wrk keep-alive cells it served only {pool} connections and "
+                 "the rest waited unanswered (see *max queued*).")
+    L.append("- A blocking prefork server (apache prefork, the floor, and pika if "
+             "it holds one connection per worker) can serve only as many "
+             "keep-alive connections at once as it has workers; the rest wait in "
+             "the listen backlog. **wrk does not count those as failures**: wrk "
+             "4.1 counts a timeout only when a late answer finally arrives, so a "
+             "connection that is never served during the run is invisible in its "
+             "output. The *max queued* column shows them (e.g. a prefork server "
+             f"with {pool} workers under `wrk -c500` keep-alive leaves "
+             f"~{500 - pool} connections unserved for the whole run"
+             + ("; the floor avoids this with one worker per connection there)."
+                if fw else ")."))
     L.append("")
 
     # ---- machine / versions / configs ------------------------------------
