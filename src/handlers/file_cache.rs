@@ -29,6 +29,17 @@ use crate::http::conditional;
 /// grow every worker's footprint.
 pub const MAX_CACHED_FILE: u64 = 256 * 1024;
 
+/// Files this large or larger are sent with `sendfile` from an open descriptor, which
+/// spares the copy from the mapping into the socket (the kernel hands the page-cache
+/// pages on); smaller ones go out with the head in one `writev`, one syscall instead
+/// of two. Measured (wrk -c50 close, server CPU per request): 200 KB 45 -> 41 us
+/// with sendfile, 1.7 MB 480 -> 140 us; 50 KB no better (one more syscall).
+pub const SENDFILE_MIN: u64 = 64 * 1024;
+
+/// Most cached entries per vhost and worker that hold a descriptor open (files of at
+/// least [`SENDFILE_MIN`]), so the cache never takes much of the descriptor limit.
+pub const MAX_OPEN_ENTRIES: usize = 64;
+
 /// Most entries per vhost and worker; when full, the cache starts over (simple, and
 /// a working set larger than this is served from the page cache anyway).
 pub const MAX_ENTRIES: usize = 256;
@@ -41,6 +52,8 @@ pub struct Entry {
     pub last_modified: String,
     /// The mapping (None for an empty file).
     pub map: Option<Rc<Mmap>>,
+    /// The open file, kept for `sendfile` when it is at least [`SENDFILE_MIN`] long.
+    pub file: Option<Rc<File>>,
     ino: u64,
     dev: u64,
     mtime_nsec: i64,
@@ -49,17 +62,19 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Maps an open regular file and computes its validators.
-    pub fn from_file(file: &File, meta: &Metadata) -> io::Result<Entry> {
+    /// Maps an open regular file and computes its validators; keeps the file if it
+    /// is large enough for `sendfile`.
+    pub fn from_file(file: File, meta: &Metadata) -> io::Result<Entry> {
         let len = meta.len();
         let mtime = meta.mtime().max(0) as u64;
-        let map = if len == 0 { None } else { Some(Rc::new(crate::sys::map_file(file, len)?)) };
+        let map = if len == 0 { None } else { Some(Rc::new(crate::sys::map_file(&file, len)?)) };
         Ok(Entry {
             len,
             mtime,
             etag: conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino()),
             last_modified: httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime)),
             map,
+            file: (len >= SENDFILE_MIN).then(|| Rc::new(file)),
             ino: meta.ino(),
             dev: meta.dev(),
             mtime_nsec: meta.mtime_nsec(),
@@ -79,13 +94,15 @@ impl Entry {
 #[derive(Default)]
 pub struct FileCache {
     entries: HashMap<Vec<u8>, Rc<Entry>>,
+    /// Entries holding a descriptor.
+    open: usize,
     /// How long a confirmation holds (`http.file_check_interval`).
     pub check_interval: Duration,
 }
 
 impl FileCache {
     pub fn new(check_interval: Duration) -> FileCache {
-        FileCache { entries: HashMap::new(), check_interval }
+        FileCache { entries: HashMap::new(), open: 0, check_interval }
     }
 
     /// The cached entry for `rel` under `root`, if the file there is still the same.
@@ -107,7 +124,9 @@ impl FileCache {
                 Some(entry.clone())
             }
             _ => {
-                self.entries.remove(key);
+                if self.entries.remove(key).is_some_and(|e| e.file.is_some()) {
+                    self.open -= 1;
+                }
                 None
             }
         }
@@ -119,10 +138,17 @@ impl FileCache {
         if entry.len > MAX_CACHED_FILE {
             return;
         }
-        if self.entries.len() >= MAX_ENTRIES {
-            self.entries.clear();
+        let key = rel.as_os_str().as_bytes();
+        if let Some(old) = self.entries.remove(key) {
+            self.open -= usize::from(old.file.is_some());
         }
-        self.entries.insert(rel.as_os_str().as_bytes().to_vec(), entry.clone());
+        let opens = usize::from(entry.file.is_some());
+        if self.entries.len() >= MAX_ENTRIES || self.open + opens > MAX_OPEN_ENTRIES {
+            self.entries.clear();
+            self.open = 0;
+        }
+        self.entries.insert(key.to_vec(), entry.clone());
+        self.open += opens;
     }
 }
 
@@ -138,7 +164,8 @@ mod tests {
         let p = dir.path().join("a.txt");
         std::fs::write(&p, "one").unwrap();
         let f = File::open(&p).unwrap();
-        let e = Rc::new(Entry::from_file(&f, &f.metadata().unwrap()).unwrap());
+        let meta = f.metadata().unwrap();
+        let e = Rc::new(Entry::from_file(f, &meta).unwrap());
         let mut c = FileCache::default();
         c.insert(Path::new("a.txt"), &e);
         assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_some());
@@ -164,9 +191,37 @@ mod tests {
         let p = dir.path().join("big");
         std::fs::write(&p, vec![0u8; MAX_CACHED_FILE as usize + 1]).unwrap();
         let f = File::open(&p).unwrap();
-        let e = Rc::new(Entry::from_file(&f, &f.metadata().unwrap()).unwrap());
+        let meta = f.metadata().unwrap();
+        let e = Rc::new(Entry::from_file(f, &meta).unwrap());
         let mut c = FileCache::default();
         c.insert(Path::new("big"), &e);
         assert!(c.entries.is_empty());
+    }
+
+    #[test]
+    fn large_files_keep_their_descriptor_within_a_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |name: &str, len: u64| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, vec![b'x'; len as usize]).unwrap();
+            let f = File::open(&p).unwrap();
+            let meta = f.metadata().unwrap();
+            Rc::new(Entry::from_file(f, &meta).unwrap())
+        };
+        assert!(entry("small", SENDFILE_MIN - 1).file.is_none(), "small files go out with writev");
+        assert!(entry("large", SENDFILE_MIN).file.is_some(), "large ones with sendfile");
+        let mut c = FileCache::default();
+        let small = entry("small", 10);
+        c.insert(Path::new("small"), &small);
+        for i in 0..MAX_OPEN_ENTRIES {
+            c.insert(Path::new(&format!("l{i}")), &entry(&format!("l{i}"), SENDFILE_MIN));
+        }
+        assert_eq!((c.open, c.entries.len()), (MAX_OPEN_ENTRIES, MAX_OPEN_ENTRIES + 1));
+        // The same name again replaces its entry: still as many descriptors.
+        c.insert(Path::new("l0"), &entry("l0", SENDFILE_MIN));
+        assert_eq!(c.open, MAX_OPEN_ENTRIES);
+        // One more open file than allowed: the cache starts over.
+        c.insert(Path::new("one-more"), &entry("one-more", SENDFILE_MIN));
+        assert_eq!((c.open, c.entries.len()), (1, 1));
     }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
-use super::file_cache::{Entry, FileCache};
+use super::file_cache::{Entry, FileCache, SENDFILE_MIN};
 use crate::config::Vhost;
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -56,7 +56,7 @@ impl<'c> Site<'c> {
         if !meta.is_file() {
             return Ok(Found::Other);
         }
-        let entry = Rc::new(Entry::from_file(&file, &meta)?);
+        let entry = Rc::new(Entry::from_file(file, &meta)?);
         self.cache.borrow_mut().insert(rel, &entry);
         Ok(Found::File(entry))
     }
@@ -225,13 +225,21 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
     match ranges {
         RangeOutcome::Full | RangeOutcome::Unsatisfiable => {
             reply.header("Content-Type", content_type);
-            reply.body = Body::Mapped { map, start: 0, end: len as usize };
+            reply.body = match &entry.file {
+                Some(file) => Body::File { file: file.clone(), start: 0, end: len },
+                None => Body::Mapped { map, start: 0, end: len as usize },
+            };
         }
         RangeOutcome::Partial(rs) if rs.len() == 1 => {
             let r = rs[0];
             reply.status = 206;
             reply.header("Content-Type", content_type).header("Content-Range", range::content_range(&r, len));
-            reply.body = Body::Mapped { map, start: r.start as usize, end: r.end as usize + 1 };
+            reply.body = match &entry.file {
+                Some(file) if r.len() >= SENDFILE_MIN => {
+                    Body::File { file: file.clone(), start: r.start, end: r.end + 1 }
+                }
+                _ => Body::Mapped { map, start: r.start as usize, end: r.end as usize + 1 },
+            };
         }
         RangeOutcome::Partial(rs) => {
             let boundary = boundary(etag);

@@ -512,10 +512,13 @@ fn write_head(
 fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
     // One slice for the head and one for a body need no allocation; only multipart
     // bodies build a list.
+    if let Some(Body::File { file, start, end }) = body {
+        return send_file(stream, head, file, *start, *end, obs);
+    }
     let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
     let mut many: Vec<IoSlice<'_>>;
     let slices: &mut [IoSlice<'_>] = match body {
-        None | Some(Body::None) => &mut pair[..1],
+        None | Some(Body::None) | Some(Body::File { .. }) => &mut pair[..1],
         Some(Body::Owned(v)) => {
             pair[1] = IoSlice::new(v);
             &mut pair
@@ -551,6 +554,42 @@ fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mu
         }
     }
     Ok(total)
+}
+
+/// Sends the head with `MSG_MORE` (it leaves with the first body bytes) and then
+/// bytes `start..end` of `file` with `sendfile`: the kernel hands the page-cache
+/// pages to the socket, our code never touches them. Returns the bytes sent.
+fn send_file(
+    stream: &TcpStream,
+    head: &[u8],
+    file: &std::fs::File,
+    start: u64,
+    end: u64,
+    obs: &mut dyn Observer,
+) -> io::Result<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    // nix names no MSG_MORE.
+    let more = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_MORE | libc::MSG_NOSIGNAL);
+    let mut sent = 0;
+    while sent < head.len() {
+        match nix::sys::socket::send(stream.as_raw_fd(), &head[sent..], more) {
+            Ok(n) => sent += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut offset = start as i64;
+    while (offset as u64) < end {
+        let count = ((end - offset as u64) as usize).min(1 << 30);
+        match nix::sys::sendfile::sendfile64(stream.as_fd(), file.as_fd(), Some(&mut offset), count) {
+            // The file shrank under us: the response cannot be finished.
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => obs.heartbeat(),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(head.len() as u64 + end - start)
 }
 
 enum BodyError {

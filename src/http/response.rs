@@ -3,8 +3,10 @@
 //! A handler fills a [`Reply`]: a status, header lines written straight into a reused
 //! buffer, and a [`Body`]. The connection adds the headers every response carries
 //! (Date, Server, Content-Length, Connection) and hands head and body to the kernel in
-//! one `writev`. A mapped file's bytes are never read by our code (DESIGN §3).
+//! one `writev`, or, for a large file, the head with `MSG_MORE` and the body with
+//! `sendfile`. A file's bytes are never read by our code (DESIGN §3).
 
+use std::fs::File;
 use std::rc::Rc;
 
 use memmap2::Mmap;
@@ -19,6 +21,9 @@ pub enum Body {
     Owned(Vec<u8>),
     /// A slice of a mapped file (the whole file, or one range).
     Mapped { map: Rc<Mmap>, start: usize, end: usize },
+    /// A slice of an open file, sent with `sendfile` (files of at least
+    /// [`SENDFILE_MIN`](crate::handlers::file_cache::SENDFILE_MIN) bytes).
+    File { file: Rc<File>, start: u64, end: u64 },
     /// `multipart/byteranges`: each part's head, then its range of the map; `tail` closes.
     Multipart { map: Rc<Mmap>, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
 }
@@ -29,6 +34,7 @@ impl Body {
             Body::None => 0,
             Body::Owned(v) => v.len() as u64,
             Body::Mapped { start, end, .. } => (end - start) as u64,
+            Body::File { start, end, .. } => end - start,
             Body::Multipart { parts, tail, .. } => {
                 parts.iter().map(|(h, r)| h.len() as u64 + r.len()).sum::<u64>() + tail.len() as u64
             }
