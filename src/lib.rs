@@ -38,7 +38,7 @@
 //! revalidated by one `fstatat`) or `openat2(RESOLVE_BENEATH)` under the vhost root →
 //! file, index, listing ([`handlers::listing`]), redirect or error →
 //! [`http::conditional`] and [`http::range`] → the head built from
-//! [`http::response::Reply`] and sent with the body in one `writev` (files of 64 KiB
+//! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
 //! and more: the head with `MSG_MORE`, the body with `sendfile`) → one access-log
 //! record per log ([`log::access`], formatted by [`log::format`], chosen by
 //! [`log::filter`]) → keep alive or close.

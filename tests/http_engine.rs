@@ -487,7 +487,7 @@ fn large_files_come_whole() {
 #[test]
 fn files_sent_with_sendfile_keep_alive_take_ranges_and_survive_truncation() {
     let site = Site::new();
-    // 100 KB: cached (mapped and kept open) and sent with sendfile (>= 64 KiB).
+    // 100 KB: cached (mapped and kept open) and sent with sendfile (>= 32 KiB).
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 13 % 251) as u8).collect();
     site.write("htdocs/mid.bin", &data);
     site.config("", "[http]\nfile_check_interval = \"1h\"\n");
