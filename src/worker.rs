@@ -258,6 +258,10 @@ impl Observer for SlotObserver<'_> {
         self.ctx.scoreboard.header.busy.load(Relaxed) != 0
     }
 
+    fn clients_waiting(&mut self) -> bool {
+        self.ctx.listeners.queued() > 0
+    }
+
     fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {
         let conf = &self.ctx.config.status;
         let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");

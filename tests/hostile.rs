@@ -137,6 +137,47 @@ fn busy_keepalive_clients_beyond_max_take_turns() {
 }
 
 #[test]
+fn busy_keepalive_connections_hand_their_worker_on_when_clients_wait() {
+    let site = Site::new();
+    // max_keepalive_requests left at its default (1000).
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n");
+    let p = Pika::start(&site, "-F");
+    let addr = p.addr;
+    // Four busy clients on two workers, 300 requests each: two always wait in the
+    // backlog. Each counts its connections (a closed one is opened again).
+    const EACH: usize = 300;
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conn: Option<TcpStream> = None;
+                let mut lengths = vec![0];
+                for _ in 0..EACH {
+                    let s = conn.get_or_insert_with(|| connect(addr));
+                    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                    let r = read_response(s, false).expect("a response");
+                    assert_eq!(r.status, 200);
+                    *lengths.last_mut().unwrap() += 1;
+                    if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+                        conn = None;
+                        lengths.push(0);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                lengths
+            })
+        })
+        .collect();
+    for c in clients {
+        let lengths = c.join().unwrap();
+        // A connection looks at the backlog after every 100th request and, with
+        // clients waiting, closes: nobody keeps a worker for all 300 requests (1000
+        // is the cap), and connections end only at those looks.
+        assert!(lengths.len() >= 2, "one connection for all {EACH} requests: {lengths:?}");
+        assert!(lengths[..lengths.len() - 1].iter().all(|&n| n % 100 == 0), "{lengths:?}");
+    }
+}
+
+#[test]
 fn a_body_must_keep_a_minimum_rate() {
     let site = Site::new();
     site.config("", "[http]\nbody_timeout = \"2s\"\nbody_min_rate = 1000\n");

@@ -71,7 +71,7 @@ impl Default for RawWorkers {
         // operators know. The ceiling is lower than Apache's MaxRequestWorkers 256:
         // on a static load a few workers per core saturate the CPUs, and clients
         // beyond `max` wait in the backlog while kept-alive connections rotate
-        // (max_keepalive_requests, and idle ones yield under pressure). At 500
+        // (every 100 requests while clients wait, and idle ones yield). At 500
         // keep-alive clients 64 workers took 8.6 MiB PSS where 256 take ~30.
         RawWorkers { start: 5, min_spare: 5, max_spare: 10, max: 64, max_requests: 0, max_memory: None }
     }
@@ -113,7 +113,7 @@ impl Default for RawHttp {
             file_check_interval: Secs(std::time::Duration::from_secs(1)),
             keepalive: true,
             defer_accept: true,
-            max_keepalive_requests: 100,
+            max_keepalive_requests: 1000,
             // Apache's LimitRequestLine / LimitRequestFieldSize / LimitRequestFields.
             max_request_line: Bytes(8190),
             max_header_size: Bytes(16384),

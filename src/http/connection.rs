@@ -49,11 +49,21 @@ pub trait Observer {
     fn under_pressure(&mut self) -> bool {
         false
     }
+    /// Connections wait in the listeners' accept queues for a worker.
+    fn clients_waiting(&mut self) -> bool {
+        false
+    }
     /// An optional page the worker serves itself (`server-status`).
     fn status_page(&mut self, _req: &Request<'_>, _query: Option<&[u8]>, _reply: &mut Reply<'_>) -> bool {
         false
     }
 }
+
+/// After every this many requests a kept-alive connection looks whether clients wait
+/// in the accept queue (one `getsockopt` per listener) and, if so, closes so that one
+/// of them gets the worker. `max_keepalive_requests` (default 1000, as nginx and
+/// lighttpd) caps a connection in any case; Apache's default cap is 100.
+pub const TURN_REQUESTS: u64 = 100;
 
 /// How a connection ended.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -262,7 +272,9 @@ impl<'c> Server<'c> {
                 && http.keepalive
                 && !reply.close
                 && !obs.must_close()
-                && (http.max_keepalive_requests == 0 || outcome.requests < http.max_keepalive_requests);
+                && (http.max_keepalive_requests == 0 || outcome.requests < http.max_keepalive_requests)
+                // Every 100th request: if clients wait in the backlog, hand the worker on.
+                && !(outcome.requests % TURN_REQUESTS == 0 && obs.clients_waiting());
             obs.state(ConnState::Writing);
             let status = reply.status;
             let body = std::mem::replace(&mut reply.body, Body::None);
