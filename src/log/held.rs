@@ -52,14 +52,16 @@ impl Held {
         self.shared.len.store(self.len, Release);
     }
 
-    /// Hands the waiting records to `write` (one call) and forgets them, with `TERM`
-    /// held off meanwhile. Returns what `write` returned.
-    pub fn drain<T>(&mut self, write: impl FnOnce(&[u8]) -> T) -> T {
+    /// Hands the waiting records, if any, to `write` (one call) and forgets them,
+    /// with `TERM` held off meanwhile.
+    pub fn drain(&mut self, write: impl FnOnce(&[u8])) {
+        if self.len == 0 {
+            return;
+        }
         let _quiet = TermBlocked::hold();
-        let out = write(&self.buf[..self.len]);
+        write(&self.buf[..self.len]);
         self.len = 0;
         self.shared.len.store(0, Release);
-        out
     }
 
     /// The log's descriptor changed (reopened).
