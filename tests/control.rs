@@ -231,13 +231,14 @@ fn workers_drop_privileges() {
     for _ in 0..6 {
         assert_eq!(get(p.addr, "/public.txt").status, 200);
     }
-    // Records a worker still held at the rotation open the new file (access logs
-    // are buffered by default): 2 before, 6 after, each in one of the two files.
-    let lines = wait_until(DEADLINE, "every line in the old or the new access log", || {
+    // Records a worker still held at the rotation go to the new file (access logs
+    // are buffered by default), in the order each worker wrote its batch: 2 before
+    // the rotation, 6 after, each in one of the two files.
+    let new = wait_until(DEADLINE, "every line in the old or the new access log", || {
         let new = site.access_lines();
         (site.read("logs/access.log.1").lines().count() + new.len() == 8).then_some(new)
     });
-    assert!(lines.iter().rev().take(6).all(|l| l.contains("GET /public.txt")), "{lines:?}");
+    assert!(new.iter().filter(|l| l.contains("GET /public.txt")).count() >= 6, "{new:?}");
 }
 
 #[test]
@@ -354,12 +355,12 @@ fn workers_chroot_and_keep_logging_across_a_rotation() {
     p.signal(10); // SIGUSR1
     wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
     assert_eq!(get(p.addr, "/page.txt").status, 200);
-    // Held records may open the new file: 2 before the rotation, 1 after, in all.
+    // Held records may go to the new file: 2 before the rotation, 1 after, in all.
     let new = wait_until(DEADLINE, "every line in the old or the new log", || {
         let new = site.access_lines();
         (site.read("logs/access.log.1").lines().count() + new.len() == 3).then_some(new)
     });
-    assert!(new.last().is_some_and(|l| l.contains("GET /page.txt")), "{new:?}");
+    assert!(new.iter().any(|l| l.contains("GET /page.txt")), "{new:?}");
     // A docroot outside the jail is refused up front.
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -147,7 +147,7 @@ fn load(
         .map(|c| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let mut done = Vec::with_capacity(per_client);
+                let mut done = Vec::with_capacity(per_client.min(100_000));
                 let mut conn: Option<TcpStream> = None;
                 let mut i = 0;
                 while i < per_client && !stop.load(Ordering::Relaxed) {
@@ -220,12 +220,24 @@ fn rotation_under_load_loses_and_doubles_nothing() {
     site.config("", &conf("start"));
     let p = Pika::start(&site, "-F");
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = load(p.addr, 8, 6250, stop.clone());
-    // Meanwhile: rotations by signal (an external rename, then USR1) and reloads.
+    let clients = load(p.addr, 8, usize::MAX, stop.clone());
+    // Meanwhile: rotations by signal (an external rename, then USR1), reloads, and
+    // (once a second, by the master) rotations by size. The load runs until all of
+    // them happened, however fast this machine serves it.
+    let built_in = || {
+        std::fs::read_dir(site.path("logs"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().trim_start_matches("access.log.").parse::<u32>().is_ok())
+            .count()
+    };
     let mut external = 0;
     let mut reloads = 0;
     let mut round = 0;
-    while clients.iter().any(|c| !c.is_finished()) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while external < 15 || reloads < 5 || built_in() < 5 {
+        assert!(std::time::Instant::now() < deadline, "{external} external, {reloads} reloads, {} by size", built_in());
+        assert!(clients.iter().all(|c| !c.is_finished()), "a client gave up");
         std::thread::sleep(Duration::from_millis(250));
         round += 1;
         if round % 4 == 0 && reloads < 5 {
@@ -240,8 +252,9 @@ fn rotation_under_load_loses_and_doubles_nothing() {
             }
         }
     }
+    stop.store(true, Ordering::Relaxed);
     let made: Vec<String> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
-    assert_eq!(made.len(), 50_000);
+    assert!(made.len() >= 5_000, "only {} requests", made.len());
     let expected: HashSet<&str> = made.iter().map(String::as_str).collect();
     let lines = wait_until(DEADLINE, "every line on disk", || {
         let l = all_lines(&site, "access.log");
@@ -255,13 +268,6 @@ fn rotation_under_load_loses_and_doubles_nothing() {
         assert!(seen.insert(path.to_string()), "doubled: {l}");
     }
     assert_eq!(lines.len(), made.len(), "exactly one line per request");
-    let built_in = std::fs::read_dir(site.path("logs"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().trim_start_matches("access.log.").parse::<u32>().is_ok())
-        .count();
-    assert!(external + built_in >= 20, "rotated {external} times by signal and {built_in} by size");
-    assert_eq!(reloads, 5);
 }
 
 #[test]
@@ -395,7 +401,32 @@ fn syslog_lines_carry_each_processes_own_pid() {
 /// The numbers `n` of the `GET /?n=N` lines in `logs/NAME`.
 fn numbers_in(site: &Site, name: &str) -> Vec<u32> {
     let text = std::fs::read_to_string(site.path(&format!("logs/{name}"))).unwrap_or_default();
-    text.lines().filter_map(|l| l.split("GET /?n=").nth(1)?.split(' ').next()?.parse().ok()).collect()
+    let mut n: Vec<u32> =
+        text.lines().filter_map(|l| l.split("GET /?n=").nth(1)?.split(' ').next()?.parse().ok()).collect();
+    n.sort();
+    n
+}
+
+/// Requests `/?n=N` for each N in `range` on a kept-alive connection, then one more
+/// (`/?sync`) on the same: its answer means that worker has taken the last counted
+/// record (a record is made after its response is sent). A worker retiring after a
+/// reload closes the connection (and writes its records as it exits): then the next
+/// request goes on a new one.
+fn numbered_requests(addr: SocketAddr, range: std::ops::RangeInclusive<u32>) {
+    let mut conn: Option<TcpStream> = None;
+    let mut ask = |path: &str| {
+        let s = conn.get_or_insert_with(|| connect(addr));
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+        let r = read_response(s, false).expect("a response");
+        assert_eq!(r.status, 200);
+        if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+            conn = None;
+        }
+    };
+    for n in range {
+        ask(&format!("/?n={n}"));
+    }
+    ask("/?sync");
 }
 
 #[test]
@@ -412,36 +443,34 @@ fn held_records_are_written_on_reload_after_a_rotation_and_on_a_fast_stop() {
     };
     site.config("", &conf("first"));
     let mut p = Pika::start(&site, "-F");
-    let mut n = 0;
-    let mut requests = |count: u32| {
-        for _ in 0..count {
-            n += 1;
-            assert_eq!(get(p.addr, &format!("/?n={n}")).status, 200);
-        }
-    };
-    requests(5);
+    numbered_requests(p.addr, 1..=5);
     assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "held, not written");
     // A reload retires the workers: each writes what it holds before it exits.
     site.config("", &conf("second"));
     p.signal(SIGHUP);
-    wait_until(DEADLINE, "the retired workers' records", || (numbers_in(&site, "access.log").len() == 5).then_some(()));
-    requests(5);
+    wait_until(DEADLINE, "the retired workers' records", || {
+        (numbers_in(&site, "access.log") == [1, 2, 3, 4, 5]).then_some(())
+    });
+    // (A worker of the old generation may still serve some of these, and write them
+    // when it retires, before the rotation below.)
+    numbered_requests(p.addr, 6..=10);
     // A rotation: records held across it go to the new file, never to the old one
     // (which logrotate or the built-in rotation may compress at once).
     std::fs::rename(site.path("logs/access.log"), site.path("logs/access.log.1")).unwrap();
     p.signal(SIGUSR1);
     wait_until(DEADLINE, "logs reopened", || site.error_log().contains("logs reopened").then_some(()));
-    requests(5);
-    assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "still held");
+    numbered_requests(p.addr, 11..=15);
+    assert!(numbers_in(&site, "access.log").iter().all(|&n| n < 11), "11 to 15 are still held");
     // A fast stop: TERM ends the workers at once, and their handler writes the records.
     p.signal(15);
     assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
-    let mut old = numbers_in(&site, "access.log.1");
-    let mut new = numbers_in(&site, "access.log");
-    old.sort();
-    new.sort();
-    assert_eq!(old, (1..=5).collect::<Vec<_>>(), "before the rotation, written at the reload");
-    assert_eq!(new, (6..=15).collect::<Vec<_>>(), "after the reload, each once, in the new file");
+    let old = numbers_in(&site, "access.log.1");
+    let new = numbers_in(&site, "access.log");
+    assert!(old.starts_with(&[1, 2, 3, 4, 5]), "written at the reload: {old:?}");
+    assert!(new.ends_with(&[11, 12, 13, 14, 15]), "after the rotation, in the new file: {new:?}");
+    let mut all = [old, new].concat();
+    all.sort();
+    assert_eq!(all, (1..=15).collect::<Vec<_>>(), "each record once");
 }
 
 #[test]
@@ -449,9 +478,7 @@ fn single_process_mode_writes_held_records_when_terminated() {
     let site = Site::new();
     site.config("", "[[access_log]]\npath = \"logs/access.log\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n");
     let mut p = Pika::start(&site, "-X");
-    for n in 1..=3 {
-        assert_eq!(get(p.addr, &format!("/?n={n}")).status, 200);
-    }
+    numbered_requests(p.addr, 1..=3);
     assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "held, not written");
     p.signal(15);
     let status = wait_until(DEADLINE, "pika -X to end", || p.child.try_wait().ok().flatten());

@@ -150,9 +150,11 @@ impl AccessLogs {
         }
     }
 
-    /// The worker waited a second for work: write out the held records that are
-    /// `flush` old.
+    /// The worker waited a second for work: follow a rotation (so that records still
+    /// held, even those a `TERM` writes, go to the new file), then write out the held
+    /// records that are `flush` old.
     pub fn idle(&mut self) {
+        self.sync_epoch();
         self.write_held(Some(crate::scoreboard::now_ms()));
     }
 
