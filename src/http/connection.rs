@@ -519,6 +519,14 @@ fn write_head(
     head.extend_from_slice(b"\r\n");
 }
 
+/// Most body bytes handed to the kernel in one call. A blocking write returns only
+/// when all of it is queued, and the stuck-worker watchdog sees progress only between
+/// calls: with a whole 64 MB file in one call, a client reading slowly for longer
+/// than `request_timeout` had its worker killed mid-download. 256 KiB keeps a client
+/// down to about 1 KB/s alive under the default 300 s (nginx's sendfile_max_chunk is
+/// 2 MiB, for fairness between its connections).
+const SEND_CHUNK: usize = 256 * 1024;
+
 /// Sends head and body with as few `writev` calls as the kernel allows. Returns the
 /// bytes sent.
 fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
@@ -553,9 +561,28 @@ fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mu
     let mut rest = slices;
     let mut stream = stream;
     while !rest.is_empty() {
-        // IOV_MAX is 1024: a response with thousands of ranges goes out in batches.
-        let batch = rest.len().min(1024);
-        match stream.write_vectored(&rest[..batch]) {
+        // IOV_MAX is 1024: a response with thousands of ranges goes out in batches;
+        // and at most SEND_CHUNK bytes per call, so a slow client's progress is seen.
+        let mut batch = rest.len().min(1024);
+        let mut bytes = 0;
+        for (i, sl) in rest[..batch].iter().enumerate() {
+            bytes += sl.len();
+            if bytes >= SEND_CHUNK {
+                batch = i + 1;
+                break;
+            }
+        }
+        let written = if bytes > SEND_CHUNK {
+            // The last slice of the batch is cut to the chunk (only multipart bodies
+            // and large custom error pages are this big: files go out by sendfile).
+            let mut capped: Vec<IoSlice<'_>> = rest[..batch - 1].iter().map(|s| IoSlice::new(s)).collect();
+            let last = &rest[batch - 1];
+            capped.push(IoSlice::new(&last[..last.len() - (bytes - SEND_CHUNK)]));
+            stream.write_vectored(&capped)
+        } else {
+            stream.write_vectored(&rest[..batch])
+        };
+        match written {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
                 IoSlice::advance_slices(&mut rest, n);
@@ -592,7 +619,7 @@ fn send_file(
     }
     let mut offset = start as i64;
     while (offset as u64) < end {
-        let count = ((end - offset as u64) as usize).min(1 << 30);
+        let count = ((end - offset as u64) as usize).min(SEND_CHUNK);
         match nix::sys::sendfile::sendfile64(stream.as_fd(), file.as_fd(), Some(&mut offset), count) {
             // The file shrank under us: the response cannot be finished.
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
