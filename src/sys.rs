@@ -296,15 +296,13 @@ pub fn write_on_term(entries: &'static [TermWrite]) {
     TERM_WRITES.store(entries.as_ptr().cast_mut(), Release);
     let action = SigAction::new(SigHandler::Handler(on_term), SaFlags::empty(), SigSet::empty());
     for sig in [Signal::SIGTERM, Signal::SIGINT] {
-        let mut old = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
         // SAFETY: the handler only loads atomics and calls write(2), signal(2) and
         // raise(3), all async-signal-safe. An ignored INT (a worker) stays ignored.
         unsafe {
-            if let Ok(prev) = nix::sys::signal::sigaction(sig, &action) {
-                old = prev;
-            }
-            if matches!(old.handler(), SigHandler::SigIgn) {
-                let _ = nix::sys::signal::sigaction(sig, &old);
+            if let Ok(prev) = nix::sys::signal::sigaction(sig, &action)
+                && matches!(prev.handler(), SigHandler::SigIgn)
+            {
+                let _ = nix::sys::signal::sigaction(sig, &prev);
             }
         }
     }

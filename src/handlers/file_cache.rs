@@ -94,15 +94,13 @@ impl Entry {
 #[derive(Default)]
 pub struct FileCache {
     entries: HashMap<Vec<u8>, Rc<Entry>>,
-    /// Entries holding a descriptor.
-    open: usize,
     /// How long a confirmation holds (`http.file_check_interval`).
     pub check_interval: Duration,
 }
 
 impl FileCache {
     pub fn new(check_interval: Duration) -> FileCache {
-        FileCache { entries: HashMap::new(), open: 0, check_interval }
+        FileCache { entries: HashMap::new(), check_interval }
     }
 
     /// The cached entry for `rel` under `root`, if the file there is still the same.
@@ -124,9 +122,7 @@ impl FileCache {
                 Some(entry.clone())
             }
             _ => {
-                if self.entries.remove(key).is_some_and(|e| e.file.is_some()) {
-                    self.open -= 1;
-                }
+                self.entries.remove(key);
                 None
             }
         }
@@ -139,16 +135,18 @@ impl FileCache {
             return;
         }
         let key = rel.as_os_str().as_bytes();
-        if let Some(old) = self.entries.remove(key) {
-            self.open -= usize::from(old.file.is_some());
-        }
-        let opens = usize::from(entry.file.is_some());
-        if self.entries.len() >= MAX_ENTRIES || self.open + opens > MAX_OPEN_ENTRIES {
+        self.entries.remove(key);
+        // Counted only on a miss (an insert), never on a hit.
+        let full = entry.file.is_some() && self.open() >= MAX_OPEN_ENTRIES;
+        if self.entries.len() >= MAX_ENTRIES || full {
             self.entries.clear();
-            self.open = 0;
         }
         self.entries.insert(key.to_vec(), entry.clone());
-        self.open += opens;
+    }
+
+    /// Entries holding a descriptor.
+    fn open(&self) -> usize {
+        self.entries.values().filter(|e| e.file.is_some()).count()
     }
 }
 
@@ -216,12 +214,12 @@ mod tests {
         for i in 0..MAX_OPEN_ENTRIES {
             c.insert(Path::new(&format!("l{i}")), &entry(&format!("l{i}"), SENDFILE_MIN));
         }
-        assert_eq!((c.open, c.entries.len()), (MAX_OPEN_ENTRIES, MAX_OPEN_ENTRIES + 1));
+        assert_eq!((c.open(), c.entries.len()), (MAX_OPEN_ENTRIES, MAX_OPEN_ENTRIES + 1));
         // The same name again replaces its entry: still as many descriptors.
         c.insert(Path::new("l0"), &entry("l0", SENDFILE_MIN));
-        assert_eq!(c.open, MAX_OPEN_ENTRIES);
+        assert_eq!(c.open(), MAX_OPEN_ENTRIES);
         // One more open file than allowed: the cache starts over.
         c.insert(Path::new("one-more"), &entry("one-more", SENDFILE_MIN));
-        assert_eq!((c.open, c.entries.len()), (1, 1));
+        assert_eq!((c.open(), c.entries.len()), (1, 1));
     }
 }

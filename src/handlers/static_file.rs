@@ -14,6 +14,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
+use memmap2::Mmap;
+
 use super::file_cache::{Entry, FileCache, SENDFILE_MIN};
 use crate::config::Vhost;
 use crate::http::conditional::{self, Conditions, Precondition};
@@ -177,6 +179,15 @@ fn encode_query(q: &[u8]) -> String {
     s
 }
 
+/// Bytes `start..end` of a file: by `sendfile` when there are at least
+/// [`SENDFILE_MIN`] of them and the entry kept its descriptor, else from the mapping.
+fn slice(entry: &Entry, map: Rc<Mmap>, start: u64, end: u64) -> Body {
+    match &entry.file {
+        Some(file) if end - start >= SENDFILE_MIN => Body::File { file: file.clone(), start, end },
+        _ => Body::Mapped { map, start: start as usize, end: end as usize },
+    }
+}
+
 /// A regular file: validators, preconditions, ranges, then the mapped body.
 fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str, reply: &mut Reply<'_>) {
     let (len, mtime, etag, last_modified) = (entry.len, entry.mtime, &entry.etag, &entry.last_modified);
@@ -225,21 +236,13 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
     match ranges {
         RangeOutcome::Full | RangeOutcome::Unsatisfiable => {
             reply.header("Content-Type", content_type);
-            reply.body = match &entry.file {
-                Some(file) => Body::File { file: file.clone(), start: 0, end: len },
-                None => Body::Mapped { map, start: 0, end: len as usize },
-            };
+            reply.body = slice(entry, map, 0, len);
         }
         RangeOutcome::Partial(rs) if rs.len() == 1 => {
             let r = rs[0];
             reply.status = 206;
             reply.header("Content-Type", content_type).header("Content-Range", range::content_range(&r, len));
-            reply.body = match &entry.file {
-                Some(file) if r.len() >= SENDFILE_MIN => {
-                    Body::File { file: file.clone(), start: r.start, end: r.end + 1 }
-                }
-                _ => Body::Mapped { map, start: r.start as usize, end: r.end as usize + 1 },
-            };
+            reply.body = slice(entry, map, r.start, r.end + 1);
         }
         RangeOutcome::Partial(rs) => {
             let boundary = boundary(etag);

@@ -532,13 +532,11 @@ const SEND_CHUNK: usize = 256 * 1024;
 fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
     // One slice for the head and one for a body need no allocation; only multipart
     // bodies build a list.
-    if let Some(Body::File { file, start, end }) = body {
-        return send_file(stream, head, file, *start, *end, obs);
-    }
     let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
     let mut many: Vec<IoSlice<'_>>;
     let slices: &mut [IoSlice<'_>] = match body {
-        None | Some(Body::None) | Some(Body::File { .. }) => &mut pair[..1],
+        None | Some(Body::None) => &mut pair[..1],
+        Some(Body::File { file, start, end }) => return send_file(stream, head, file, *start, *end, obs),
         Some(Body::Owned(v)) => {
             pair[1] = IoSlice::new(v);
             &mut pair
