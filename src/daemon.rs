@@ -56,6 +56,7 @@ pub fn run_single(config: Config) -> ExitCode {
         slot: 0,
         generation: 0,
         pod: None,
+        doorbell: None,
         token: &token,
         logs,
         master: None,

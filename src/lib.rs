@@ -13,11 +13,14 @@
 //!   and runs one loop with a one-second tick: reap → act on signals → spare-worker
 //!   maintenance ([`master::maintenance`], a pure function of the idle count and the
 //!   listen queue) → retire old generations →
-//!   kill stuck workers → rotate logs → rewrite the status file. It never serves a
-//!   request and never imports the HTTP code.
+//!   kill stuck workers → rotate logs → rewrite the status file. Between ticks it
+//!   looks at the pool every 50 ms while short of idle workers, and at once when a
+//!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
+//!   the HTTP code.
 //! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
 //!   drops privileges, then loops: accept ([`listen::Acceptor::accept`]: idle workers
-//!   sleep in `epoll` with `EPOLLEXCLUSIVE`, the oldest woken first) → serve the connection
+//!   sleep in `epoll` with `EPOLLEXCLUSIVE`, the oldest woken first; ring the master's
+//!   doorbell if fewer than `min_spare` others stay idle) → serve the connection
 //!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
 //!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
 //!   to the HTTP code, which knows nothing about processes.

@@ -10,6 +10,10 @@
 //!
 //! `pod_pending` in the scoreboard counts bytes not yet taken, so a worker looks at the
 //! pipe (a syscall) only when there is something to find.
+//!
+//! The [`Doorbell`] goes the other way: a worker that takes a connection and sees
+//! too few idle workers left wakes the master, which forks more at once instead of
+//! at its next tick.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
@@ -18,6 +22,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::http::connection::INTERNAL_HEADER;
 use crate::scoreboard::Header;
@@ -67,6 +72,44 @@ impl Pod {
             Ok(_) => true, // EOF: the master has exited.
             Err(_) => false,
         }
+    }
+}
+
+/// Workers → master: "the pool is short of idle workers, look now".
+///
+/// An eventfd the master polls beside its signals. `look_wanted` in the scoreboard
+/// says a ring is already pending, so under a sustained shortage the workers ring
+/// once per look of the master, not once per connection.
+pub struct Doorbell(EventFd);
+
+impl Doorbell {
+    pub fn new() -> io::Result<Doorbell> {
+        Ok(Doorbell(EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?))
+    }
+
+    /// Worker: wake the master unless a ring is already pending.
+    pub fn ring(&self, header: &Header) {
+        if header.look_wanted.swap(1, SeqCst) == 0 {
+            let _ = self.0.write(1);
+        }
+    }
+
+    /// Master: what to poll.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.0.as_fd()
+    }
+
+    /// Master: take the rings (clears the eventfd; `look_wanted` stays set, so no
+    /// worker rings again before the look).
+    pub fn take(&self) -> bool {
+        self.0.read().is_ok()
+    }
+
+    /// Master: about to count the workers; a worker that finds a shortage after the
+    /// count may ring again.
+    pub fn rearm(&self, header: &Header) {
+        header.look_wanted.store(0, SeqCst);
     }
 }
 

@@ -92,6 +92,10 @@ pub struct Header {
     pub stopping: AtomicU32,
     /// Non-zero when few workers are idle: keep-alive yields (shorter waits).
     pub busy: AtomicU32,
+    /// The master's `min_spare` (it changes with TTIN/TTOU and reloads).
+    pub min_spare: AtomicU32,
+    /// Non-zero while a worker's ring of the master's doorbell is unanswered.
+    pub look_wanted: AtomicU32,
     /// When the master started (seconds since the epoch).
     pub started: AtomicU64,
     /// When the current generation started.
@@ -212,11 +216,43 @@ impl Scoreboard {
     pub fn generation(&self) -> u32 {
         self.header.generation.load(Relaxed)
     }
+
+    /// Whether fewer than `min_spare` workers of `generation` other than slot `me`
+    /// are idle (ready or starting). Stops counting at `min_spare`.
+    pub fn short_of_idle(&self, generation: u32, me: usize) -> bool {
+        let want = self.header.min_spare.load(Relaxed) as usize;
+        let idle = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i != me && s.state().is_idle() && s.generation.load(Relaxed) == generation);
+        idle.take(want).count() < want
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_of_idle_counts_the_others_of_the_generation() {
+        let sb = Scoreboard::new(6).unwrap();
+        sb.header.min_spare.store(2, Relaxed);
+        for (i, (generation, state)) in
+            [(1, State::Ready), (1, State::Ready), (1, State::Reading), (0, State::Ready), (1, State::Dead)]
+                .into_iter()
+                .enumerate()
+        {
+            sb.slots[i].claim(generation);
+            sb.slots[i].set_state(state);
+        }
+        assert!(!sb.short_of_idle(1, 2));
+        assert!(sb.short_of_idle(1, 0), "slot 0 is the one asking; slot 3 is of another generation");
+        sb.slots[5].claim(1); // forked, starting: counts as idle
+        assert!(!sb.short_of_idle(1, 0));
+        sb.header.min_spare.store(0, Relaxed);
+        assert!(!sb.short_of_idle(1, 0));
+    }
 
     #[test]
     fn text_round_trips_and_truncates() {

@@ -18,7 +18,7 @@ use crate::http::request::Request;
 use crate::http::response::Reply;
 use crate::listen::{Acceptor, Listeners};
 use crate::log::access::AccessLogs;
-use crate::pod::Pod;
+use crate::pod::{Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, Slot, State};
 use crate::sys;
 
@@ -59,6 +59,8 @@ pub struct WorkerCtx<'a> {
     pub slot: usize,
     pub generation: u32,
     pub pod: Option<&'a mut Pod>,
+    /// Rung when this worker takes a connection and too few others are idle.
+    pub doorbell: Option<&'a Doorbell>,
     pub token: &'a str,
     pub logs: AccessLogs,
     /// The master's pid (None in single-process mode).
@@ -163,6 +165,11 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             },
         };
         crate::log::shortage::recovered(crate::log::shortage::Op::Accept);
+        if let Some(bell) = ctx.doorbell
+            && ctx.scoreboard.short_of_idle(ctx.generation, ctx.slot)
+        {
+            bell.ring(ctx.scoreboard.header);
+        }
         // Rotation: reopen before the next write (DESIGN §4); the access logs also
         // look before each record, for connections that outlive a rotation.
         server.sync_logs();

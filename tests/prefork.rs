@@ -95,6 +95,27 @@ fn a_burst_grows_the_pool_then_it_shrinks_back() {
 }
 
 #[test]
+fn a_burst_between_ticks_gets_its_workers_before_the_next_tick() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 6\n[http]\nheader_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    wait_status(&site, "one ready worker", DEADLINE, |s| s.contains("states: ready 1"));
+    // The status file is rewritten on every tick: once it changes, the next tick is
+    // a second away, and the pool is inside its band (nothing to look at till then).
+    let written = || std::fs::metadata(site.path("logs/pika.status")).and_then(|m| m.modified()).ok();
+    let before = written();
+    wait_until(DEADLINE, "a tick", || (written() != before).then_some(()));
+    let clients: Vec<TcpStream> = (0..4).map(|_| slow_client(p.addr)).collect();
+    wait_until(DEADLINE, "a worker per slow client and a spare", || (workers(&p).len() == 5).then_some(()));
+    // The worker that took the first client rang the master, which forked for the
+    // waiting ones at once, not at its next tick.
+    let log = site.error_log();
+    let first = log.lines().find(|l| l.contains("maintenance: spawning")).unwrap_or_default();
+    assert!(first.contains("workers now ("), "the first spawn came from a tick:\n{log}");
+    drop(clients);
+}
+
+#[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();
     site.config("", "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 5\n");

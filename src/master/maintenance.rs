@@ -8,11 +8,22 @@
 //!
 //! One addition: the master sees the listen queues. When short of idle workers with
 //! connections already waiting, it forks one per waiting connection at once (up to
-//! `max`) instead of ramping up over several seconds while clients wait.
+//! `max`) instead of ramping up over several seconds while clients wait. And while
+//! short, it does not wait for the next tick to look again: every [`QUICK_LOOK`]
+//! it forks for the connections waiting then ([`quick`]), so a burst has its
+//! workers within a fraction of a second rather than at the next tick.
+
+use std::time::Duration;
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a
 /// few seconds, few enough that forking does not starve the workers already serving.
 pub const MAX_SPAWN_RATE: u32 = 32;
+
+/// How often the master looks at the pool between ticks while it is short of idle
+/// workers ([`short`]): a connection that finds every worker busy waits about this
+/// long for one to be forked. A look costs the master a scan of its table and one
+/// `getsockopt` per listener.
+pub const QUICK_LOOK: Duration = Duration::from_millis(50);
 
 /// What the master counted this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +51,25 @@ pub enum Decision {
     RetireOne,
     /// Short of idle workers, but every slot is taken.
     Full,
+}
+
+/// Whether to look again before the next tick: fewer idle workers than wanted, and
+/// room for more.
+pub fn short(c: Counts, band: Band) -> bool {
+    c.idle < band.min_spare && c.used_slots < band.max
+}
+
+/// A look between ticks: short of idle workers with connections waiting → a worker
+/// per waiting connection, at most [`MAX_SPAWN_RATE`] a look (forking must not starve
+/// the workers already serving). Never retires and leaves the tick's rate alone.
+pub fn quick(c: Counts, band: Band) -> Decision {
+    if c.idle >= band.min_spare || c.queued == 0 {
+        return Decision::Nothing;
+    }
+    match c.queued.min(band.max.saturating_sub(c.used_slots)).min(MAX_SPAWN_RATE) {
+        0 => Decision::Nothing,
+        n => Decision::Spawn(n),
+    }
 }
 
 /// Decides this tick's action; `rate` is the spawn rate carried between ticks.
@@ -89,6 +119,28 @@ mod tests {
         assert_eq!(decide(queued, band, &mut rate), Decision::Spawn(10));
         // No shortage: a queue that idle workers are about to take forks nothing.
         assert_eq!(decide(Counts { idle: 6, used_slots: 10, queued: 3 }, BAND, &mut rate), Decision::Nothing);
+    }
+
+    #[test]
+    fn a_quick_look_forks_for_waiting_connections_only() {
+        let short = Counts { idle: 0, used_slots: 10, queued: 3 };
+        assert_eq!(quick(short, BAND), Decision::Spawn(3));
+        assert_eq!(quick(Counts { queued: 0, ..short }, BAND), Decision::Nothing);
+        assert_eq!(quick(Counts { idle: 5, ..short }, BAND), Decision::Nothing);
+        assert_eq!(quick(Counts { queued: 500, ..short }, BAND), Decision::Spawn(MAX_SPAWN_RATE));
+        let band = Band { max: 12, ..BAND };
+        assert_eq!(quick(short, band), Decision::Spawn(2));
+        assert_eq!(quick(Counts { used_slots: 12, ..short }, band), Decision::Nothing);
+        // Too many idle workers is the tick's business.
+        assert_eq!(quick(Counts { idle: 30, used_slots: 30, queued: 1 }, BAND), Decision::Nothing);
+    }
+
+    #[test]
+    fn looks_between_ticks_only_while_short_with_room() {
+        let c = Counts { idle: 4, used_slots: 10, queued: 0 };
+        assert!(short(c, BAND));
+        assert!(!short(Counts { idle: 5, ..c }, BAND));
+        assert!(!short(c, Band { max: 10, ..BAND }));
     }
 
     #[test]

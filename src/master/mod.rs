@@ -3,7 +3,8 @@
 //! One flat loop with a one-second tick (DESIGN §1):
 //! wait for a signal or the tick → act on signals → reap exited workers → on the tick,
 //! maintain the pool, retire old generations, kill stuck workers → stop when asked and
-//! no worker is left.
+//! no worker is left. While the pool is short of idle workers the loop also wakes
+//! every [`maintenance::QUICK_LOOK`] to fork for connections waiting in the queue.
 //!
 //! Only pids from the master's own table are ever signalled; the scoreboard (which
 //! workers write) is read for states, never for pids to kill.
@@ -26,7 +27,7 @@ use crate::daemon::Ready;
 use crate::listen::{self, Listener, Listeners};
 use crate::log::access::AccessLogs;
 use crate::log::rotate::{self as rotation, Rotate, next_boundary, offset_at, period_start};
-use crate::pod::{self, Pod};
+use crate::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
 use crate::sys::{self, Forked};
 use crate::worker::{self, ChildExit, WorkerCtx};
@@ -94,6 +95,7 @@ pub struct Master {
     listeners: Listeners,
     scoreboard: Scoreboard,
     pod: Pod,
+    doorbell: Doorbell,
     token: String,
     signals: Signals,
     logs: AccessLogs,
@@ -102,6 +104,8 @@ pub struct Master {
     generation: u32,
     band: Band,
     spawn_rate: u32,
+    /// The last look found the pool short of idle workers: look again before the tick.
+    short: bool,
     full_reported: bool,
     /// WINCH: workers retired, none spawned until the next reload.
     workers_paused: bool,
@@ -123,10 +127,12 @@ impl Master {
         let listeners = Listeners::new(listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
+        let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = band(&config);
+        scoreboard.header.min_spare.store(band.min_spare, Relaxed);
         let rotations = rotations(&config, &[]);
         Ok(Master {
             rotations,
@@ -134,6 +140,7 @@ impl Master {
             listeners,
             scoreboard,
             pod,
+            doorbell,
             token,
             signals,
             logs,
@@ -141,6 +148,8 @@ impl Master {
             generation: 0,
             band,
             spawn_rate: 1,
+            // The first look comes soon after start: a burst may be waiting already.
+            short: true,
             full_reported: false,
             workers_paused: false,
             stopping: None,
@@ -159,25 +168,39 @@ impl Master {
         self.prepare_log_files();
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
+        let mut last_look = Instant::now();
         loop {
             if ready.pending() {
                 self.report_ready(ready);
             }
-            let mut wait = next_tick.saturating_duration_since(Instant::now());
+            // While short of idle workers, look again a quick look after the last one.
+            let next_look = if self.short { last_look + maintenance::QUICK_LOOK } else { next_tick };
+            let mut wait = next_tick.min(next_look).saturating_duration_since(Instant::now());
             if ready.pending() {
                 // Report readiness promptly: workers turn ready within milliseconds.
                 wait = wait.min(Duration::from_millis(20));
             }
-            let mut fds = [PollFd::new(self.signals.fd(), PollFlags::POLLIN)];
+            let mut fds =
+                [PollFd::new(self.signals.fd(), PollFlags::POLLIN), PollFd::new(self.doorbell.fd(), PollFlags::POLLIN)];
             let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
             let _ = poll(&mut fds, PollTimeout::from(ms));
+            if self.doorbell.take() {
+                // A worker found too few idle workers: look now (or a quick look
+                // after the last one).
+                self.short = true;
+            }
             for control in self.signals.take() {
                 self.handle(control);
             }
             self.reap();
-            if Instant::now() >= next_tick {
-                next_tick = Instant::now() + TICK;
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + TICK;
+                last_look = now;
                 self.tick();
+            } else if self.short && now >= last_look + maintenance::QUICK_LOOK {
+                last_look = now;
+                self.quick_look();
             }
             if self.stopping.is_some() && self.children.is_empty() {
                 self.report_ready(ready);
@@ -229,6 +252,8 @@ impl Master {
         }
         if self.stopping.is_none() && !self.workers_paused {
             self.perform_idle_server_maintenance();
+        } else {
+            self.short = false;
         }
         self.wake_retiring_workers();
         self.kill_stuck_workers();
@@ -292,8 +317,9 @@ impl Master {
         }
     }
 
-    fn perform_idle_server_maintenance(&mut self) {
-        let counts = Counts {
+    fn counts(&self) -> Counts {
+        self.doorbell.rearm(self.scoreboard.header);
+        Counts {
             idle: self
                 .children
                 .values()
@@ -301,7 +327,31 @@ impl Master {
                 .count() as u32,
             used_slots: self.children.len() as u32,
             queued: self.listeners.queued(),
-        };
+        }
+    }
+
+    /// Between ticks, while short of idle workers: fork for the connections waiting.
+    fn quick_look(&mut self) {
+        self.short = false;
+        if self.stopping.is_some() || self.workers_paused {
+            return;
+        }
+        let counts = self.counts();
+        self.short = maintenance::short(counts, self.band);
+        if let Decision::Spawn(n) = maintenance::quick(counts, self.band) {
+            log::debug!(
+                "maintenance: spawning {n} workers now ({} idle, {} total, {} connections waiting)",
+                counts.idle,
+                counts.used_slots,
+                counts.queued
+            );
+            self.startup_children(n);
+        }
+    }
+
+    fn perform_idle_server_maintenance(&mut self) {
+        let counts = self.counts();
+        self.short = maintenance::short(counts, self.band);
         let before = self.spawn_rate;
         match maintenance::decide(counts, self.band, &mut self.spawn_rate) {
             Decision::Nothing => {}
@@ -372,6 +422,7 @@ impl Master {
                     slot,
                     generation: self.generation,
                     pod: Some(&mut self.pod),
+                    doorbell: Some(&self.doorbell),
                     token: &self.token,
                     logs,
                     master: Some(nix::unistd::getppid()),
@@ -608,7 +659,9 @@ impl Master {
         self.config = new;
         self.prepare_log_files();
         self.band = band(&self.config);
+        self.scoreboard.header.min_spare.store(self.band.min_spare, Relaxed);
         self.spawn_rate = 1;
+        self.short = true;
         self.full_reported = false;
         self.workers_paused = false;
         self.new_generation();
@@ -675,6 +728,7 @@ impl Master {
         let max = (self.band.max_spare as i32 + delta).max(min as i32 + 1) as u32;
         self.band.min_spare = min;
         self.band.max_spare = max;
+        self.scoreboard.header.min_spare.store(min, Relaxed);
         log::info!("spare workers: min_spare {min}, max_spare {max}");
     }
 }
