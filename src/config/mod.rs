@@ -672,7 +672,7 @@ mod tests {
         assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
         assert_eq!(
             c.workers,
-            Workers { start: 5, min_spare: 5, max_spare: 10, max: 64, max_requests: 0, max_memory: None }
+            Workers { start: 2, min_spare: 1, max_spare: 3, max: 64, max_requests: 0, max_memory: None }
         );
         assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
         assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
@@ -722,9 +722,9 @@ mod tests {
         let text = format!("{MINIMAL}[workers]\nmin_spare = 4294967295\nmax_spare = 4294967295\n");
         let w = try_parse(&dir, &text).unwrap().workers;
         assert_eq!((w.min_spare, w.max_spare), (64, 4294967295));
-        let text = format!("{MINIMAL}[workers]\nmax = 4\n");
+        let text = format!("{MINIMAL}[workers]\nmax = 1\nmin_spare = 2\n");
         let w = try_parse(&dir, &text).unwrap().workers;
-        assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (4, 4, 10, 4));
+        assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (1, 1, 3, 1));
     }
 
     #[test]

@@ -67,13 +67,18 @@ pub(crate) struct RawWorkers {
 
 impl Default for RawWorkers {
     fn default() -> Self {
-        // Apache prefork's spare band (StartServers 5, MinSpare 5, MaxSpare 10), which
-        // operators know. The ceiling is lower than Apache's MaxRequestWorkers 256:
-        // on a static load a few workers per core saturate the CPUs, and clients
-        // beyond `max` wait in the backlog while kept-alive connections rotate
-        // (every 100 requests while clients wait, and idle ones yield). At 500
-        // keep-alive clients 64 workers took 8.6 MiB PSS where 256 take ~30.
-        RawWorkers { start: 5, min_spare: 5, max_spare: 10, max: 64, max_requests: 0, max_memory: None }
+        // A smaller spare band than Apache prefork's (StartServers 5, MinSpare 5,
+        // MaxSpare 10): spares exist to meet a burst without waiting for a fork, and
+        // the master forks within milliseconds of a shortage (a worker rings it).
+        // Idle spares cost memory, and on a CPU-bound load each extra worker is one
+        // more process taking turns on the cores (measured in the commit that set
+        // these: ab -c20 5-10% faster, keep-alive no slower). The ceiling is lower
+        // than Apache's MaxRequestWorkers 256: on a static load a few workers per
+        // core saturate the CPUs, and clients beyond `max` wait in the backlog while
+        // kept-alive connections rotate (every 100 requests while clients wait, and
+        // idle ones yield). At 500 keep-alive clients 64 workers took 8.6 MiB PSS
+        // where 256 take ~30.
+        RawWorkers { start: 2, min_spare: 1, max_spare: 3, max: 64, max_requests: 0, max_memory: None }
     }
 }
 
