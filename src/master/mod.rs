@@ -173,7 +173,7 @@ impl Master {
             if ready.pending() {
                 self.report_ready(ready);
             }
-            // While short of idle workers, look again a quick look after the last one.
+            // While short of idle workers, look again QUICK_LOOK after the last look.
             let next_look = if self.short { last_look + maintenance::QUICK_LOOK } else { next_tick };
             let mut wait = next_tick.min(next_look).saturating_duration_since(Instant::now());
             if ready.pending() {
@@ -317,6 +317,7 @@ impl Master {
         }
     }
 
+    /// Counts the pool for a look; workers may ring the doorbell again from here on.
     fn counts(&self) -> Counts {
         self.doorbell.rearm(self.scoreboard.header);
         Counts {
