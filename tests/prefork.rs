@@ -115,6 +115,37 @@ fn a_burst_between_ticks_gets_its_workers_before_the_next_tick() {
     drop(clients);
 }
 
+/// CPU time (user + system, in clock ticks) the process has used so far.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = stat.rsplit_once(')').unwrap().1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nheader_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
+    // Both workers held, a third client queued: every accept found no other worker
+    // idle and rang, and the pool is at max. Then WINCH: workers retired, none forked.
+    let clients: Vec<TcpStream> = (0..3).map(|_| slow_client(p.addr)).collect();
+    wait_until(DEADLINE, "the pool-full message", || site.error_log().contains("reached workers.max").then_some(()));
+    for phase in ["full", "paused"] {
+        let before = cpu_ticks(p.pid);
+        std::thread::sleep(Duration::from_secs(2));
+        let used = cpu_ticks(p.pid) - before;
+        // A master spinning on its doorbell would use about 200 ticks (100 Hz) here.
+        assert!(used < 40, "{phase}: the master used {used} ticks of CPU in 2 s");
+        if phase == "full" {
+            p.signal(28); // SIGWINCH
+        }
+    }
+    drop(clients);
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();
