@@ -18,8 +18,9 @@
 //!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
 //!   the HTTP code.
 //! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
-//!   drops privileges, then loops: accept ([`listen::Acceptor::accept`]: idle workers
-//!   sleep in `epoll` with `EPOLLEXCLUSIVE`, the oldest woken first; ring the master's
+//!   moves to `SCHED_BATCH`, drops privileges, then loops: accept
+//!   ([`listen::Acceptor::accept`]: idle workers sleep in `epoll` with
+//!   `EPOLLEXCLUSIVE`, the oldest woken first; ring the master's
 //!   doorbell if fewer than `min_spare` others stay idle) → serve the connection
 //!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
 //!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
@@ -27,7 +28,8 @@
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
-//!   `prctl`, `openat2`, `mmap`); the rest of the crate denies `unsafe`.
+//!   `prctl`, `sched_setscheduler`, `openat2`, `mmap`); the rest of the crate denies
+//!   `unsafe`.
 //!
 //! # How a request travels
 //!

@@ -124,6 +124,15 @@ pub fn die_with_parent(sig: Signal) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Moves this process to `SCHED_BATCH`: same fair share as `SCHED_OTHER`, but a
+/// wake-up does not preempt the task running on the CPU.
+pub fn sched_batch() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param`, a valid local, and nothing else.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Allows core dumps again after a uid change (Linux clears the flag on `setuid`).
 pub fn set_dumpable() {
     // SAFETY: prctl(PR_SET_DUMPABLE) takes a plain integer and touches no memory.

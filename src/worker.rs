@@ -96,6 +96,14 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     }
+    if ctx.config.workers.sched_batch {
+        // A worker woken by a new connection or request waits for the running task's
+        // slice (or an idle CPU) instead of preempting it: fewer switches when the
+        // CPUs are saturated. The master keeps the normal policy.
+        if let Err(e) = sys::sched_batch() {
+            log::warn!("cannot switch the worker to SCHED_BATCH: {e}");
+        }
+    }
     // chroot needs root, so it comes before the uid change (Apache's order).
     if let Some(jail) = &ctx.config.chroot {
         if let Err(e) = nix::unistd::chroot(jail.as_path()).and_then(|()| nix::unistd::chdir("/")) {

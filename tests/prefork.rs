@@ -146,6 +146,29 @@ fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
     drop(clients);
 }
 
+/// The scheduling policy of a process (field 41 of /proc/PID/stat: 0 other, 3 batch).
+fn sched_policy(pid: i32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit_once(')').unwrap().1.split_whitespace().nth(38).unwrap().parse().unwrap()
+}
+
+#[test]
+fn workers_run_under_sched_batch_unless_turned_off() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    for (extra, want) in [("", SCHED_BATCH), ("sched_batch = false\n", SCHED_OTHER)] {
+        let site = Site::new();
+        site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n{extra}"));
+        let p = Pika::start(&site, "-F");
+        wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
+        assert_eq!(get(p.addr, "/").status, 200);
+        assert_eq!(sched_policy(p.pid), SCHED_OTHER, "the master keeps the normal policy");
+        for w in workers(&p) {
+            assert_eq!(sched_policy(w), want, "worker {w} with [workers] {extra:?}");
+        }
+    }
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();

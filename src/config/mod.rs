@@ -103,6 +103,8 @@ pub struct Workers {
     pub max_requests: u64,
     /// Address-space limit for each worker (`RLIMIT_AS`), if any.
     pub max_memory: Option<u64>,
+    /// Workers run under `SCHED_BATCH` (no wake-up preemption).
+    pub sched_batch: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -507,6 +509,7 @@ impl Ctx<'_> {
             max: w.max,
             max_requests: w.max_requests,
             max_memory: w.max_memory.map(|b| b.0),
+            sched_batch: w.sched_batch,
         })
     }
 
@@ -672,7 +675,15 @@ mod tests {
         assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
         assert_eq!(
             c.workers,
-            Workers { start: 2, min_spare: 1, max_spare: 3, max: 64, max_requests: 0, max_memory: None }
+            Workers {
+                start: 2,
+                min_spare: 1,
+                max_spare: 3,
+                max: 64,
+                max_requests: 0,
+                max_memory: None,
+                sched_batch: true
+            }
         );
         assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
         assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
@@ -708,6 +719,13 @@ mod tests {
         let text = "[server]\nlisten = [\"8080\"]\nuser = \"no-such-user-here\"\n[[vhost]]\nroot = \"htdocs\"\n";
         let err = try_parse(&dir, text).unwrap_err().to_string();
         assert!(err.contains(":3:8: no such user"), "{err}");
+    }
+
+    #[test]
+    fn sched_batch_can_be_turned_off() {
+        let dir = setup();
+        let text = format!("{MINIMAL}[workers]\nsched_batch = false\n");
+        assert!(!try_parse(&dir, &text).unwrap().workers.sched_batch);
     }
 
     #[test]

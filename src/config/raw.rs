@@ -63,6 +63,7 @@ pub(crate) struct RawWorkers {
     pub(crate) max: u32,
     pub(crate) max_requests: u64,
     pub(crate) max_memory: Option<Bytes>,
+    pub(crate) sched_batch: bool,
 }
 
 impl Default for RawWorkers {
@@ -78,7 +79,15 @@ impl Default for RawWorkers {
         // kept-alive connections rotate (every 100 requests while clients wait, and
         // idle ones yield). At 500 keep-alive clients 64 workers took 8.6 MiB PSS
         // where 256 take ~30.
-        RawWorkers { start: 2, min_spare: 1, max_spare: 3, max: 64, max_requests: 0, max_memory: None }
+        RawWorkers {
+            start: 2,
+            min_spare: 1,
+            max_spare: 3,
+            max: 64,
+            max_requests: 0,
+            max_memory: None,
+            sched_batch: true,
+        }
     }
 }
 
