@@ -115,12 +115,10 @@ fn a_burst_between_ticks_gets_its_workers_before_the_next_tick() {
     drop(clients);
 }
 
-/// CPU time (user + system, in clock ticks) the process has used so far.
+/// CPU time (user + system, in clock ticks: proc(5) fields 14 and 15) used so far.
 fn cpu_ticks(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = stat.rsplit_once(')').unwrap().1;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    let f = stat_fields(pid).unwrap();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
 #[test]
@@ -146,10 +144,9 @@ fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
     drop(clients);
 }
 
-/// The scheduling policy of a process (field 41 of /proc/PID/stat: 0 other, 3 batch).
+/// The scheduling policy of a process (proc(5) field 41: 0 other, 3 batch).
 fn sched_policy(pid: i32) -> u32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat.rsplit_once(')').unwrap().1.split_whitespace().nth(38).unwrap().parse().unwrap()
+    stat_fields(pid).unwrap()[38].parse().unwrap()
 }
 
 #[test]

@@ -184,21 +184,23 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
-pub fn ppid_of(pid: i32) -> Option<i32> {
+/// The fields of /proc/PID/stat after the command name: `[0]` is the state (field 3
+/// in proc(5)), so field N of proc(5) is `[N - 3]`. None once the process is gone.
+pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    let mut f = after.split_whitespace();
-    let state = f.next()?;
-    if state == "Z" {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_owned).collect())
+}
+
+pub fn ppid_of(pid: i32) -> Option<i32> {
+    let f = stat_fields(pid)?;
+    if f[0] == "Z" {
         return None;
     }
-    f.next()?.parse().ok()
+    f[1].parse().ok()
 }
 
 pub fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
-        .unwrap_or(false)
+    stat_fields(pid).is_some_and(|f| f[0] != "Z")
 }
 
 /// A parsed response.
