@@ -223,7 +223,7 @@ def write_md(res, summ, path, png, max_busy=None):
              "(ab: whole request incl. connect, 1 ms resolution; wrk: `--latency`, "
              "excludes timed-out requests), *max queued*: the most connections "
              "seen waiting in the server's accept queue (Recv-Q of its listening "
-             "socket, sampled every 0.2 s), peak PSS of the server during the cell"
+             "socket, sampled every 1 s), peak PSS of the server during the cell"
              + (", and pika's req/s divided by that server's (>1 = pika faster)."
                 if has_pika else "."))
     L.append("")
@@ -301,7 +301,7 @@ def write_md(res, summ, path, png, max_busy=None):
     # ---- memory -----------------------------------------------------------
     L.append("## Memory (PSS, MiB, summed over master + all descendants)\n")
     L.append("Idle = after start and a short settle, before any load. Peak = "
-             "highest sample (every 0.2 s) during a cell; per server the largest "
+             "highest sample (every 1 s) during a cell; per server the largest "
              "per-workload median is shown.\n")
     hdr = ["server", "idle PSS", "idle procs", "peak PSS", "procs at peak",
            "peak during"]
