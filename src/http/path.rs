@@ -79,7 +79,7 @@ pub fn clean(target: &[u8]) -> Result<(CleanPath, Option<&[u8]>), PathError> {
         return Err(PathError::NotOriginForm);
     }
     let decoded = percent_decode(path)?;
-    Ok((remove_dot_segments(&decoded)?, query))
+    Ok((remove_dot_segments(decoded)?, query))
 }
 
 /// Percent-encodes a decoded path for a `Location` header or an HTML href.
@@ -190,33 +190,44 @@ fn hex_value(b: u8) -> Option<u8> {
 
 /// RFC 3986 §5.2.4 dot-segment removal on an already decoded path that starts
 /// with `/`, also collapsing empty segments; climbing above the root fails.
-fn remove_dot_segments(decoded: &[u8]) -> Result<CleanPath, PathError> {
-    let mut kept: Vec<&[u8]> = Vec::new();
+///
+/// Works in place: each kept segment is written as `/name` at or before the
+/// place it was read from, so the decoded buffer becomes the result and a
+/// request costs one allocation here, not three.
+fn remove_dot_segments(mut buf: Vec<u8>) -> Result<CleanPath, PathError> {
+    let n = buf.len();
+    // `w`: length of the result so far, always <= `sep`, the '/' that opens the
+    // segment being read, so writing never overtakes reading.
+    let mut w = 0;
     // why: `/a/b/..` names the directory `/a/`, so a path ending in a dot
     // segment keeps a trailing slash, just as one ending in `/` does.
     let mut trailing_slash = false;
-    for seg in decoded.split(|&b| b == b'/') {
+    let mut sep = 0;
+    while sep < n {
+        let start = sep + 1;
+        let end = buf[start..].iter().position(|&b| b == b'/').map_or(n, |i| start + i);
         trailing_slash = true;
-        match seg {
+        match &buf[start..end] {
             b"" | b"." => {}
             b".." => {
-                kept.pop().ok_or(PathError::Escapes)?;
+                // Back to the '/' that opened the last kept segment.
+                w = buf[..w].iter().rposition(|&b| b == b'/').ok_or(PathError::Escapes)?;
             }
-            name => {
-                kept.push(name);
+            _ => {
+                buf[w] = b'/';
+                buf.copy_within(start..end, w + 1);
+                w += 1 + (end - start);
                 trailing_slash = false;
             }
         }
+        sep = end;
     }
-    let mut bytes = Vec::with_capacity(decoded.len());
-    for seg in &kept {
-        bytes.push(b'/');
-        bytes.extend_from_slice(seg);
+    buf.truncate(w);
+    if w == 0 || trailing_slash {
+        // Within the capacity: a dropped last segment left `w` before its '/'.
+        buf.push(b'/');
     }
-    if bytes.is_empty() || trailing_slash {
-        bytes.push(b'/');
-    }
-    Ok(CleanPath { bytes })
+    Ok(CleanPath { bytes: buf })
 }
 
 #[cfg(test)]
@@ -453,6 +464,49 @@ mod tests {
             assert!(path.segments().all(|s| s != b"." && s != b".."), "{target:?}");
             let again = clean(encode_path(b).as_bytes()).expect("re-clean").0;
             assert_eq!(again, path, "{target:?}");
+        }
+    }
+
+    /// RFC 3986 dot removal as a list of kept segments: the plain statement of
+    /// what the in-place [`remove_dot_segments`] computes.
+    fn by_segment_list(decoded: &[u8]) -> Result<Vec<u8>, PathError> {
+        let mut kept: Vec<&[u8]> = Vec::new();
+        let mut trailing_slash = false;
+        for seg in decoded.split(|&b| b == b'/') {
+            trailing_slash = true;
+            match seg {
+                b"" | b"." => {}
+                b".." => {
+                    kept.pop().ok_or(PathError::Escapes)?;
+                }
+                name => {
+                    kept.push(name);
+                    trailing_slash = false;
+                }
+            }
+        }
+        let mut out: Vec<u8> = kept.iter().flat_map(|s| [&b"/"[..], s]).flatten().copied().collect();
+        if out.is_empty() || trailing_slash {
+            out.push(b'/');
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn in_place_dot_removal_matches_the_segment_list() {
+        const PIECES: [&[u8]; 6] = [b"/", b".", b"..", b"a", b"bc", b"..."];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize
+        };
+        for _ in 0..50_000 {
+            let mut path = vec![b'/'];
+            for _ in 0..next() % 12 {
+                path.extend_from_slice(PIECES[next() % PIECES.len()]);
+            }
+            let got = remove_dot_segments(path.clone()).map(|c| c.bytes);
+            assert_eq!(got, by_segment_list(&path), "{:?}", String::from_utf8_lossy(&path));
         }
     }
 }
