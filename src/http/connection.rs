@@ -223,7 +223,8 @@ impl<'c> Server<'c> {
                     break;
                 }
             };
-            let started = Instant::now();
+            // Only a format with %D or %T reads the clock a second time.
+            let started = out.logs.timed().then(Instant::now);
             let start_time = SystemTime::now();
             // The head is copied out (a few hundred bytes, into a reused buffer) so the
             // input buffer is free for the body and for pipelined requests.
@@ -317,7 +318,7 @@ impl<'c> Server<'c> {
                     bytes_in: input.bytes_in,
                     bytes_out: sent.as_ref().map_or(0, |n| *n),
                     start: start_time,
-                    duration: started.elapsed(),
+                    duration: started.map_or(Duration::ZERO, |t| t.elapsed()),
                     vhost: vhost_name(config, vhost_index),
                     host: req.host,
                     headers_in: &lookup,

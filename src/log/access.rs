@@ -47,6 +47,8 @@ pub struct AccessLogs {
     clf: ClfClock,
     /// The scoreboard's log epoch and the value this process last saw.
     epoch: Option<(&'static AtomicU32, u32)>,
+    /// Some format logs the time taken (`%D`, `%T`).
+    timed: bool,
 }
 
 impl AccessLogs {
@@ -68,12 +70,19 @@ impl AccessLogs {
                 held: None,
             });
         }
-        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None })
+        let timed = logs.iter().any(|l| l.format.is_timed());
+        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None, timed })
     }
 
     /// No logs at all.
     pub fn none() -> AccessLogs {
-        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None }
+        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None, timed: false }
+    }
+
+    /// Whether a record needs the time its request took: measuring it costs two
+    /// clock reads per request, skipped when no format logs it.
+    pub fn timed(&self) -> bool {
+        self.timed
     }
 
     /// Follows the master's log epoch: when it moves (a rotation), every log and the

@@ -90,6 +90,11 @@ pub struct Record<'a> {
 }
 
 impl LogFormat {
+    /// True if the format logs the time a request took (`%D`, `%T`).
+    pub fn is_timed(&self) -> bool {
+        self.tokens.iter().any(|t| matches!(t, Token::Micros | Token::Seconds))
+    }
+
     /// `common`, `combined`, `vhost_combined`, or a format string with Apache's tokens.
     pub fn parse(spec: &str) -> Result<LogFormat, String> {
         let spec = match spec {
@@ -386,6 +391,16 @@ mod tests {
             let mut out = Vec::new();
             escape_into(&mut out, &bytes);
             proptest::prop_assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn only_formats_with_a_time_taken_are_timed() {
+        for spec in ["common", "combined", "vhost_combined", "%h %t %r %>s %B"] {
+            assert!(!LogFormat::parse(spec).unwrap().is_timed(), "{spec}");
+        }
+        for spec in ["%h %D", "%T %r", "combined %D"] {
+            assert!(LogFormat::parse(spec).unwrap().is_timed(), "{spec}");
         }
     }
 
