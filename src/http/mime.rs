@@ -2,17 +2,44 @@
 //! (`type ext ext …` per line, `#` comments), so operators can use the file they know.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 #[derive(Debug, Clone)]
 pub struct MimeTypes {
-    by_ext: HashMap<String, String>,
+    by_ext: HashMap<Vec<u8>, String, BuildHasherDefault<Fnv>>,
     default: String,
+}
+
+/// FNV-1a, for the extension table: every response looks a type up, and std's
+/// SipHash was ~150 of the ~380 instructions a lookup took. SipHash guards a
+/// table that clients can fill with colliding keys; this one is filled from the
+/// config, and a client's extension only looks.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl MimeTypes {
     /// Parses the text of a `mime.types` file. Later lines win for a repeated extension.
     pub fn parse(text: &str, default: &str) -> MimeTypes {
-        let mut by_ext = HashMap::new();
+        let mut by_ext = HashMap::default();
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("");
             // nginx's `types { … }` syntax ends each entry with ';': accept both.
@@ -22,7 +49,7 @@ impl MimeTypes {
                 continue;
             }
             for ext in words {
-                by_ext.insert(ext.to_ascii_lowercase(), ty.to_string());
+                by_ext.insert(ext.to_ascii_lowercase().into_bytes(), ty.to_string());
             }
         }
         MimeTypes { by_ext, default: default.to_string() }
@@ -34,8 +61,8 @@ impl MimeTypes {
             Some(dot) => &file_name[dot + 1..],
             None => return &self.default,
         };
-        let Ok(ext) = std::str::from_utf8(ext) else { return &self.default };
-        if ext.bytes().any(|b| b.is_ascii_uppercase()) {
+        // Keys are bytes: an extension that is not UTF-8 simply matches none.
+        if ext.iter().any(|b| b.is_ascii_uppercase()) {
             return self.by_ext.get(&ext.to_ascii_lowercase()).unwrap_or(&self.default);
         }
         self.by_ext.get(ext).unwrap_or(&self.default)
