@@ -36,12 +36,27 @@ pub fn push_ip(out: &mut Vec<u8>, ip: IpAddr) {
             }
         },
     };
+    // Digits straight into a 15-byte buffer and one copy out: every access-log
+    // record starts with this (itoa per octet took ~225 instructions).
+    let mut text = [0u8; 15];
+    let mut n = 0;
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push(b'.');
+            text[n] = b'.';
+            n += 1;
         }
-        push_int(out, octet);
+        if octet >= 100 {
+            text[n] = b'0' + octet / 100;
+            n += 1;
+        }
+        if octet >= 10 {
+            text[n] = b'0' + octet / 10 % 10;
+            n += 1;
+        }
+        text[n] = b'0' + octet % 10;
+        n += 1;
     }
+    out.extend_from_slice(&text[..n]);
 }
 
 /// Appends `ip:port` (`[v6]:port` for IPv6), as `SocketAddr`'s `Display` does.
