@@ -9,6 +9,10 @@ use crate::config::Vhost;
 /// Picks the vhost index for a Host value (`None`: no Host, HTTP/1.0).
 pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
     let Some(host) = host else { return 0 };
+    // One vhost serves every Host (the first is the default): nothing to compare.
+    if vhosts.len() == 1 {
+        return 0;
+    }
     let name = host_name(host);
     let mut best: Option<(usize, usize)> = None; // (index, wildcard suffix length)
     for (i, v) in vhosts.iter().enumerate() {
