@@ -420,16 +420,58 @@ fn valid_host(h: &[u8]) -> bool {
         }
     };
     let port_ok = port.is_empty() || (port[0] == b':' && port.len() <= 6 && port[1..].iter().all(u8::is_ascii_digit));
-    let host_ok = host.first() == Some(&b'[')
-        || host.iter().all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+    let host_ok = host.first() == Some(&b'[') || host.iter().all(|&b| REG_NAME[usize::from(b)]);
     port_ok && host_ok && !host.is_empty()
 }
+
+/// Bytes of a Host's reg-name (RFC 3986: unreserved, sub-delims, and `%` of a
+/// pct-encoding), one table look per byte.
+const REG_NAME: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'%'
+            );
+        b += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const LIMITS: Limits = Limits { max_request_line: 64, max_header_size: 256, max_headers: 8 };
+
+    #[test]
+    fn reg_name_table_is_rfc_3986() {
+        for b in 0..=255u8 {
+            let spec = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b);
+            assert_eq!(REG_NAME[usize::from(b)], spec, "byte {b:#04x}");
+        }
+        assert!(valid_host(b"example.com:8080") && valid_host(b"a-b_c~d") && valid_host(b"[::1]:80"));
+        for bad in [&b"a b"[..], b"a/b", b"a@b", b"a\\b", b"a\x00b", b"caf\xc3\xa9", b"a:80x"] {
+            assert!(!valid_host(bad), "{bad:?}");
+        }
+    }
 
     /// Method, framing, keep-alive, host, target.
     type Parsed = (Method, Framing, bool, Option<Vec<u8>>, Vec<u8>);
