@@ -10,10 +10,10 @@ pub struct MimeTypes {
     default: String,
 }
 
-/// FNV-1a, for the extension table: every response looks a type up, and std's
-/// SipHash was ~150 of the ~380 instructions a lookup took. SipHash guards a
-/// table that clients can fill with colliding keys; this one is filled from the
-/// config, and a client's extension only looks.
+/// FNV-1a, for the extension table: every response looks a type up, and with
+/// std's SipHash a lookup took ~380 instructions (~260 with this and byte keys,
+/// callgrind). SipHash guards a table that clients can fill with colliding keys;
+/// this one is filled from the config, and a client's extension only looks.
 struct Fnv(u64);
 
 impl Default for Fnv {
