@@ -3,15 +3,18 @@
 
 What it does, in order:
   1. writes the shared docroot (deterministic bytes, same files for everyone);
-  2. for each round, for each server in turn (A B C ... then A B C ... again,
-     so slow drifts of the machine hit every server alike):
-       a. "cold burst": start a fresh instance, fire ab at it the moment its
-          port accepts, note start-up time, failures and duration, stop it;
-       b. start another fresh instance, check it serves the right bytes, let it
-          settle, sample idle memory, then run every workload against it while
-          sampling memory, and stop it (a server sized per cell, the floor,
-          gets a fresh instance where a workload wants another worker count:
-          Server.workers_for);
+  2. for each round (the servers in turn, A B C ..., in reverse order every
+     other round, so slow drifts of the machine hit every server alike):
+       a. "cold burst": for each server in turn, start a fresh instance, fire
+          ab at it the moment its port accepts, note start-up time, failures
+          and duration, stop it;
+       b. start one more fresh instance of every server (each on its own
+          port), check it serves the right bytes, let it settle, sample idle
+          memory; then, workload by workload, every server in turn runs the
+          workload while its memory is sampled, so one cell's figures are
+          taken within a minute or two of each other (a server sized per
+          cell, the floor, gets a fresh instance where a workload wants
+          another worker count: Server.workers_for); stop them all;
   3. writes OUT/results.json after every cell (so a cut-short run still has
      data for report.py).
 
@@ -1103,7 +1106,7 @@ def main():
     global LIVE_FILE
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=",".join(ALL_SERVERS))
     ap.add_argument("--out", required=True)
     ap.add_argument("--tmp", required=True, help="scratch dir (bench/run makes it)")
@@ -1198,114 +1201,26 @@ def main():
     save()
     try:
         for rnd in range(1, rounds + 1):
-            for srv in servers:
-                log(f"round {rnd}/{rounds}: {srv.name} (127.0.0.1:{srv.port})")
-                # (a) cold burst on a fresh instance
-                for wl in cold:
-                    inst = Instance(srv, f"r{rnd}-cold", srv.workers_for(wl))
-                    try:
-                        t0 = time.monotonic()
-                        ready = inst.start(poll=0.005)
-                        # sample from the moment it is ready (after config
-                        # parsing), and faster: a burst lasts well under 1 s
-                        smp = MemSampler(inst.proc.pid, 0.05, port=srv.port)
-                        smp.start()
-                        cell = run_client(wl, srv.port, rc, inst.proc.pid,
-                                          sampler=smp)
-                        cell["metrics"]["detail"]["ready_s"] = round(ready, 4)
-                        cell["metrics"]["detail"]["start_to_done_s"] = round(
-                            time.monotonic() - t0, 3)
-                    except RuntimeError as e:
-                        cell = dict(error=str(e), metrics=_empty(), mem={})
-                    finally:
-                        inst.stop()
-                    cell.update(round=rnd, server=srv.name, workload=wl["id"])
-                    if inst.workers is not None:
-                        cell["workers"] = inst.workers
-                    results["cells"].append(cell)
-                    _say(cell)
-                    inst.remove()
-                    save()
+            # Every workload is run by every server in turn before the next
+            # workload starts, so the servers' figures for one cell are taken
+            # within a minute or two of each other; the order is reversed every
+            # other round, so a drift of the machine favours nobody.
+            order = servers if rnd % 2 else servers[::-1]
+            log(f"round {rnd}/{rounds}: {', '.join(s.name for s in order)}")
+            for wl in cold:
+                for srv in order:
+                    cold_burst(srv, wl, rnd, rc, results, save)
                     time.sleep(pause)
-                # (b) the workloads on one more fresh instance. A server
-                # sized per cell (the floor: Server.workers_for) gets another
-                # fresh instance whenever the next workload wants a worker
-                # count other than the running instance's.
-                inst = None
-                lines = []  # access-log line counts of this round's instances
-                try:
-                    inst = Instance(srv, f"r{rnd}", srv.workers_for(None))
-                    inst.start()
-                    time.sleep(settle)  # let prefork pools spawn before 'idle'
-                    # idle memory first: the content check touches (and a
-                    # server may map) the files
-                    kb, nprocs = pss_tree(inst.proc.pid)
-                    check = verify(srv, files)
-                    idle = dict(round=rnd, server=srv.name, pss_kb=kb, procs=nprocs,
-                                verify=check)
-                    if inst.workers is not None:
-                        idle["workers"] = inst.workers
-                    results["idle"].append(idle)
-                    log(f"  idle PSS {kb / 1024:.1f} MiB in {nprocs} processes; "
-                        f"content check: {check}")
-                    if not check["index.html"].startswith("ok"):
-                        raise RuntimeError(f"{srv.name} does not serve index.html: {check}")
-                    for n_wl, wl in enumerate(warm, 1):
-                        want = srv.workers_for(wl)
-                        if want is not None and want != inst.workers:
-                            # stop and remove the running instance first (one
-                            # port). `inst` is None in between, so the finally
-                            # below neither stops the old one twice nor misses
-                            # the new one if its start() fails.
-                            inst.stop()
-                            lines.append(inst.access_lines())
-                            inst.remove()
-                            inst = None
-                            inst = Instance(srv, f"r{rnd}-{n_wl}-w{want}", want)
-                            inst.start()
-                            time.sleep(settle)  # let the workers fork
-                            kb, nprocs = pss_tree(inst.proc.pid)
-                            log(f"  fresh instance with {want} workers for {wl['id']}: "
-                                f"{nprocs} processes, PSS {kb / 1024:.1f} MiB")
-                        for attempt in range(1, BUSY_TRIES + 1):
-                            if inst.proc.poll() is not None:
-                                raise RuntimeError(f"{srv.name} died (exit "
-                                                   f"{inst.proc.returncode}): {inst.tail()}")
-                            cell = run_client(wl, srv.port, rc, inst.proc.pid)
-                            cell.update(round=rnd, server=srv.name, workload=wl["id"],
-                                        attempt=attempt)
-                            if inst.workers is not None:
-                                cell["workers"] = inst.workers
-                            results["cells"].append(cell)
-                            _say(cell)
-                            save()
-                            time.sleep(pause)
-                            # Someone else's build/fuzzer took a real share of
-                            # the CPU: measure again a bit later. All attempts
-                            # are kept; report.py prefers the quiet ones.
-                            if (cell.get("foreign_cpu_pct") or 0) <= BUSY_PCT or \
-                                    attempt == BUSY_TRIES:
-                                break
-                            log(f"  other processes used {cell['foreign_cpu_pct']}% "
-                                f"of the CPU during that cell; measuring it again")
-                            time.sleep(5 * pause)
-                except RuntimeError as e:
-                    log(f"  ERROR {e}")
-                    results["errors"].append(dict(round=rnd, server=srv.name,
-                                                  error=str(e)))
-                finally:
-                    if inst:
-                        inst.stop()
-                        lines.append(inst.access_lines())
-                        inst.remove()
-                    counted = [n for n in lines if n is not None]
-                    total = sum(counted) if counted else None
-                    last = results["idle"][-1] if results["idle"] else None
-                    if last and last["server"] == srv.name and last["round"] == rnd:
-                        last["access_log_lines"] = total
-                    if srv.access_log:
-                        log(f"  access log: {total} lines")
-                    save()
+            turns = [Turn(srv, rnd) for srv in order]
+            try:
+                for t in turns:
+                    t.start(settle, files, results, save)
+                for n_wl, wl in enumerate(warm, 1):
+                    for t in turns:
+                        t.run(wl, n_wl, rc, pause, settle, results, save)
+            finally:
+                for t in turns:
+                    t.finish(results, save)
     except Interrupted as e:
         results["meta"]["interrupted"] = str(e)
         log(f"interrupted by {e}: stopping what we started")
@@ -1324,14 +1239,144 @@ def main():
     return 1 if bad else 0
 
 
+def cold_burst(srv, wl, rnd, rc, results, save):
+    """The cold-burst cell: a fresh instance, the burst the moment it accepts."""
+    log(f"  {srv.name}: fresh instance for {wl['id']}")
+    inst = Instance(srv, f"r{rnd}-cold", srv.workers_for(wl))
+    try:
+        t0 = time.monotonic()
+        ready = inst.start(poll=0.005)
+        # sample from the moment it is ready (after config parsing), and
+        # faster: a burst lasts well under 1 s
+        smp = MemSampler(inst.proc.pid, 0.05, port=srv.port)
+        smp.start()
+        cell = run_client(wl, srv.port, rc, inst.proc.pid, sampler=smp)
+        cell["metrics"]["detail"]["ready_s"] = round(ready, 4)
+        cell["metrics"]["detail"]["start_to_done_s"] = round(time.monotonic() - t0, 3)
+    except RuntimeError as e:
+        cell = dict(error=str(e), metrics=_empty(), mem={})
+    finally:
+        inst.stop()
+    cell.update(round=rnd, server=srv.name, workload=wl["id"])
+    if inst.workers is not None:
+        cell["workers"] = inst.workers
+    results["cells"].append(cell)
+    _say(cell)
+    inst.remove()
+    save()
+
+
+class Turn:
+    """One server's part of a round: the instance that serves its warm
+    workloads (idle memory and the content check first), kept running while
+    the other servers take their turns. A server sized per cell (the floor:
+    Server.workers_for) gets a fresh instance whenever a workload wants a
+    worker count other than the running instance's. After an error the
+    server sits out the rest of the round."""
+
+    def __init__(self, srv, rnd):
+        self.srv, self.rnd = srv, rnd
+        self.inst = None
+        self.failed = False
+        self.lines = []  # access-log line counts of this round's instances
+        self.idle = None
+
+    def _error(self, e, results):
+        log(f"  {self.srv.name}: ERROR {e}")
+        results["errors"].append(dict(round=self.rnd, server=self.srv.name, error=str(e)))
+        self.failed = True
+        self._stop()
+
+    def _stop(self):
+        if self.inst:
+            inst, self.inst = self.inst, None
+            inst.stop()
+            self.lines.append(inst.access_lines())
+            inst.remove()
+
+    def start(self, settle, files, results, save):
+        srv = self.srv
+        try:
+            self.inst = Instance(srv, f"r{self.rnd}", srv.workers_for(None))
+            self.inst.start()
+            time.sleep(settle)  # let prefork pools spawn before 'idle'
+            # idle memory first: the content check touches (and a server may
+            # map) the files
+            kb, nprocs = pss_tree(self.inst.proc.pid)
+            check = verify(srv, files)
+            self.idle = dict(round=self.rnd, server=srv.name, pss_kb=kb, procs=nprocs,
+                             verify=check)
+            if self.inst.workers is not None:
+                self.idle["workers"] = self.inst.workers
+            results["idle"].append(self.idle)
+            log(f"  {srv.name}: idle PSS {kb / 1024:.1f} MiB in {nprocs} processes; "
+                f"content check: {check}")
+            if not check["index.html"].startswith("ok"):
+                raise RuntimeError(f"{srv.name} does not serve index.html: {check}")
+        except RuntimeError as e:
+            self._error(e, results)
+        save()
+
+    def run(self, wl, n_wl, rc, pause, settle, results, save):
+        if self.failed:
+            return
+        srv = self.srv
+        try:
+            want = srv.workers_for(wl)
+            if want is not None and want != self.inst.workers:
+                # stop and remove the running instance first (one port)
+                self._stop()
+                self.inst = Instance(srv, f"r{self.rnd}-{n_wl}-w{want}", want)
+                self.inst.start()
+                time.sleep(settle)  # let the workers fork
+                kb, nprocs = pss_tree(self.inst.proc.pid)
+                log(f"  {srv.name}: fresh instance with {want} workers for {wl['id']}: "
+                    f"{nprocs} processes, PSS {kb / 1024:.1f} MiB")
+            for attempt in range(1, BUSY_TRIES + 1):
+                if self.inst.proc.poll() is not None:
+                    raise RuntimeError(f"{srv.name} died (exit "
+                                       f"{self.inst.proc.returncode}): {self.inst.tail()}")
+                cell = run_client(wl, srv.port, rc, self.inst.proc.pid)
+                cell.update(round=self.rnd, server=srv.name, workload=wl["id"],
+                            attempt=attempt)
+                if self.inst.workers is not None:
+                    cell["workers"] = self.inst.workers
+                results["cells"].append(cell)
+                _say(cell)
+                save()
+                time.sleep(pause)
+                # Someone else's build/fuzzer took a real share of the CPU:
+                # measure again a bit later. All attempts are kept; report.py
+                # prefers the quiet ones.
+                if (cell.get("foreign_cpu_pct") or 0) <= BUSY_PCT or attempt == BUSY_TRIES:
+                    break
+                log(f"  other processes used {cell['foreign_cpu_pct']}% "
+                    f"of the CPU during that cell; measuring it again")
+                time.sleep(5 * pause)
+        except RuntimeError as e:
+            self._error(e, results)
+            save()
+
+    def finish(self, results, save):
+        """Stops the instance and records the round's access-log line count."""
+        self._stop()
+        counted = [n for n in self.lines if n is not None]
+        total = sum(counted) if counted else None
+        if self.idle is not None:
+            self.idle["access_log_lines"] = total
+        if self.srv.access_log:
+            log(f"  {self.srv.name}: access log: {total} lines")
+        save()
+
+
 def _say(cell):
     m = cell["metrics"]
     if cell.get("error"):
-        log(f"  {cell['workload']}: ERROR {cell['error']}")
+        log(f"  {cell['server']}: {cell['workload']}: ERROR {cell['error']}")
         return
     busy = cell.get("foreign_cpu_pct")
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-    log(f"  {cell['workload']}: {fmt(m['rps'], '.0f')} req/s, "
+    log(f"  {cell['server']}: {cell['workload']}: {fmt(m['rps'], '.0f')} req/s, "
         f"{fmt(m['mbps'], '.1f')} MB/s, failed {m['failed']}, "
         f"p50 {fmt(m['p50_ms'], '.2f')} ms, p99 {fmt(m['p99_ms'], '.2f')} ms, "
         f"peak PSS {cell['mem'].get('peak_pss_kb', 0) / 1024:.1f} MiB, "

@@ -368,10 +368,13 @@ def write_md(res, summ, path, png, max_busy=None):
 
     # ---- method ---------------------------------------------------------
     L.append("## Method\n")
-    L.append("- Each round runs every server in turn (A B C … then A B C … again), "
-             "so slow drifts of the machine hit all servers alike. Per server and "
-             "round: a fresh instance for the cold burst, then another fresh "
-             "instance that runs all other workloads in the order listed.")
+    L.append("- Each round runs every workload on every server in turn (A B C …, "
+             "then C B A … in the next round) before the next workload, so the "
+             "servers' figures for one cell are taken minutes apart at most and slow "
+             "drifts of the machine hit all servers alike. Per server and round: a "
+             "fresh instance for the cold burst, then another fresh instance that "
+             "runs all other workloads in the order listed (the others' instances "
+             "stay up, idle, meanwhile).")
     L.append("- All traffic is to 127.0.0.1; load generators run on the same "
              f"{meta['machine']['nproc']}-core machine as the servers, so client "
              "CPU competes with server CPU (absolute numbers are low; ratios are "
