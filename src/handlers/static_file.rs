@@ -104,7 +104,7 @@ pub fn serve(
     match site.lookup(path.relative()) {
         Ok(Found::File(entry)) => {
             let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
-            send_file(env, req, &entry, env.mime.lookup(name), reply);
+            send_file(env, req, &entry, name, reply);
         }
         Ok(Found::Dir) => directory(site, env, req, path, query, reply),
         Ok(Found::Other) => {
@@ -156,7 +156,7 @@ fn directory(
     }
     for index in &site.vhost.index {
         if let Ok(Found::File(entry)) = site.lookup(&path.relative().join(index)) {
-            return send_file(env, req, &entry, env.mime.lookup(index.as_bytes()), reply);
+            return send_file(env, req, &entry, index.as_bytes(), reply);
         }
     }
     if site.vhost.autoindex {
@@ -188,8 +188,9 @@ fn slice(entry: &Entry, map: Rc<Mmap>, start: u64, end: u64) -> Body {
     }
 }
 
-/// A regular file: validators, preconditions, ranges, then the mapped body.
-fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str, reply: &mut Reply<'_>) {
+/// A regular file: validators, preconditions, ranges, then the mapped body. `name`
+/// (the last segment of the path it was reached by) gives its content type.
+fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, name: &[u8], reply: &mut Reply<'_>) {
     let (len, mtime, etag, last_modified) = (entry.len, entry.mtime, &entry.etag, &entry.last_modified);
     let if_match = req.header_list("if-match");
     let if_none_match = req.header_list("if-none-match");
@@ -227,24 +228,27 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
         return;
     }
 
-    reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
-    let Some(map) = entry.map.clone() else {
-        reply.header("Content-Type", content_type);
-        reply.body = Body::Owned(Vec::new());
-        return;
-    };
-    match ranges {
-        RangeOutcome::Full | RangeOutcome::Unsatisfiable => {
-            reply.header("Content-Type", content_type);
-            reply.body = slice(entry, map, 0, len);
+    // The whole file (and an empty one): the entry's ready-made header lines.
+    let (map, rs) = match (entry.map.clone(), ranges) {
+        (Some(map), RangeOutcome::Partial(rs)) => (map, rs),
+        (map, _) => {
+            reply.headers.extend_from_slice(entry.file_headers(|| env.mime.lookup(name)));
+            reply.body = match map {
+                Some(map) => slice(entry, map, 0, len),
+                None => Body::Owned(Vec::new()),
+            };
+            return;
         }
-        RangeOutcome::Partial(rs) if rs.len() == 1 => {
-            let r = rs[0];
-            reply.status = 206;
+    };
+    let content_type = env.mime.lookup(name);
+    reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
+    reply.status = 206;
+    match rs[..] {
+        [r] => {
             reply.header("Content-Type", content_type).header("Content-Range", range::content_range(&r, len));
             reply.body = slice(entry, map, r.start, r.end + 1);
         }
-        RangeOutcome::Partial(rs) => {
+        _ => {
             let boundary = boundary(etag);
             let parts = rs
                 .iter()
@@ -258,7 +262,6 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, content_type: &str
                     (head.into_bytes(), *r)
                 })
                 .collect();
-            reply.status = 206;
             reply.header("Content-Type", format!("multipart/byteranges; boundary={boundary}"));
             reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
         }
