@@ -1,6 +1,7 @@
 //! Running pika as a daemon and controlling it: `pika`, `pika -k …`, the pid file,
 //! failure paths, privilege drop, limits, and the server-status page.
 
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
@@ -256,11 +257,20 @@ fn server_status_auto_json_and_html() {
     let site = Site::new();
     site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n[status]\nenabled = true\n");
     let p = Pika::start(&site, "-F");
+    // One kept-alive connection: its worker counts a request before it reads the
+    // next, so each status page sees every request before it. (Over a new connection
+    // per request, another worker could answer while the last one's count is on its
+    // way.)
+    let mut conn = connect(p.addr);
+    let mut ask = |path: &str| {
+        conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+        read_response(&mut conn, false).unwrap_or_else(|| panic!("no response to {path}"))
+    };
     for _ in 0..7 {
-        assert_eq!(get(p.addr, "/").status, 200);
+        assert_eq!(ask("/").status, 200);
     }
-    assert_eq!(get(p.addr, "/missing").status, 404);
-    let auto = get(p.addr, "/server-status?auto");
+    assert_eq!(ask("/missing").status, 404);
+    let auto = ask("/server-status?auto");
     assert_eq!(auto.header("content-type").unwrap(), "text/plain; charset=utf-8");
     let text = auto.text();
     let value = |k: &str| -> String {
@@ -290,7 +300,7 @@ fn server_status_auto_json_and_html() {
     let board = value("Scoreboard");
     assert!(board.chars().all(|c| "_SRWKLCG.".contains(c)) && board.contains('R'), "{board}");
 
-    let json = get(p.addr, "/server-status?json");
+    let json = ask("/server-status?json");
     assert_eq!(json.header("content-type").unwrap(), "application/json");
     let j = json.text();
     assert!(j.contains("\"total_accesses\":9") && j.contains("\"workers\":[{\"slot\":0"), "{j}");

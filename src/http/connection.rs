@@ -214,7 +214,13 @@ impl<'c> Server<'c> {
                     out.logs.idle();
                     obs.under_pressure()
                 }) {
-                Ok(n) => n,
+                Ok(n) => {
+                    if kept_alive {
+                        // No longer waiting: the status page shows this worker busy.
+                        obs.state(ConnState::Reading);
+                    }
+                    n
+                }
                 Err(HeadError::Quiet) => break,
                 Err(HeadError::Http(e)) => {
                     req_head.clear();
