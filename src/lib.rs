@@ -40,7 +40,8 @@
 //! place) → read and discard any body → [`vhost::select`] by Host →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) →
 //! [`handlers::static_file::serve`]: a cached mapping ([`handlers::file_cache`],
-//! revalidated by one `fstatat`) or `openat2(RESOLVE_BENEATH)` under the vhost root →
+//! revalidated by one `fstatat`, with its whole-file header lines ready) or
+//! `openat2(RESOLVE_BENEATH)` under the vhost root →
 //! file, index, listing ([`handlers::listing`]), redirect or error →
 //! [`http::conditional`] and [`http::range`] → the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
