@@ -141,9 +141,8 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
     // Leading empty lines before the request line are allowed (RFC 9112 §2.2): the
     // head starts at the first byte that is neither CR nor LF.
     let content = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
-    let mut i = from.saturating_sub(3).max(content);
-    while let Some(off) = buf[i..].iter().position(|&b| b == b'\n') {
-        let nl = i + off;
+    let look_from = from.saturating_sub(3).max(content);
+    for nl in memchr::memchr_iter(b'\n', &buf[look_from..]).map(|off| look_from + off) {
         // The head ends at an empty line ("\n" or "\r\n" right after a "\n") that
         // starts after the request line began: two bytes back are enough to tell.
         let empty_from = match buf[..nl] {
@@ -154,7 +153,6 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
         if empty_from.is_some_and(|start| content < start) {
             return Some(nl + 1);
         }
-        i = nl + 1;
     }
     None
 }
