@@ -196,6 +196,8 @@ fn ranges() {
         (one.status, one.text(), one.header("content-range").unwrap()),
         (206, "234".into(), "bytes 2-4/10".into())
     );
+    assert_eq!(one.header("content-type").as_deref(), Some("text/plain"));
+    assert!(one.header("etag").is_some() && one.header("last-modified").is_some(), "{}", one.head);
     assert_eq!(r("Range: bytes=7-\r\n").text(), "789");
     assert_eq!(r("Range: bytes=-3\r\n").text(), "789");
     assert_eq!(r("Range: bytes=-30\r\n").text(), "0123456789");

@@ -228,11 +228,12 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, name: &[u8], reply
         return;
     }
 
+    let content_type = || env.mime.lookup(name);
     // The whole file (and an empty one): the entry's ready-made header lines.
     let (map, rs) = match (entry.map.clone(), ranges) {
         (Some(map), RangeOutcome::Partial(rs)) => (map, rs),
         (map, _) => {
-            reply.headers.extend_from_slice(entry.file_headers(|| env.mime.lookup(name)));
+            reply.headers.extend_from_slice(entry.file_headers(content_type));
             reply.body = match map {
                 Some(map) => slice(entry, map, 0, len),
                 None => Body::Owned(Vec::new()),
@@ -240,15 +241,17 @@ fn send_file(env: &Env<'_>, req: &Request<'_>, entry: &Entry, name: &[u8], reply
             return;
         }
     };
-    let content_type = env.mime.lookup(name);
-    reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
     reply.status = 206;
     match rs[..] {
+        // One range: the same lines, and where the part sits.
         [r] => {
-            reply.header("Content-Type", content_type).header("Content-Range", range::content_range(&r, len));
+            reply.headers.extend_from_slice(entry.file_headers(content_type));
+            reply.header("Content-Range", range::content_range(&r, len));
             reply.body = slice(entry, map, r.start, r.end + 1);
         }
         _ => {
+            let content_type = content_type();
+            reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
             let boundary = boundary(etag);
             let parts = rs
                 .iter()
