@@ -1108,6 +1108,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=",".join(ALL_SERVERS))
+    ap.add_argument("--workloads", default=None,
+                    help="only workloads whose id matches this regex (re.search)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tmp", required=True, help="scratch dir (bench/run makes it)")
     ap.add_argument("--floor-bin", required=True)
@@ -1140,6 +1142,11 @@ def main():
     siegerc(rc)
     Floor.bin = a.floor_bin
     wls = workloads(a.quick)
+    if a.workloads:
+        wls = [w for w in wls if re.search(a.workloads, w["id"])]
+        if not wls:
+            sys.exit(f"no workload id matches '{a.workloads}' "
+                     f"(ids: {', '.join(w['id'] for w in workloads(a.quick))})")
 
     servers, skipped = [], {}
     taken = set()
