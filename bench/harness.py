@@ -1131,6 +1131,11 @@ def main():
             sys.exit(f"unknown server '{n}' (known: {', '.join(ALL_SERVERS)})")
         if n not in names:
             names.append(n)
+    every = workloads(a.quick)
+    wls = [w for w in every if not a.workloads or re.search(a.workloads, w["id"])]
+    if not wls:
+        sys.exit(f"no workload id matches '{a.workloads}' "
+                 f"(ids: {', '.join(w['id'] for w in every)})")
     rounds = 1 if a.quick else max(1, a.rounds)
     os.makedirs(a.out, exist_ok=True)
     os.chmod(a.tmp, 0o755)  # workers run as www-data and must reach the docroot
@@ -1141,12 +1146,6 @@ def main():
     rc = os.path.join(a.tmp, "siegerc")
     siegerc(rc)
     Floor.bin = a.floor_bin
-    wls = workloads(a.quick)
-    if a.workloads:
-        wls = [w for w in wls if re.search(a.workloads, w["id"])]
-        if not wls:
-            sys.exit(f"no workload id matches '{a.workloads}' "
-                     f"(ids: {', '.join(w['id'] for w in workloads(a.quick))})")
 
     servers, skipped = [], {}
     taken = set()
