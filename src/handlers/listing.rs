@@ -56,7 +56,7 @@ fn sort(entries: &mut [Entry], key: Key, desc: bool) {
     });
 }
 
-pub fn render(site: &Site<'_>, req: &Request<'_>, path: &CleanPath, query: Option<&[u8]>, reply: &mut Reply<'_>) {
+pub fn render(site: &Site<'_>, req: &Request<'_>, path: &CleanPath<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) {
     let dir = site.vhost.root.join(path.relative());
     let read = match std::fs::read_dir(&dir) {
         Ok(r) => r,

@@ -81,7 +81,7 @@ pub fn serve(
     site: &Site<'_>,
     env: &Env<'_>,
     req: &Request<'_>,
-    path: &CleanPath,
+    path: &CleanPath<'_>,
     query: Option<&[u8]>,
     reply: &mut Reply<'_>,
 ) {
@@ -139,7 +139,7 @@ fn directory(
     site: &Site<'_>,
     env: &Env<'_>,
     req: &Request<'_>,
-    path: &CleanPath,
+    path: &CleanPath<'_>,
     query: Option<&[u8]>,
     reply: &mut Reply<'_>,
 ) {

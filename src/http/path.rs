@@ -9,6 +9,7 @@
 //! result never contains `.`/`..` or empty segments, so joining it under the
 //! root cannot leave the root by name (symlinks are the caller's business).
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -33,13 +34,13 @@ pub enum PathError {
 /// A normalised path: decoded bytes (not necessarily UTF-8), always starts
 /// with '/', no '.' or '..' segments, no empty segments ('//' collapses to
 /// '/'), trailing '/' kept if the target had one (after dot removal:
-/// '/a/b/..' → '/a/').
+/// '/a/b/..' → '/a/'). A target that is already clean is borrowed, not copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CleanPath {
-    pub bytes: Vec<u8>,
+pub struct CleanPath<'a> {
+    pub bytes: Cow<'a, [u8]>,
 }
 
-impl CleanPath {
+impl CleanPath<'_> {
     /// True for `/` and for directory-style paths such as `/a/`.
     pub fn ends_with_slash(&self) -> bool {
         self.bytes.ends_with(b"/")
@@ -68,7 +69,7 @@ impl CleanPath {
 /// Decodes and normalises a request-target. `target` is the raw
 /// request-target (path + optional '?query'); the query is split off at the
 /// first '?' and returned raw, neither decoded nor checked.
-pub fn clean(target: &[u8]) -> Result<(CleanPath, Option<&[u8]>), PathError> {
+pub fn clean(target: &[u8]) -> Result<(CleanPath<'_>, Option<&[u8]>), PathError> {
     let (path, query) = match target.iter().position(|&b| b == b'?') {
         Some(i) => (&target[..i], Some(&target[i + 1..])),
         None => (target, None),
@@ -154,11 +155,11 @@ fn keep_unencoded(b: u8) -> bool {
 /// decoding (and `\` is a separator to some tools and to Windows clients'
 /// expectations); a NUL would truncate the name at the C boundary. Apache
 /// refuses `%2F` by default (`AllowEncodedSlashes Off`), and so do we.
-fn percent_decode(path: &[u8]) -> Result<Vec<u8>, PathError> {
-    // Nearly every path has nothing to decode or refuse: one copy. (`fold`, not
-    // `any`: no early exit, so the compiler can test many bytes at once.)
+fn percent_decode(path: &[u8]) -> Result<Cow<'_, [u8]>, PathError> {
+    // Nearly every path has nothing to decode or refuse: it is used as it came.
+    // (`fold`, not `any`: no early exit, so the compiler can test many bytes at once.)
     if !path.iter().fold(false, |special, &b| special | matches!(b, b'%' | b'\\' | 0)) {
-        return Ok(path.to_vec());
+        return Ok(Cow::Borrowed(path));
     }
     let mut out = Vec::with_capacity(path.len());
     let mut i = 0;
@@ -186,7 +187,7 @@ fn percent_decode(path: &[u8]) -> Result<Vec<u8>, PathError> {
         };
         out.push(b);
     }
-    Ok(out)
+    Ok(Cow::Owned(out))
 }
 
 fn hex_value(b: u8) -> Option<u8> {
@@ -199,12 +200,13 @@ fn hex_value(b: u8) -> Option<u8> {
 /// Works in place: each kept segment is written as `/name` at or before the
 /// place it was read from, so the decoded buffer becomes the result and a
 /// request costs one allocation here, not three.
-fn remove_dot_segments(mut buf: Vec<u8>) -> Result<CleanPath, PathError> {
+fn remove_dot_segments(buf: Cow<'_, [u8]>) -> Result<CleanPath<'_>, PathError> {
     // Without a "//" or a "/." no segment is empty, "." or "..": the path is clean
     // as it came.
     if !buf.windows(2).fold(false, |found, w| found | (w[0] == b'/' && matches!(w[1], b'/' | b'.'))) {
         return Ok(CleanPath { bytes: buf });
     }
+    let mut buf = buf.into_owned();
     let n = buf.len();
     // `w`: length of the result so far, always <= `sep`, the '/' that opens the
     // segment being read, so writing never overtakes reading.
@@ -237,7 +239,7 @@ fn remove_dot_segments(mut buf: Vec<u8>) -> Result<CleanPath, PathError> {
         // Within the capacity: a dropped last segment left `w` before its '/'.
         buf.push(b'/');
     }
-    Ok(CleanPath { bytes: buf })
+    Ok(CleanPath { bytes: Cow::Owned(buf) })
 }
 
 #[cfg(test)]
@@ -245,7 +247,7 @@ mod tests {
     use super::*;
 
     fn ok(target: &[u8]) -> Vec<u8> {
-        clean(target).expect("clean").0.bytes
+        clean(target).expect("clean").0.bytes.into_owned()
     }
 
     fn err(target: &[u8]) -> PathError {
@@ -352,13 +354,20 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_target_is_borrowed_not_copied() {
+        assert!(matches!(clean(b"/a/b.html?x=1").unwrap().0.bytes, Cow::Borrowed(b"/a/b.html")));
+        assert!(matches!(clean(b"/a%20b").unwrap().0.bytes, Cow::Owned(_)));
+        assert!(matches!(clean(b"/a/./b").unwrap().0.bytes, Cow::Owned(_)));
+    }
+
+    #[test]
     fn query_is_split_off_raw() {
         let (p, q) = clean(b"/a?x=1").unwrap();
-        assert_eq!(p.bytes, b"/a");
+        assert_eq!(*p.bytes, *b"/a");
         assert_eq!(q, Some(&b"x=1"[..]));
 
         let (p, q) = clean(b"/a?").unwrap();
-        assert_eq!(p.bytes, b"/a");
+        assert_eq!(*p.bytes, *b"/a");
         assert_eq!(q, Some(&b""[..]));
 
         let (_, q) = clean(b"/a").unwrap();
@@ -366,14 +375,14 @@ mod tests {
 
         // The query is neither decoded nor validated, and only the first '?' splits.
         let (p, q) = clean(b"/?a=%zz/../..&b=?c").unwrap();
-        assert_eq!(p.bytes, b"/");
+        assert_eq!(*p.bytes, *b"/");
         assert_eq!(q, Some(&b"a=%zz/../..&b=?c"[..]));
     }
 
     #[test]
     fn encoded_question_mark_is_part_of_the_name() {
         let (p, q) = clean(b"/what%3F.txt?x").unwrap();
-        assert_eq!(p.bytes, b"/what?.txt");
+        assert_eq!(*p.bytes, *b"/what?.txt");
         assert_eq!(q, Some(&b"x"[..]));
     }
 
@@ -472,7 +481,8 @@ mod tests {
             assert!(!b.windows(2).any(|w| w == b"//"), "{target:?}");
             assert!(!b.contains(&0) && !b.contains(&b'\\'), "{target:?}");
             assert!(path.segments().all(|s| s != b"." && s != b".."), "{target:?}");
-            let again = clean(encode_path(b).as_bytes()).expect("re-clean").0;
+            let encoded = encode_path(b);
+            let again = clean(encoded.as_bytes()).expect("re-clean").0;
             assert_eq!(again, path, "{target:?}");
         }
     }
@@ -515,7 +525,7 @@ mod tests {
             for _ in 0..next() % 12 {
                 path.extend_from_slice(PIECES[next() % PIECES.len()]);
             }
-            let got = remove_dot_segments(path.clone()).map(|c| c.bytes);
+            let got = remove_dot_segments(Cow::Borrowed(&path)).map(|c| c.bytes.into_owned());
             assert_eq!(got, by_segment_list(&path), "{:?}", String::from_utf8_lossy(&path));
         }
     }
