@@ -197,9 +197,10 @@ fn hex_value(b: u8) -> Option<u8> {
 /// RFC 3986 §5.2.4 dot-segment removal on an already decoded path that starts
 /// with `/`, also collapsing empty segments; climbing above the root fails.
 ///
-/// Works in place: each kept segment is written as `/name` at or before the
-/// place it was read from, so the decoded buffer becomes the result and a
-/// request costs one allocation here, not three.
+/// A path with nothing to remove comes back as it came (borrowed from the request
+/// when nothing was decoded). Otherwise the work is in place: each kept segment is
+/// written as `/name` at or before the place it was read from, so the decoded
+/// buffer (or one copy of the borrowed path) becomes the result.
 fn remove_dot_segments(buf: Cow<'_, [u8]>) -> Result<CleanPath<'_>, PathError> {
     // Without a "//" or a "/." no segment is empty, "." or "..": the path is clean
     // as it came.
