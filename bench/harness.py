@@ -34,6 +34,7 @@ import os
 import platform
 import pwd
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -226,6 +227,12 @@ def descendants(root, table=None):
     return out
 
 
+def tree_ticks(root):
+    """CPU ticks (user + system, with reaped children's) of root's process tree."""
+    t = _proc_table()
+    return sum(t[p][1] for p in descendants(root, t) if p in t)
+
+
 def reap(p, grace=10.0):
     """Stop a process we started: SIGTERM to it, then SIGKILL to whatever of
     its tree / process group is still there after `grace` seconds."""
@@ -330,23 +337,32 @@ def pss_tree(root):
 
 def accept_queue(port):
     """Connections the kernel has completed but the server has not accept()ed
-    yet: Recv-Q of the listening socket. It matters because wrk never counts
-    a request that gets no answer at all (it only counts late answers as
-    timeouts), so clients starved in the backlog would otherwise be invisible."""
-    try:
-        r = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
-                           text=True, timeout=2, stdin=subprocess.DEVNULL)
-        q = [int(line.split()[1]) for line in r.stdout.splitlines()
-             if len(line.split()) > 2]
-        return sum(q) if q else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
+    yet: the accept queue of its listening sockets on `port`, summed (what `ss`
+    shows as Recv-Q; /proc/net/tcp has it as rx_queue of a socket in state 0A,
+    LISTEN). It matters because wrk never counts a request that gets no answer
+    at all (it only counts late answers as timeouts), so clients starved in the
+    backlog would otherwise be invisible. Read from /proc, not by running `ss`,
+    so that sampling starts no process (the client's CPU is measured as this
+    harness's children's, see run_client)."""
+    total, seen = 0, False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)  # header
+                for line in f:
+                    x = line.split()
+                    if x[3] == "0A" and int(x[1].rsplit(":", 1)[1], 16) == port:
+                        total += int(x[4].split(":")[1], 16)
+                        seen = True
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return total if seen else None
 
 
 # How often a running cell samples the server's memory and accept queue. A
 # sample is not free: smaps_rollup walks every page table of every process
-# (~25 ms of CPU for 50 workers under load) and `ss` is a fork and exec, so
-# at 0.2 s it took a share of the 2 cores that grew with the server's process
+# (~25 ms of CPU for 50 workers under load) and `ss` (used then) was a fork
+# and exec, so at 0.2 s it took a share of the 2 cores that grew with the server's process
 # count, and measured: pika, wrk -c10 Connection: close after the keep-alive
 # cells (52 processes), p99 0.58 ms unsampled, 1.98/2.60 ms sampled every
 # 0.2 s, 1.30/0.96 ms every 1 s. The peaks it looks for last for the whole
@@ -951,6 +967,11 @@ def run_client(wl, port, rc, root_pid, sampler=None):
     # report can flag cells measured on a busy machine.
     load_before = os.getloadavg()[0]
     foreign = ForeignCPU().start()
+    # CPU of the server (its process tree, ended workers through their
+    # parent's cutime) and of the load tool (this harness's only child
+    # process that ends meanwhile), to tell which side a cell is bound by.
+    srv_ticks0 = tree_ticks(root_pid)
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     hangs = 0
     for attempt in range(1, tries + 1):
@@ -982,6 +1003,10 @@ def run_client(wl, port, rc, root_pid, sampler=None):
             continue
         break
     wall = time.monotonic() - t0
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {"server_cpu_s": round((tree_ticks(root_pid) - srv_ticks0) / CLK_TCK, 2),
+           "client_cpu_s": round(kids1.ru_utime + kids1.ru_stime
+                                 - kids0.ru_utime - kids0.ru_stime, 2)}
     busy = foreign.stop()
     mem = sampler.finish()
     text = out.decode(errors="replace")
@@ -1009,7 +1034,7 @@ def run_client(wl, port, rc, root_pid, sampler=None):
         err = (err + "; " if err else "") + f"cut at wall-clock limit {limit}s"
     return dict(cmd=cmd, exit=p.returncode, wall_s=round(wall, 3), metrics=m,
                 mem=mem, error=err, raw=text[-4000:],
-                loadavg=[round(load_before, 2), round(os.getloadavg()[0], 2)], **busy)
+                loadavg=[round(load_before, 2), round(os.getloadavg()[0], 2)], **busy, **cpu)
 
 
 # --------------------------------------------------------------------------

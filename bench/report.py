@@ -91,6 +91,13 @@ def summarize(res, max_busy=None):
         # worker count of a server sized per cell (the floor); results.json
         # files from before that have no "workers": None
         s["workers"] = med([c.get("workers") for c in ok])
+        # which side the cell was bound by; results.json files from before
+        # these were measured have neither: None
+        s["server_us"] = med([c["server_cpu_s"] * 1e6 / c["metrics"]["requests"] for c in ok
+                              if c.get("server_cpu_s") is not None
+                              and c["metrics"].get("requests")])
+        s["client_pct"] = med([100 * c["client_cpu_s"] / c["wall_s"] for c in ok
+                               if c.get("client_cpu_s") is not None and c.get("wall_s")])
         out[key] = s
     return out
 
@@ -223,7 +230,13 @@ def write_md(res, summ, path, png, max_busy=None):
              "(ab: whole request incl. connect, 1 ms resolution; wrk: `--latency`, "
              "excludes timed-out requests), *max queued*: the most connections "
              "seen waiting in the server's accept queue (Recv-Q of its listening "
-             "socket, sampled every 1 s), peak PSS of the server during the cell"
+             "socket, sampled every 1 s), peak PSS of the server during the cell, "
+             "*server CPU*: user + system time of the server's processes per "
+             "completed request (the kernel's loopback work lands on whichever side "
+             "is running, so part of it is the client's), *client CPU*: the load "
+             "tool's user + system time over its run, in % of one core (ab is one "
+             "process on one core; siege, a thread per client, and wrk -t2 can use "
+             "both: ab near 100% is the limit of its cell, not the server)"
              + (", and pika's req/s divided by that server's (>1 = pika faster)."
                 if has_pika else "."))
     L.append("")
@@ -235,7 +248,7 @@ def write_md(res, summ, path, png, max_busy=None):
         hdr += ["mean ms*", "longest ms"] if siege else ["p50 ms", "p99 ms"]
         if cold:
             hdr += ["ready ms", "ab s", "start→done s"]
-        hdr += ["max queued", "peak PSS MiB", "rounds"]
+        hdr += ["max queued", "peak PSS MiB", "server CPU µs/req", "client CPU %", "rounds"]
         if has_pika:
             hdr.append("pika ÷ this")
         pika_rps = summ.get((w["id"], "pika"), {}).get("rps")
@@ -245,7 +258,7 @@ def write_md(res, summ, path, png, max_busy=None):
             if not x:
                 continue
             if x["n"] == 0:
-                row = [s, "error", "", "", "", ""] + ([""] * 3 if cold else []) + ["", "", "0"]
+                row = [s, "error", "", "", "", ""] + ([""] * 3 if cold else []) + ["", "", "", "", "0"]
                 if has_pika:
                     row.append("")
                 rows.append(row)
@@ -264,6 +277,7 @@ def write_md(res, summ, path, png, max_busy=None):
                         f(x["duration_s"], ".2f"), f(x["start_to_done_s"], ".2f")]
             row += [f(x["peak_queue"]),
                     f(x["peak_pss_kb"] / 1024 if x["peak_pss_kb"] else None, ".1f"),
+                    f(x["server_us"], ".1f"), f(x["client_pct"]),
                     str(x["n"]) + (f" (+{x['dropped']} busy)" if x["dropped"] else "")]
             if has_pika:
                 row.append("—" if s == "pika" else ratio(pika_rps, x["rps"]))
