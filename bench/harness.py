@@ -361,9 +361,9 @@ def accept_queue(port):
 
 # How often a running cell samples the server's memory and accept queue. A
 # sample is not free: smaps_rollup walks every page table of every process
-# (~25 ms of CPU for 50 workers under load) and `ss` (used then) was a fork
-# and exec, so at 0.2 s it took a share of the 2 cores that grew with the server's process
-# count, and measured: pika, wrk -c10 Connection: close after the keep-alive
+# (~25 ms of CPU for 50 workers under load) and `ss` (used then) was a
+# fork and exec, so at 0.2 s it took a share of the 2 cores that grew with
+# the server's process count, and measured: pika, wrk -c10 Connection: close after the keep-alive
 # cells (52 processes), p99 0.58 ms unsampled, 1.98/2.60 ms sampled every
 # 0.2 s, 1.30/0.96 ms every 1 s. The peaks it looks for last for the whole
 # cell (a pool grown to its size, clients starved in the backlog).

@@ -258,10 +258,9 @@ def write_md(res, summ, path, png, max_busy=None):
             if not x:
                 continue
             if x["n"] == 0:
-                row = [s, "error", "", "", "", ""] + ([""] * 3 if cold else []) + ["", "", "", "", "0"]
-                if has_pika:
-                    row.append("")
-                rows.append(row)
+                # blank cells up to "rounds" (0), then the ratio column if any
+                tail = ["0"] + ([""] if has_pika else [])
+                rows.append([s, "error"] + [""] * (len(hdr) - 2 - len(tail)) + tail)
                 continue
             name = s + ("†" if s == "floor" and floor_fake(w) else "") \
                 + ("‡" if x.get("ab_aborted") else "")
