@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -243,8 +244,8 @@ fn a_body_must_keep_a_minimum_rate() {
 
 /// Sets a process's soft open-file limit from outside (util-linux prlimit; the hard
 /// limit stays, so it can be raised again without privileges).
-fn set_nofile(pid: i32, n: u64) {
-    let ok = std::process::Command::new("prlimit")
+fn set_nofile(prlimit: &Path, pid: i32, n: u64) {
+    let ok = std::process::Command::new(prlimit)
         .args(["--pid", &pid.to_string(), &format!("--nofile={n}:")])
         .status()
         .unwrap()
@@ -257,6 +258,8 @@ fn out_of_descriptors_is_said_once_and_recovers() {
     let site = Site::new();
     site.write("htdocs/a.txt", "a");
     site.write("htdocs/b.txt", "b");
+    let Some(prlimit) = need_tool("prlimit") else { return };
+    let set_nofile = |pid, n| set_nofile(&prlimit, pid, n);
     site.config("", "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\n");
     let p = Pika::start(&site, "-F");
     let w = children_of(p.pid)[0];

@@ -11,6 +11,52 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_pika");
 
+/// Set (to anything but empty or `0`) by `.ci/run`: a test whose external tool is
+/// missing fails instead of being skipped.
+pub const REQUIRE_TOOLS: &str = "PIKA_TEST_REQUIRE_TOOLS";
+
+/// The external program `tool` (a name in `tests/tools.txt`), found on `PATH`.
+///
+/// Missing: under `PIKA_TEST_REQUIRE_TOOLS=1` (as `.ci/run` runs) the test panics;
+/// otherwise this returns `None` after writing a line that names the test, the tool and
+/// its Debian package, and the test returns early (skipped). Use it as
+/// `let Some(goaccess) = need_tool("goaccess") else { return };`.
+pub fn need_tool(tool: &str) -> Option<PathBuf> {
+    let package = tool_package(tool)
+        .unwrap_or_else(|| panic!("{tool} is not listed in tests/tools.txt: add it with its Debian package"));
+    if let Some(path) = on_path(tool) {
+        return Some(path);
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    let why = format!("`{tool}` is not installed (Debian package {package}; .ci/run installs it)");
+    if std::env::var(REQUIRE_TOOLS).is_ok_and(|v| !v.is_empty() && v != "0") {
+        panic!("{why}, and {REQUIRE_TOOLS} is set");
+    }
+    // Straight to the file descriptor: libtest captures `eprintln!` of a passing test,
+    // and a skip must be seen.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+    None
+}
+
+/// The Debian package `tests/tools.txt` names for `tool`.
+fn tool_package(tool: &str) -> Option<String> {
+    let list = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools.txt");
+    let text = std::fs::read_to_string(&list).unwrap_or_else(|e| panic!("{}: {e}", list.display()));
+    text.lines().filter(|l| !l.trim_start().starts_with('#')).find_map(|l| {
+        let mut words = l.split_whitespace();
+        (words.next()? == tool).then(|| words.next().map(str::to_string))?
+    })
+}
+
+/// `cmd` in a folder of `PATH`, if it is there and executable.
+fn on_path(cmd: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
 /// How long any wait in a test may take before it fails. Generous: CI machines are
 /// small and shared.
 pub const DEADLINE: Duration = Duration::from_secs(20);
