@@ -81,6 +81,8 @@ pub struct Config {
     pub error_log_rotate: Option<Rotate>,
     pub log_level: LevelFilter,
     pub mime: MimeTypes,
+    /// The file `mime` was read from; `None`: the built-in table.
+    pub mime_types: Option<PathBuf>,
     pub run_as: Option<RunAs>,
     /// Workers `chroot` here before they serve; every docroot and log lies inside.
     pub chroot: Option<PathBuf>,
@@ -167,6 +169,10 @@ pub struct AccessLog {
 pub const DEFAULT_LOG_BUFFER: usize = 8192;
 /// `[[access_log]] flush` unless set.
 pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
+/// `server.mime_types` when unset, if the file exists (else the built-in table).
+const DEFAULT_MIME_TYPES: &str = "conf/mime.types";
+/// `server.mime_types` naming the built-in table.
+pub const MIME_BUILTIN: &str = "builtin";
 /// The largest `buffer` accepted.
 const MAX_LOG_BUFFER: u64 = 1 << 20;
 
@@ -257,11 +263,7 @@ impl Ctx<'_> {
             *socket = Some(absolute(&root, path));
         }
 
-        let mime_path = at_root(&raw.server.mime_types);
-        let mime_text = std::fs::read_to_string(&mime_path).map_err(|e| {
-            self.error(self.table("server"), format!("cannot read mime_types {}: {e}", mime_path.display()))
-        })?;
-        let mime = MimeTypes::parse(&mime_text, &raw.server.default_type);
+        let (mime, mime_types) = self.mime(&raw, &root)?;
 
         let run_as = self.run_as(&raw)?;
         let server_tokens = match &raw.server.server_tokens {
@@ -387,6 +389,7 @@ impl Ctx<'_> {
             error_log_rotate,
             log_level,
             mime,
+            mime_types,
             run_as,
             graceful_timeout: raw.server.graceful_timeout.0,
             max_open_files: raw.server.max_open_files,
@@ -398,6 +401,37 @@ impl Ctx<'_> {
             access_logs,
             root,
         })
+    }
+
+    /// The content-type table: the file `mime_types` names (it must be readable), or
+    /// with no `mime_types` the default `conf/mime.types` if it exists, else the
+    /// built-in copy of it; `mime_types = "builtin"` asks for that copy by name.
+    fn mime(&self, raw: &RawConfig, root: &Path) -> Result<(MimeTypes, Option<PathBuf>), ConfigError> {
+        let default_type = &raw.server.default_type;
+        let path = match &raw.server.mime_types {
+            Some(m) if m.get_ref() == MIME_BUILTIN => return Ok((MimeTypes::builtin(default_type), None)),
+            Some(m) => absolute(root, m.get_ref()),
+            None => {
+                let path = root.join(DEFAULT_MIME_TYPES);
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => return Ok((MimeTypes::parse(&text, default_type), Some(path))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Ok((MimeTypes::builtin(default_type), None));
+                    }
+                    Err(e) => {
+                        return Err(self.error(
+                            self.table("server"),
+                            format!("cannot read the default mime_types {}: {e}", path.display()),
+                        ));
+                    }
+                }
+            }
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            let at = raw.server.mime_types.as_ref().map_or(0..0, |m| m.span());
+            self.error(at, format!("cannot read mime_types {}: {e}", path.display()))
+        })?;
+        Ok((MimeTypes::parse(&text, default_type), Some(path)))
     }
 
     fn access_log(&self, a: &RawAccessLog, root: &Path, vhost: Option<usize>) -> Result<AccessLog, ConfigError> {
@@ -719,6 +753,26 @@ mod tests {
         let text = "[server]\nlisten = [\"8080\"]\nuser = \"no-such-user-here\"\n[[vhost]]\nroot = \"htdocs\"\n";
         let err = try_parse(&dir, text).unwrap_err().to_string();
         assert!(err.contains(":3:8: no such user"), "{err}");
+    }
+
+    #[test]
+    fn mime_types_file_default_or_builtin() {
+        let dir = setup();
+        // No key: conf/mime.types under root when it exists (setup writes a one-line one).
+        let c = try_parse(&dir, MINIMAL).unwrap();
+        assert_eq!(c.mime_types, Some(dir.path().join("conf/mime.types")));
+        assert_eq!((c.mime.len(), c.mime.lookup(b"a.css")), (1, "application/octet-stream"));
+        // No key and no file: the built-in table, so a config written anywhere starts.
+        std::fs::remove_file(dir.path().join("conf/mime.types")).unwrap();
+        let c = try_parse(&dir, MINIMAL).unwrap();
+        assert_eq!((c.mime_types.as_deref(), c.mime.lookup(b"a.css")), (None, "text/css"));
+        // Asked for by name.
+        let text = MINIMAL.replace("listen", "mime_types = \"builtin\"\nlisten");
+        assert_eq!(try_parse(&dir, &text).unwrap().mime.lookup(b"x.epub"), "application/epub+zip");
+        // A file that is named must be there: the error points at the key's value.
+        let text = MINIMAL.replace("listen", "mime_types = \"conf/mime.types\"\nlisten");
+        let err = try_parse(&dir, &text).unwrap_err().to_string();
+        assert!(err.contains("pika.toml:2:14: cannot read mime_types"), "{err}");
     }
 
     #[test]

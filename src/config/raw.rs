@@ -39,8 +39,7 @@ pub(crate) struct RawServer {
     pub(crate) error_log_rotate: Option<Spanned<RawRotate>>,
     pub(crate) syslog_socket: Option<String>,
     pub(crate) log_level: Option<Spanned<String>>,
-    #[serde(default = "default_mime_types")]
-    pub(crate) mime_types: String,
+    pub(crate) mime_types: Option<Spanned<String>>,
     #[serde(default = "default_mime_type")]
     pub(crate) default_type: String,
     #[serde(default = "default_backlog")]
@@ -231,9 +230,6 @@ fn default_pid_file() -> String {
 }
 fn default_error_log() -> String {
     "logs/error.log".into()
-}
-fn default_mime_types() -> String {
-    "conf/mime.types".into()
 }
 fn default_mime_type() -> String {
     "application/octet-stream".into()
