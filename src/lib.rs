@@ -17,8 +17,10 @@
 //!   looks at the pool every 50 ms while short of idle workers, and at once when a
 //!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
 //!   the HTTP code.
-//! - [`worker`] is a worker process after `fork`: resets signals, dies with the master,
-//!   moves to `SCHED_BATCH`, drops privileges, then loops: accept
+//! - [`worker`] is a worker process after `fork`: resets signals, moves to
+//!   `SCHED_BATCH`, drops privileges, then asks to die with the master (after the drop,
+//!   which would clear that request; an idle worker also retires when the pipe of
+//!   death reads end of file), then loops: accept
 //!   ([`listen::Acceptor::accept`]: idle workers sleep in `epoll` with
 //!   `EPOLLEXCLUSIVE`, the oldest woken first; ring the master's
 //!   doorbell if fewer than `min_spare` others stay idle) → serve the connection

@@ -58,11 +58,19 @@ impl Pod {
         }
     }
 
-    /// Worker: true if a byte was taken (this worker must exit) or the master is gone.
+    /// Worker, after a connection: true if a byte was taken (this worker must exit).
+    /// Reads the pipe only when the scoreboard says a byte is pending.
     pub fn check(&self, header: &Header) -> bool {
         if header.pod_pending.load(SeqCst) == 0 {
             return false;
         }
+        self.check_idle(header)
+    }
+
+    /// Worker, once per idle second: true if a byte was taken, or if the pipe reads
+    /// end of file, which it does once every write end is closed: the master is gone
+    /// (the workers close theirs at start).
+    pub fn check_idle(&self, header: &Header) -> bool {
         let mut byte = [0u8; 1];
         match (&self.read).read(&mut byte) {
             Ok(1) => {

@@ -76,13 +76,8 @@ pub fn child_main(ctx: WorkerCtx<'_>) -> ! {
 /// Serves in this process until something fatal happens (`pika -X`).
 pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     crate::log::set_slot(ctx.slot);
-    if let Some(master) = ctx.master {
+    if ctx.master.is_some() {
         sys::reset_signals_in_child();
-        // Die with the master; and if it died before the request was made, go now.
-        let _ = sys::die_with_parent(Signal::SIGTERM);
-        if nix::unistd::getppid() != master {
-            return ChildExit::Retired;
-        }
     }
     if let Some(pod) = ctx.pod.as_deref_mut() {
         pod.close_write();
@@ -119,6 +114,15 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         if let Err(e) = drop_privileges(run_as) {
             log::error!("cannot switch to user {}: {e}", run_as.user);
             return ChildExit::Fatal;
+        }
+    }
+    if let Some(master) = ctx.master {
+        // Die with the master. Only now: the kernel clears the parent-death signal
+        // when a process changes its uid or gid, so set before the drop it would be
+        // gone. If the master died before this call, no signal will come: look.
+        let _ = sys::die_with_parent(Signal::SIGTERM);
+        if nix::unistd::getppid() != master {
+            return ChildExit::Retired;
         }
     }
     let slot = &ctx.scoreboard.slots[ctx.slot];
@@ -164,7 +168,10 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
                 // retirement even if no dummy connection reached this worker.
                 Some(libc::EAGAIN) | Some(libc::EINTR) => {
                     server.idle();
-                    if ctx.pod.as_deref().is_some_and(|p| p.check(ctx.scoreboard.header)) || must_retire(&ctx) {
+                    // Also reads when no byte is pending: end of file there means the
+                    // master is gone (a third way to notice, beside the death signal
+                    // and the parent pid).
+                    if ctx.pod.as_deref().is_some_and(|p| p.check_idle(ctx.scoreboard.header)) || must_retire(&ctx) {
                         return ChildExit::Retired;
                     }
                     continue;

@@ -385,3 +385,51 @@ fn workers_chroot_and_keep_logging_across_a_rotation() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("is outside the chroot"), "{}", text(&out));
 }
+
+/// Kills the master with KILL: every worker must be gone within 2 s (they would
+/// otherwise keep serving the old config, holding the port and the pid file's lock),
+/// and `pika -k start` must then start a new server.
+fn workers_follow_a_killed_master(server_extra: &str) {
+    let site = Site::new();
+    site.config(server_extra, "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    open_up(&site);
+    let d = start(&site);
+    let master = d.pid().expect("pid file");
+    let workers = wait_until(DEADLINE, "two workers", || Some(children_of(master)).filter(|w| w.len() == 2));
+    // If they outlive the master (the bug), they must not outlive the test.
+    struct Reap(Vec<i32>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            for &w in self.0.iter().filter(|&&w| alive(w)) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(w), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+    let _reap = Reap(workers.clone());
+    assert_eq!(get(addr(&site), "/").status, 200);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(master), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_until(std::time::Duration::from_secs(2), "every worker to follow the killed master", || {
+        workers.iter().all(|&w| !alive(w)).then_some(())
+    });
+    let again = pika(&site, &[]);
+    assert_eq!(again.status.code(), Some(0), "{}\n{}", text(&again), site.error_log());
+    assert!(!text(&again).contains("already running"), "{}", text(&again));
+    let new = d.pid().expect("new pid file");
+    assert_ne!(new, master);
+    assert_eq!(get(addr(&site), "/").status, 200);
+}
+
+#[test]
+fn workers_follow_a_killed_master_as_root() {
+    workers_follow_a_killed_master("");
+}
+
+#[test]
+fn workers_follow_a_killed_master_after_a_privilege_drop() {
+    workers_follow_a_killed_master("user = \"nobody\"");
+}
+
+#[test]
+fn workers_follow_a_killed_master_in_a_chroot() {
+    workers_follow_a_killed_master("user = \"nobody\"\nchroot = \".\"");
+}
