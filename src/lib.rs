@@ -17,8 +17,9 @@
 //!   looks at the pool every 50 ms while short of idle workers, and at once when a
 //!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
 //!   the HTTP code.
-//! - [`worker`] is a worker process after `fork`: resets signals, moves to
-//!   `SCHED_BATCH`, drops privileges, then asks to die with the master (after the drop,
+//! - [`worker`] is a worker process after `fork`: resets signals, closes the master's
+//!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
+//!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
 //!   which would clear that request; an idle worker also retires when the pipe of
 //!   death reads end of file), then loops: accept
 //!   ([`listen::Acceptor::accept`]: idle workers sleep in `epoll` with

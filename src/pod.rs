@@ -48,6 +48,12 @@ impl Pod {
         self.write = None;
     }
 
+    /// The read end, which a worker keeps.
+    pub fn read_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.read.as_fd()
+    }
+
     /// Master: ask one idle worker to exit.
     pub fn signal(&self, header: &Header) {
         if let Some(mut w) = self.write.as_ref() {

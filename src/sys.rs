@@ -133,12 +133,58 @@ pub fn sched_batch() -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
-/// Allows core dumps again after a uid change (Linux clears the flag on `setuid`).
-pub fn set_dumpable() {
+/// Sets whether this process may dump core and be attached to (`ptrace`,
+/// `pidfd_getfd`) by processes of its own user. Linux resets the flag on `setuid`
+/// (to `fs.suid_dumpable`), so call it after the uid change.
+pub fn set_dumpable(dumpable: bool) -> io::Result<()> {
     // SAFETY: prctl(PR_SET_DUMPABLE) takes a plain integer and touches no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(dumpable), 0, 0, 0) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// In a freshly forked worker: closes every descriptor from 3 up but those in `keep`
+/// (the master's pid file, its signal pipe, the daemon's ready pipe and whatever else
+/// the master held). The closed descriptors belong to objects of the master that the
+/// child never drops: it leaves through [`exit_now`].
+pub fn close_descriptors_except(keep: &[i32]) -> io::Result<()> {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|&fd| u32::try_from(fd).ok()).filter(|&fd| fd >= 3).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut first = 3u32;
+    let mut gaps = Vec::with_capacity(keep.len() + 1);
+    for &fd in &keep {
+        if fd > first {
+            gaps.push((first, fd - 1));
+        }
+        first = fd + 1;
     }
+    gaps.push((first, u32::MAX));
+    for (lo, hi) in gaps {
+        // SAFETY: close_range(2) takes plain integers; see above for why nothing
+        // still in use owns the descriptors it closes.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0u32) };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::ENOSYS) {
+                return Err(err);
+            }
+            // Before Linux 5.9: the descriptors /proc lists.
+            return close_listed_except(&keep);
+        }
+    }
+    Ok(())
+}
+
+/// [`close_descriptors_except`] without `close_range(2)`.
+fn close_listed_except(keep: &[u32]) -> io::Result<()> {
+    let open: Vec<u32> =
+        std::fs::read_dir("/proc/self/fd")?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    // The directory's own descriptor is in the list, closed again by now: EBADF.
+    for fd in open.into_iter().filter(|fd| *fd >= 3 && keep.binary_search(fd).is_err()) {
+        // SAFETY: as in close_descriptors_except.
+        unsafe { libc::close(fd as i32) };
+    }
+    Ok(())
 }
 
 /// Sets an integer socket option that neither nix nor socket2 wraps

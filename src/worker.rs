@@ -76,11 +76,18 @@ pub fn child_main(ctx: WorkerCtx<'_>) -> ! {
 /// Serves in this process until something fatal happens (`pika -X`).
 pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     crate::log::set_slot(ctx.slot);
-    if ctx.master.is_some() {
-        sys::reset_signals_in_child();
-    }
     if let Some(pod) = ctx.pod.as_deref_mut() {
         pod.close_write();
+    }
+    if ctx.master.is_some() {
+        sys::reset_signals_in_child();
+        // Of the master's descriptors a worker keeps only what it uses: a worker (or
+        // whoever can attach to it) must not reach the pid file, which root's
+        // `pika -k` trusts, nor the master's pipes.
+        if let Err(e) = sys::close_descriptors_except(&kept_descriptors(&ctx)) {
+            log::error!("cannot close the master's descriptors: {e}");
+            return ChildExit::Fatal;
+        }
     }
     if let Some(limit) = ctx.config.workers.max_memory {
         // A worker that leaks or is fed something huge fails its allocation (and is
@@ -115,6 +122,19 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             log::error!("cannot switch to user {}: {e}", run_as.user);
             return ChildExit::Fatal;
         }
+    }
+    // A worker may dump core (and be attached to by its own user) only where the
+    // operator named a folder for the cores, as Apache's CoreDumpDirectory.
+    let dumps = ctx.config.coredump_dir.as_deref();
+    if let Some(dir) = dumps {
+        if let Err(e) = nix::unistd::chdir(dir) {
+            log::error!("cannot enter coredump_dir {}: {e}", dir.display());
+            return ChildExit::Fatal;
+        }
+    }
+    if let Err(e) = sys::set_dumpable(dumps.is_some()) {
+        log::error!("cannot set whether workers may dump core: {e}");
+        return ChildExit::Fatal;
     }
     if let Some(master) = ctx.master {
         // Die with the master. Only now: the kernel clears the parent-death signal
@@ -207,6 +227,18 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     }
 }
 
+/// What a worker keeps of the master's descriptors: the listeners, its access logs,
+/// the error log, the pipe of death and the doorbell (and stdin, stdout, stderr).
+fn kept_descriptors(ctx: &WorkerCtx<'_>) -> Vec<i32> {
+    use std::os::fd::AsRawFd;
+    let mut keep: Vec<i32> = ctx.listeners.list.iter().map(|l| l.socket.as_raw_fd()).collect();
+    keep.extend(ctx.logs.fds());
+    keep.extend(crate::log::error_log_fd());
+    keep.extend(ctx.pod.as_deref().map(|p| p.read_fd().as_raw_fd()));
+    keep.extend(ctx.doorbell.map(|d| d.fd().as_raw_fd()));
+    keep
+}
+
 fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
     ctx.master.is_some()
         && (ctx.scoreboard.generation() != ctx.generation || ctx.scoreboard.header.stopping.load(Relaxed) != 0)
@@ -222,7 +254,6 @@ fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
     if !run_as.uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
         return Err(std::io::Error::other("could regain root after setuid"));
     }
-    sys::set_dumpable();
     Ok(())
 }
 

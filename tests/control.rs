@@ -433,3 +433,94 @@ fn workers_follow_a_killed_master_after_a_privilege_drop() {
 fn workers_follow_a_killed_master_in_a_chroot() {
     workers_follow_a_killed_master("user = \"nobody\"\nchroot = \".\"");
 }
+
+/// The inode of the TCP socket listening on `port` (from /proc/net/tcp).
+fn listener_inode(port: u16) -> String {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f[1].ends_with(&local) && f[3] == "0A")
+        .map(|f| f[9].to_string())
+        .unwrap_or_else(|| panic!("no listener on port {port}"))
+}
+
+/// What each descriptor of `pid` points at.
+fn descriptors(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| Some(std::fs::read_link(e.path()).ok()?.display().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_worker_holds_only_its_own_descriptors_and_cannot_be_attached_to() {
+    let site = Site::new();
+    site.config("user = \"nobody\"", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    open_up(&site);
+    // As a daemon: the master then also holds the pid file and the ready pipe.
+    let d = start(&site);
+    let master = d.pid().unwrap();
+    let workers = wait_until(DEADLINE, "two workers", || Some(children_of(master)).filter(|w| w.len() == 2));
+    let listener = format!("socket:[{}]", listener_inode(addr(&site).port()));
+    let real = |rel: &str| std::fs::canonicalize(site.path(rel)).unwrap().display().to_string();
+    let master_fds = descriptors(master);
+    let mut want = vec![
+        "/dev/null".to_string(), // stdin
+        "/dev/null".to_string(), // stdout
+        real("logs/error.log"),  // stderr
+        real("logs/error.log"),
+        real("logs/access.log"),
+        listener,
+        "the pipe of death".to_string(),
+        "anon_inode:[eventfd]".to_string(), // the doorbell
+        // What the worker opens itself: its docroot and its epoll instance.
+        real("htdocs"),
+        "anon_inode:[eventpoll]".to_string(),
+    ];
+    want.sort();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    for w in workers {
+        let mut got: Vec<String> = descriptors(w)
+            .into_iter()
+            .map(|d| {
+                // The master holds both ends of the pipe of death.
+                if d.starts_with("pipe:") && master_fds.contains(&d) { "the pipe of death".to_string() } else { d }
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "worker {w}");
+        // Not dumpable: /proc shows the worker as root's, so its own user cannot
+        // attach to it (ptrace, pidfd_getfd) or read its memory.
+        assert_eq!(ids(w).0, nobody);
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(format!("/proc/{w}/stat")).unwrap());
+        assert_eq!(owner, 0, "worker {w} is not dumpable");
+    }
+}
+
+#[test]
+fn coredump_dir_makes_workers_dumpable_there() {
+    let site = Site::new();
+    std::fs::create_dir(site.path("cores")).unwrap();
+    site.config("user = \"nobody\"\ncoredump_dir = \"cores\"", "[workers]\nstart = 1\nmin_spare = 1\n");
+    open_up(&site);
+    std::fs::set_permissions(site.path("cores"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let p = Pika::start(&site, "-F");
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    let workers = children_of(p.pid);
+    assert_eq!(workers.len(), 1);
+    for w in workers {
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(format!("/proc/{w}/stat")).unwrap());
+        assert_eq!(owner, nobody, "worker {w} is dumpable");
+        let cwd = std::fs::read_link(format!("/proc/{w}/cwd")).unwrap();
+        assert_eq!(cwd, std::fs::canonicalize(site.path("cores")).unwrap());
+    }
+    // A folder that does not exist is refused up front.
+    site.config("coredump_dir = \"nowhere\"", "");
+    let out = pika(&site, &["-t"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("coredump_dir \"nowhere\""), "{}", text(&out));
+}

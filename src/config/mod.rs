@@ -86,6 +86,8 @@ pub struct Config {
     pub run_as: Option<RunAs>,
     /// Workers `chroot` here before they serve; every docroot and log lies inside.
     pub chroot: Option<PathBuf>,
+    /// Workers may dump core, into this folder (else they are not dumpable).
+    pub coredump_dir: Option<PathBuf>,
     pub graceful_timeout: Duration,
     pub max_open_files: Option<u64>,
     pub server_tokens: ServerTokens,
@@ -354,6 +356,17 @@ impl Ctx<'_> {
         }
         let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
 
+        let coredump_dir = match &raw.server.coredump_dir {
+            None => None,
+            Some(d) => {
+                let dir = std::fs::canonicalize(absolute(&root, d.get_ref()))
+                    .map_err(|e| self.spanned(d, format!("coredump_dir {:?}: {e}", d.get_ref())))?;
+                if !dir.is_dir() {
+                    return Err(self.spanned(d, format!("coredump_dir {} is not a directory", dir.display())));
+                }
+                Some(dir)
+            }
+        };
         let chroot = match &raw.server.chroot {
             None => None,
             Some(c) => {
@@ -363,7 +376,7 @@ impl Ctx<'_> {
                     ErrorLogTarget::File(p) => Some(p),
                     _ => None,
                 });
-                for p in vhosts.iter().map(|v| &v.root).chain(logs) {
+                for p in vhosts.iter().map(|v| &v.root).chain(logs).chain(&coredump_dir) {
                     if !p.starts_with(&dir) {
                         return Err(self.spanned(
                             c,
@@ -381,6 +394,7 @@ impl Ctx<'_> {
 
         Ok(Config {
             chroot,
+            coredump_dir,
             file: self.file.to_path_buf(),
             listen,
             backlog: raw.server.backlog.max(1),
@@ -632,6 +646,9 @@ impl Config {
         }
         if let ErrorLogTarget::File(p) = &mut c.error_log {
             *p = inside(p);
+        }
+        if let Some(d) = &mut c.coredump_dir {
+            *d = inside(d);
         }
         c
     }

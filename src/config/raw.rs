@@ -46,6 +46,7 @@ pub(crate) struct RawServer {
     pub(crate) backlog: u32,
     pub(crate) user: Option<Spanned<String>>,
     pub(crate) chroot: Option<Spanned<String>>,
+    pub(crate) coredump_dir: Option<Spanned<String>>,
     pub(crate) group: Option<Spanned<String>>,
     #[serde(default = "default_graceful_timeout")]
     pub(crate) graceful_timeout: Secs,

@@ -74,6 +74,11 @@ impl AccessLogs {
         Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None, timed })
     }
 
+    /// The open files' descriptors (a worker keeps these and closes the master's others).
+    pub fn fds(&self) -> Vec<i32> {
+        self.logs.iter().map(|l| l.file.as_raw_fd()).collect()
+    }
+
     /// No logs at all.
     pub fn none() -> AccessLogs {
         AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None, timed: false }

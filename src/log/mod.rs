@@ -118,6 +118,22 @@ pub fn reopen_error_log() {
     }
 }
 
+/// The error log's descriptor (a file or the syslog socket), which a worker keeps.
+pub fn error_log_fd() -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let sink = ERROR_LOG.sink.lock().unwrap_or_else(|p| p.into_inner());
+    match &*sink {
+        Sink::Stderr => None,
+        Sink::File(f, _) => Some(f.as_raw_fd()),
+        Sink::Syslog(logger) => match &logger.backend {
+            syslog::LoggerBackend::Unix(s) => Some(s.as_raw_fd()),
+            syslog::LoggerBackend::UnixStream(s) => Some(s.get_ref().as_raw_fd()),
+            syslog::LoggerBackend::Udp(s, _) => Some(s.as_raw_fd()),
+            syslog::LoggerBackend::Tcp(s) => Some(s.get_ref().as_raw_fd()),
+        },
+    }
+}
+
 /// After a `chroot` to `jail`: the error log file's path as seen from inside, so that
 /// reopening after a rotation still finds it.
 pub fn enter_jail(jail: &Path) {
