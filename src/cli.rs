@@ -1,19 +1,21 @@
 //! The command line: what `pika -h` lists, and what each mode does.
 //!
 //! `-F` runs the master in the foreground, `-X` serves in one process, `-t` checks a
-//! config, `-k CMD` controls a running server through its pid file (see `ctl`), and
+//! config, `-T` checks it and prints it whole, `-k CMD` controls a running server through its pid file (see `ctl`), and
 //! plain `pika` starts a daemon.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const USAGE: &str = "\
-usage: pika [-f FILE] [-F | -X | -t | -k COMMAND | -V | -h]
+usage: pika [-f FILE] [-F | -X | -t | -T | -k COMMAND | -V | -h]
 
   -f FILE     configuration file (default: conf/pika.toml)
   -F          run the master in the foreground (systemd, containers, tests)
   -X          serve in a single process, in the foreground (debugging)
   -t          check the configuration and exit (0: valid, 1: invalid)
+  -T          check the configuration and print it whole: every key after
+              defaults, included files in place
   -k COMMAND  control the server: start, stop, graceful-stop, reload, restart,
               reopen-logs, status
   -V          print the version and exit
@@ -30,6 +32,7 @@ pub enum Mode {
     Foreground,
     Single,
     Test,
+    Show,
     Control(String),
     Version,
     Help,
@@ -55,13 +58,14 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             "-F" => Mode::Foreground,
             "-X" => Mode::Single,
             "-t" => Mode::Test,
+            "-T" => Mode::Show,
             "-V" | "--version" => Mode::Version,
             "-h" | "--help" => Mode::Help,
             "-k" => Mode::Control(it.next().ok_or("-k needs a command")?.clone()),
             other => return Err(format!("unknown argument {other:?}")),
         };
         if mode.replace(m).is_some() {
-            return Err("give only one of -F, -X, -t, -k, -V, -h".into());
+            return Err("give only one of -F, -X, -t, -T, -k, -V, -h".into());
         }
     }
     Ok(Args { config, mode: mode.unwrap_or(Mode::Daemon) })
@@ -86,6 +90,7 @@ mod tests {
         assert_eq!(p(&[]).unwrap(), Args { config: "conf/pika.toml".into(), mode: Mode::Daemon });
         assert_eq!(p(&["-f", "x.toml", "-F"]).unwrap(), Args { config: "x.toml".into(), mode: Mode::Foreground });
         assert_eq!(p(&["-k", "reload"]).unwrap().mode, Mode::Control("reload".into()));
+        assert_eq!(p(&["-T", "-f", "a.toml"]).unwrap(), Args { config: "a.toml".into(), mode: Mode::Show });
         assert!(p(&["-F", "-X"]).is_err());
         assert!(p(&["-f"]).is_err());
         assert!(p(&["--bogus"]).is_err());

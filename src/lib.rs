@@ -4,7 +4,9 @@
 //!
 //! Processes and their modules:
 //!
-//! - `main.rs` → [`cli`] parses the command line, then one of: [`config`] (`-t`),
+//! - `main.rs` → [`cli`] parses the command line, then one of: [`config`] (`-t`; `-T`
+//!   prints the effective config through [`config::show`]; `include` files are read by
+//!   the config too),
 //!   [`ctl`] (`-k …`: signals the master found through [`pidfile`], waits on the status
 //!   file), [`daemon`] (start in the foreground `-F`, as a daemon with a ready pipe, or
 //!   in one process `-X`).

@@ -30,6 +30,13 @@ fn main() -> ExitCode {
             }
             Err(e) => cli::fail(e),
         },
+        Mode::Show => match pika::config::load(&args.config) {
+            Ok(c) => {
+                print!("{}", pika::config::show::show(&c));
+                ExitCode::SUCCESS
+            }
+            Err(e) => cli::fail(e),
+        },
         Mode::Control(cmd) => pika::ctl::run(&cmd, &args.config),
         Mode::Foreground | Mode::Single | Mode::Daemon => {
             let config = match pika::config::load(&args.config) {

@@ -64,6 +64,7 @@ mod tests {
             serve_hidden: false,
             symlinks: crate::config::Symlinks::Inside,
             error_pages: vec![],
+            source: None,
         }
     }
 

@@ -21,3 +21,85 @@ fn a_config_without_mime_types_starts_with_the_builtin_table() {
         assert_eq!(get(p.addr, path).header("content-type").as_deref(), Some(ty), "{path}");
     }
 }
+
+/// A site whose main file includes `conf.d/*.toml`, with one included vhost.
+fn site_with_conf_d() -> Site {
+    let site = Site::new();
+    site.write(
+        "conf/pika.toml",
+        "include = [\"conf.d/*.toml\"]\n\
+         [server]\nlisten = [\"127.0.0.1:0\"]\nlog_level = \"debug\"\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n",
+    );
+    site.write("www/a/index.html", "site a\n");
+    site.write("www/b/index.html", "site b\n");
+    site.write(
+        "conf/conf.d/10-a.toml",
+        "# site a\n[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"www/a\"\n\
+         [[vhost.access_log]]\npath = \"logs/a.log\"\nbuffer = 0\n",
+    );
+    site
+}
+
+fn page(addr: std::net::SocketAddr, host: &str) -> String {
+    raw(addr, format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).text()
+}
+
+#[test]
+fn included_vhosts_serve_and_a_reload_reads_a_new_file() {
+    let site = site_with_conf_d();
+    let p = Pika::start(&site, "-F");
+    assert_eq!(page(p.addr, "a.test"), "site a\n");
+    assert_eq!(page(p.addr, "b.test"), "<h1>hello</h1>\n", "no b.test yet: the default vhost answers");
+    wait_until(DEADLINE, "a.test's own log", || {
+        site.read("logs/a.log").contains("\"GET / HTTP/1.1\" 200").then_some(())
+    });
+
+    // The Debian habit: drop a file in conf.d, reload.
+    site.write("conf/conf.d/20-b.toml", "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\n");
+    p.signal(libc::SIGHUP);
+    wait_until(DEADLINE, "b.test served after the reload", || (page(p.addr, "b.test") == "site b\n").then_some(()));
+    assert_eq!(page(p.addr, "a.test"), "site a\n");
+
+    // A broken included file is reported with its name and position, and the running
+    // config stays.
+    site.write("conf/conf.d/30-bad.toml", "[[vhost]]\nroot = \"www/a\"\nautoindex = maybe\n");
+    p.signal(libc::SIGHUP);
+    wait_until(DEADLINE, "the reload error in the error log", || {
+        site.error_log().contains("conf.d/30-bad.toml:3:13:").then_some(())
+    });
+    assert_eq!(page(p.addr, "b.test"), "site b\n");
+}
+
+#[test]
+fn dash_t_names_the_included_file_and_dash_big_t_prints_the_whole_config() {
+    let site = site_with_conf_d();
+    let conf = site.path("conf/pika.toml");
+    let run = |flag: &str, file: &std::path::Path| {
+        std::process::Command::new(BIN).args([flag, "-f"]).arg(file).output().expect("run pika")
+    };
+    site.write("conf/conf.d/20-b.toml", "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\nlisten = 1\n");
+    let o = run("-t", &conf);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("conf/conf.d/20-b.toml:4:1: unknown field `listen`"), "{err}");
+
+    site.write("conf/conf.d/20-b.toml", "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\n");
+    let o = run("-T", &conf);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let shown = String::from_utf8(o.stdout).unwrap();
+    let from_a =
+        format!("# from {}\n[[vhost]]\nserver_names = [\"a.test\"]\n", site.path("conf/conf.d/10-a.toml").display());
+    assert!(shown.contains(&from_a), "{shown}");
+    assert!(shown.contains(&format!("root = \"{}\"", site.path("www/b").display())), "{shown}");
+    assert!(shown.contains("[[vhost.access_log]]\npath = "), "{shown}");
+    assert!(shown.contains("max_keepalive_requests = 1000"), "defaults are shown: {shown}");
+    assert!(!shown.contains("include = [\"conf.d"), "includes are in place: {shown}");
+
+    // What -T prints is a config: -t accepts it, and -T on it prints the same keys.
+    site.write("shown.toml", &shown);
+    assert_eq!(run("-t", &site.path("shown.toml")).status.code(), Some(0));
+    let again = String::from_utf8(run("-T", &site.path("shown.toml")).stdout).unwrap();
+    let keys = |s: &str| s.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(keys(&again), keys(&shown));
+}

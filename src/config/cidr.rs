@@ -42,6 +42,14 @@ impl Cidr {
     }
 }
 
+/// As the config writes it: `10.0.0.0/8`, a bare address for a single host.
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let full = if self.addr.is_ipv4() { 32 } else { 128 };
+        if self.prefix == full { write!(f, "{}", self.addr) } else { write!(f, "{}/{}", self.addr, self.prefix) }
+    }
+}
+
 fn mask_eq(net: u128, ip: u128, prefix: u8, bits: u32) -> bool {
     if prefix == 0 {
         return true;

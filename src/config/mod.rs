@@ -9,7 +9,9 @@
 //! folder (`conf/pika.toml` → the folder holding `conf/`, `htdocs/`, `logs/`).
 
 mod cidr;
+mod include;
 mod raw;
+pub mod show;
 pub mod units;
 
 use std::net::SocketAddr;
@@ -20,7 +22,7 @@ use std::time::Duration;
 pub use cidr::Cidr;
 use log::LevelFilter;
 use nix::unistd::{Gid, Group, Uid, User};
-use raw::{RawAccessLog, RawCondition, RawConfig, RawRotate, RawVhost, StatusSpec};
+use raw::{RawAccessLog, RawCondition, RawConfig, RawInclude, RawRotate, RawVhost, StatusSpec};
 use toml::Spanned;
 
 use crate::http::mime::MimeTypes;
@@ -73,6 +75,8 @@ pub enum ServerTokens {
 pub struct Config {
     /// The config file, absolute, so a reload reads the same file.
     pub file: PathBuf,
+    /// The files it includes, in the order they were read.
+    pub includes: Vec<PathBuf>,
     pub root: PathBuf,
     pub listen: Vec<SocketAddr>,
     pub backlog: u32,
@@ -151,6 +155,8 @@ pub struct Vhost {
     pub symlinks: Symlinks,
     /// Status code → path of the page (URL path under this vhost's root).
     pub error_pages: Vec<(u16, String)>,
+    /// The included file that declares it (`None`: the main file).
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +171,8 @@ pub struct AccessLog {
     /// and the longest a record waits while the worker is busy.
     pub buffer: usize,
     pub flush: Duration,
+    /// The included file that declares it (`None`: the main file).
+    pub source: Option<PathBuf>,
 }
 
 /// `[[access_log]] buffer` unless set: lighttpd's 8 KiB, ~40 combined records.
@@ -190,22 +198,73 @@ pub fn load(file: &Path) -> Result<Config, ConfigError> {
     parse(&text, &abs)
 }
 
-/// Parses and resolves config text; `file` names it in errors and anchors `root`.
+/// Parses and resolves config text; `file` names it in errors, anchors `root`, and
+/// is where its `include` patterns start.
 pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
     let ctx = Ctx { text, file };
-    let raw: RawConfig = toml::from_str(text).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        ctx.error(span, e.message().to_string())
-    })?;
-    ctx.resolve(raw)
+    let raw: RawConfig = ctx.toml()?;
+    let included = ctx.includes(&raw)?;
+    ctx.resolve(raw, &included)
 }
 
+/// One included file, read and parsed.
+struct Included {
+    file: PathBuf,
+    text: String,
+    raw: RawInclude,
+}
+
+impl Included {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx { text: &self.text, file: &self.file }
+    }
+}
+
+/// The vhosts and logs of one file (`file`: an included one, or `None`: the main).
+struct Source<'a> {
+    ctx: Ctx<'a>,
+    vhosts: &'a [RawVhost],
+    logs: &'a [RawAccessLog],
+    file: Option<&'a Path>,
+}
+
+/// A config text and its file, for errors with a position.
+#[derive(Clone, Copy)]
 struct Ctx<'a> {
     text: &'a str,
     file: &'a Path,
 }
 
 impl Ctx<'_> {
+    fn toml<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        toml::from_str(self.text).map_err(|e| self.error(e.span().unwrap_or(0..0), e.message().to_string()))
+    }
+
+    /// Reads every file the `include` patterns name (see `include.rs`); an error in
+    /// one is reported with that file's name, line and column.
+    fn includes(&self, raw: &RawConfig) -> Result<Vec<Included>, ConfigError> {
+        let base = self.file.parent().unwrap_or(Path::new("/"));
+        let mut out: Vec<Included> = Vec::new();
+        for pattern in &raw.include {
+            let files = include::expand(base, pattern.get_ref())
+                .map_err(|e| self.spanned(pattern, format!("include {:?}: {e}", pattern.get_ref())))?;
+            for file in files {
+                let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&file).ok();
+                if same(self.file) {
+                    return Err(self.spanned(pattern, format!("include {:?} names this file", pattern.get_ref())));
+                }
+                if out.iter().any(|i| same(&i.file)) {
+                    return Err(self.spanned(pattern, format!("{} is included twice", file.display())));
+                }
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| self.spanned(pattern, format!("include {}: {e}", file.display())))?;
+                let raw = Ctx { text: &text, file: &file }.toml()?;
+                out.push(Included { file, text, raw });
+            }
+        }
+        Ok(out)
+    }
+
     fn error(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
         let before = &self.text[..span.start.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
@@ -224,7 +283,7 @@ impl Ctx<'_> {
         at..at
     }
 
-    fn resolve(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+    fn resolve(&self, raw: RawConfig, included: &[Included]) -> Result<Config, ConfigError> {
         let conf_dir = self.file.parent().unwrap_or(Path::new("/"));
         let root = match &raw.server.root {
             Some(r) => absolute(conf_dir, r),
@@ -340,20 +399,39 @@ impl Ctx<'_> {
         }
         let status = Status { enabled: raw.status.enabled, path: raw.status.path.clone(), allow };
 
-        if raw.vhost.is_empty() {
-            return Err(self.error(0..0, "at least one [[vhost]] is needed (the first is the default)"));
-        }
-        let vhosts = raw.vhost.iter().map(|v| self.vhost(v, &root)).collect::<Result<Vec<_>, _>>()?;
-
-        let mut access_logs = Vec::new();
-        for a in &raw.access_log {
-            access_logs.push(self.access_log(a, &root, None)?);
-        }
-        for (i, v) in raw.vhost.iter().enumerate() {
-            for a in &v.access_log {
-                access_logs.push(self.access_log(a, &root, Some(i))?);
+        // The main file's vhosts and logs first, then each included file's in turn:
+        // the first vhost of all is the default.
+        let main = Source { ctx: *self, vhosts: &raw.vhost, logs: &raw.access_log, file: None };
+        let sources: Vec<Source<'_>> = std::iter::once(main)
+            .chain(included.iter().map(|i| Source {
+                ctx: i.ctx(),
+                vhosts: &i.raw.vhost,
+                logs: &i.raw.access_log,
+                file: Some(&i.file),
+            }))
+            .collect();
+        let mut vhosts = Vec::new();
+        let mut vhost_logs = Vec::new();
+        for s in &sources {
+            for v in s.vhosts {
+                let mut vhost = s.ctx.vhost(v, &root)?;
+                vhost.source = s.file.map(Path::to_path_buf);
+                for a in &v.access_log {
+                    vhost_logs.push(s.ctx.access_log(a, &root, Some(vhosts.len()), s.file)?);
+                }
+                vhosts.push(vhost);
             }
         }
+        if vhosts.is_empty() {
+            return Err(self.error(0..0, "at least one [[vhost]] is needed (the first is the default)"));
+        }
+        let mut access_logs = Vec::new();
+        for s in &sources {
+            for a in s.logs {
+                access_logs.push(s.ctx.access_log(a, &root, None, s.file)?);
+            }
+        }
+        access_logs.append(&mut vhost_logs);
         let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
 
         let coredump_dir = match &raw.server.coredump_dir {
@@ -396,6 +474,7 @@ impl Ctx<'_> {
             chroot,
             coredump_dir,
             file: self.file.to_path_buf(),
+            includes: included.iter().map(|i| i.file.clone()).collect(),
             listen,
             backlog: raw.server.backlog.max(1),
             pid_file: at_root(&raw.server.pid_file),
@@ -448,7 +527,13 @@ impl Ctx<'_> {
         Ok((MimeTypes::parse(&text, default_type), Some(path)))
     }
 
-    fn access_log(&self, a: &RawAccessLog, root: &Path, vhost: Option<usize>) -> Result<AccessLog, ConfigError> {
+    fn access_log(
+        &self,
+        a: &RawAccessLog,
+        root: &Path,
+        vhost: Option<usize>,
+        source: Option<&Path>,
+    ) -> Result<AccessLog, ConfigError> {
         let format = match &a.format {
             None => LogFormat::parse("combined").map_err(|e| self.error(0..0, e))?,
             Some(f) => {
@@ -474,7 +559,16 @@ impl Ctx<'_> {
             Some(b) => b.get_ref().0 as usize,
         };
         let flush = a.flush.as_ref().map_or(DEFAULT_LOG_FLUSH, |f| f.0);
-        Ok(AccessLog { path: absolute(root, &a.path), format, filter, rotate, vhost, buffer, flush })
+        Ok(AccessLog {
+            path: absolute(root, &a.path),
+            format,
+            filter,
+            rotate,
+            vhost,
+            buffer,
+            flush,
+            source: source.map(Path::to_path_buf),
+        })
     }
 
     fn condition(&self, c: &Spanned<RawCondition>) -> Result<Condition, ConfigError> {
@@ -628,6 +722,7 @@ impl Ctx<'_> {
             autoindex: v.autoindex,
             serve_hidden: v.serve_hidden,
             error_pages,
+            source: None,
         })
     }
 }
@@ -670,28 +765,32 @@ fn parse_listen(s: &str) -> Option<SocketAddr> {
     s.parse().ok()
 }
 
-fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
+/// The syslog facilities `error_log = "syslog:NAME"` accepts.
+pub(crate) const FACILITIES: [(&str, syslog::Facility); 10] = {
     use syslog::Facility::*;
+    [
+        ("daemon", LOG_DAEMON),
+        ("user", LOG_USER),
+        ("local0", LOG_LOCAL0),
+        ("local1", LOG_LOCAL1),
+        ("local2", LOG_LOCAL2),
+        ("local3", LOG_LOCAL3),
+        ("local4", LOG_LOCAL4),
+        ("local5", LOG_LOCAL5),
+        ("local6", LOG_LOCAL6),
+        ("local7", LOG_LOCAL7),
+    ]
+};
+
+fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
     if s == "stderr" {
         return Some(ErrorLogTarget::Stderr);
     }
     if s == "syslog" {
-        return Some(ErrorLogTarget::Syslog(LOG_DAEMON, None));
+        return Some(ErrorLogTarget::Syslog(syslog::Facility::LOG_DAEMON, None));
     }
     if let Some(f) = s.strip_prefix("syslog:") {
-        let fac = match f {
-            "daemon" => LOG_DAEMON,
-            "user" => LOG_USER,
-            "local0" => LOG_LOCAL0,
-            "local1" => LOG_LOCAL1,
-            "local2" => LOG_LOCAL2,
-            "local3" => LOG_LOCAL3,
-            "local4" => LOG_LOCAL4,
-            "local5" => LOG_LOCAL5,
-            "local6" => LOG_LOCAL6,
-            "local7" => LOG_LOCAL7,
-            _ => return None,
-        };
+        let fac = FACILITIES.iter().find(|(name, _)| *name == f)?.1;
         return Some(ErrorLogTarget::Syslog(fac, None));
     }
     if s.is_empty() {
@@ -790,6 +889,82 @@ mod tests {
         let text = MINIMAL.replace("listen", "mime_types = \"conf/mime.types\"\nlisten");
         let err = try_parse(&dir, &text).unwrap_err().to_string();
         assert!(err.contains("pika.toml:2:14: cannot read mime_types"), "{err}");
+    }
+
+    #[test]
+    fn includes_add_vhosts_and_logs_in_order() {
+        let dir = setup();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("conf/conf.d")).unwrap();
+        std::fs::create_dir_all(d.join("www/b")).unwrap();
+        std::fs::create_dir_all(d.join("www/a")).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(d.join("conf/conf.d").join(name), text).unwrap();
+        write(
+            "20-b.toml",
+            "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\n\
+             [[vhost.access_log]]\npath = \"logs/b.log\"\n",
+        );
+        write("10-a.toml", "[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"www/a\"\n");
+        write("30-logs.toml", "[[access_log]]\npath = \"logs/all.json\"\n");
+        write("notes.txt", "not toml");
+        let text = format!("include = [\"conf.d/*.toml\"]\n{MINIMAL}[[access_log]]\npath = \"logs/main.log\"\n");
+        let c = try_parse(&dir, &text).unwrap();
+        let names: Vec<&str> = c.vhosts.iter().map(|v| v.server_names.first().map_or("", |n| n)).collect();
+        assert_eq!(names, ["", "a.test", "b.test"], "the main file's vhost stays the default");
+        assert_eq!(c.vhosts[2].source, Some(d.join("conf/conf.d/20-b.toml")));
+        assert_eq!(c.vhosts[0].source, None);
+        let logs: Vec<(String, Option<usize>)> =
+            c.access_logs.iter().map(|a| (a.path.strip_prefix(d).unwrap().display().to_string(), a.vhost)).collect();
+        assert_eq!(
+            logs,
+            [("logs/main.log".into(), None), ("logs/all.json".into(), None), ("logs/b.log".into(), Some(2))]
+        );
+        assert_eq!(c.includes.len(), 3);
+
+        // A main file with no vhost of its own: the first included one is the default.
+        let text = "include = [\"conf.d/10-a.toml\"]\n[server]\nlisten = [\"8080\"]\n";
+        assert_eq!(try_parse(&dir, text).unwrap().vhosts[0].server_names, ["a.test"]);
+    }
+
+    #[test]
+    fn include_errors_name_the_included_file() {
+        let dir = setup();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("conf/conf.d")).unwrap();
+        let text = format!("include = [\"conf.d/*.toml\"]\n{MINIMAL}");
+        let err_with = |name: &str, body: &str| {
+            let f = d.join("conf/conf.d").join(name);
+            std::fs::write(&f, body).unwrap();
+            let e = try_parse(&dir, &text).unwrap_err().to_string();
+            std::fs::remove_file(&f).unwrap();
+            e
+        };
+        let e = err_with("x.toml", "[[vhost]]\nroot = \"htdocs\"\nautoindex = yes\n");
+        assert!(e.contains("conf.d/x.toml:3:13:"), "{e}");
+        let e = err_with("x.toml", "\n[server]\nlisten = [\"1\"]\n");
+        assert!(e.contains("conf.d/x.toml:2:2: unknown field `server`"), "{e}");
+        let e = err_with("x.toml", "include = [\"y.toml\"]\n");
+        assert!(e.contains("conf.d/x.toml:1:1: unknown field `include`"), "{e}");
+        let e = err_with("x.toml", "[[vhost]]\nserver_names = [\"x\"]\nroot = \"missing\"\n");
+        assert!(e.contains("conf.d/x.toml:3:8: vhost root"), "{e}");
+        let e = err_with("x.toml", "[[access_log]]\npath = \"a.log\"\nformat = \"%Z\"\n");
+        assert!(e.contains("conf.d/x.toml:3:10: bad access log format"), "{e}");
+
+        // Errors in the pattern itself point at the main file.
+        let e = try_parse(&dir, &format!("include = [\"conf.d/none.toml\"]\n{MINIMAL}")).unwrap_err().to_string();
+        assert!(e.contains("pika.toml:1:12: include \"conf.d/none.toml\"") && e.contains("No such file"), "{e}");
+        let text = format!("include = [\"*.toml\"]\n{MINIMAL}");
+        std::fs::write(d.join("conf/pika.toml"), &text).unwrap();
+        let e = try_parse(&dir, &text).unwrap_err().to_string();
+        assert!(e.contains("names this file"), "{e}");
+        std::fs::write(d.join("conf/conf.d/a.toml"), "").unwrap();
+        let e = try_parse(&dir, &format!("include = [\"conf.d/*.toml\", \"conf.d/a.toml\"]\n{MINIMAL}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pika.toml:1:29:") && e.contains("included twice"), "{e}");
+        // A folder with nothing in it, or none at all, includes nothing.
+        let text = format!("include = [\"conf.d/*.conf\", \"sites-enabled/*\"]\n{MINIMAL}");
+        assert!(try_parse(&dir, &text).unwrap().includes.is_empty());
     }
 
     #[test]

@@ -14,6 +14,9 @@ use super::units::{Bytes, Secs};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
+    /// Files (wildcards in the file name) with more `[[vhost]]` and `[[access_log]]`.
+    #[serde(default)]
+    pub(crate) include: Vec<Spanned<String>>,
     pub(crate) server: RawServer,
     #[serde(default)]
     pub(crate) workers: RawWorkers,
@@ -21,6 +24,17 @@ pub(crate) struct RawConfig {
     pub(crate) http: RawHttp,
     #[serde(default)]
     pub(crate) status: RawStatus,
+    #[serde(default)]
+    pub(crate) vhost: Vec<RawVhost>,
+    #[serde(default)]
+    pub(crate) access_log: Vec<RawAccessLog>,
+}
+
+/// An included file: vhosts and access logs only (the server, its pool and its
+/// limits are the main file's).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawInclude {
     #[serde(default)]
     pub(crate) vhost: Vec<RawVhost>,
     #[serde(default)]

@@ -137,6 +137,11 @@ impl MimeTypes {
         }
     }
 
+    /// The type of a file whose extension is not listed.
+    pub fn default_type(&self) -> &str {
+        &self.default
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

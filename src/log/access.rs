@@ -287,6 +287,7 @@ mod tests {
             vhost: None,
             buffer,
             flush,
+            source: None,
         }
     }
 

@@ -60,6 +60,8 @@ enum TimeFmt {
 /// A compiled access-log format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogFormat {
+    /// The format as the config gave it (`combined`, or the string), for `pika -T`.
+    spec: String,
     tokens: Vec<Token>,
 }
 
@@ -95,9 +97,14 @@ impl LogFormat {
         self.tokens.iter().any(|t| matches!(t, Token::Micros | Token::Seconds))
     }
 
+    /// The format as the config gave it.
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
     /// `common`, `combined`, `vhost_combined`, or a format string with Apache's tokens.
-    pub fn parse(spec: &str) -> Result<LogFormat, String> {
-        let spec = match spec {
+    pub fn parse(given: &str) -> Result<LogFormat, String> {
+        let spec = match given {
             "common" => COMMON,
             "combined" => COMBINED,
             "vhost_combined" => VHOST_COMBINED,
@@ -171,7 +178,7 @@ impl LogFormat {
         if !lit.is_empty() {
             tokens.push(Token::Literal(lit));
         }
-        Ok(LogFormat { tokens })
+        Ok(LogFormat { spec: given.to_string(), tokens })
     }
 
     /// Appends one record (with its newline) to `out`. `clf_time` is the `[dd/Mon/yyyy:HH:MM:SS +zzzz]`

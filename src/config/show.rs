@@ -1,0 +1,485 @@
+//! `pika -T`: the effective config, written back as TOML (nginx's `-T`).
+//!
+//! What an operator reads here is what pika runs: every key with its value after
+//! the defaults, the included files' vhosts and logs in place (each under a comment
+//! naming its file), paths absolute, values as resolved (`max_spare` raised above
+//! `min_spare`, the loopback `allow` of the status page). The text is itself a
+//! config: `pika -t` accepts it and `pika -T` on it prints the same keys, which the
+//! tests check.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use toml::Value;
+
+use super::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
+use crate::log::filter::Condition;
+use crate::log::rotate::{Interval, Naming, Rotate};
+
+/// The config as TOML, with a heading comment naming its files.
+pub fn show(c: &Config) -> String {
+    let mut t = Toml::default();
+    t.comment(&format!("The configuration pika runs from {}, every default filled in (pika -T).", c.file.display()));
+    if !c.includes.is_empty() {
+        t.comment("The vhosts and logs of the files it includes are in place below:");
+        for f in &c.includes {
+            t.comment(&format!("  {}", f.display()));
+        }
+    }
+    server(&mut t, c);
+
+    let w = &c.workers;
+    t.table("workers");
+    t.key("start", int(w.start));
+    t.key("min_spare", int(w.min_spare));
+    t.key("max_spare", int(w.max_spare));
+    t.key("max", int(w.max));
+    t.key("max_requests", int(w.max_requests));
+    if let Some(m) = w.max_memory {
+        t.key("max_memory", size(m));
+    }
+    t.key("sched_batch", Value::Boolean(w.sched_batch));
+
+    let h = &c.http;
+    t.table("http");
+    t.key("header_timeout", duration(h.header_timeout));
+    t.key("body_timeout", duration(h.body_timeout));
+    t.key("body_min_rate", int(h.body_min_rate));
+    t.key("keepalive_timeout", duration(h.keepalive_timeout));
+    t.key("send_timeout", duration(h.send_timeout));
+    t.key("request_timeout", duration(h.request_timeout));
+    t.key("file_check_interval", duration(h.file_check_interval));
+    t.key("keepalive", Value::Boolean(h.keepalive));
+    t.key("defer_accept", Value::Boolean(h.defer_accept));
+    t.key("max_keepalive_requests", int(h.max_keepalive_requests));
+    t.key("max_request_line", size(h.max_request_line as u64));
+    t.key("max_header_size", size(h.max_header_size as u64));
+    t.key("max_headers", int(h.max_headers));
+    t.key("max_body_size", size(h.max_body_size));
+    t.key("max_ranges", int(h.max_ranges));
+
+    t.table("status");
+    t.key("enabled", Value::Boolean(c.status.enabled));
+    t.key("path", string(&c.status.path));
+    t.key("allow", Value::Array(c.status.allow.iter().map(|a| string(&a.to_string())).collect()));
+
+    for (i, v) in c.vhosts.iter().enumerate() {
+        t.blank();
+        from(&mut t, v.source.as_deref());
+        t.array_table("vhost");
+        t.key("server_names", strings(&v.server_names));
+        t.key("root", path(&v.root));
+        t.key("index", strings(&v.index));
+        t.key("autoindex", Value::Boolean(v.autoindex));
+        t.key("serve_hidden", Value::Boolean(v.serve_hidden));
+        let symlinks = match v.symlinks {
+            Symlinks::Inside => "inside",
+            Symlinks::Never => "never",
+            Symlinks::Follow => "follow",
+        };
+        t.key("symlinks", string(symlinks));
+        if !v.error_pages.is_empty() {
+            t.table("vhost.error_pages");
+            for (code, page) in &v.error_pages {
+                t.key(&format!("\"{code}\""), string(page));
+            }
+        }
+        for log in c.access_logs.iter().filter(|a| a.vhost == Some(i)) {
+            t.array_table("vhost.access_log");
+            access_log(&mut t, log);
+        }
+    }
+    for log in c.access_logs.iter().filter(|a| a.vhost.is_none()) {
+        t.blank();
+        from(&mut t, log.source.as_deref());
+        t.array_table("access_log");
+        access_log(&mut t, log);
+    }
+    t.out
+}
+
+fn server(t: &mut Toml, c: &Config) {
+    t.table("server");
+    t.key("listen", Value::Array(c.listen.iter().map(|a| string(&a.to_string())).collect()));
+    t.key("root", path(&c.root));
+    t.key("pid_file", path(&c.pid_file));
+    match &c.error_log {
+        ErrorLogTarget::File(p) => t.key("error_log", path(p)),
+        ErrorLogTarget::Stderr => t.key("error_log", string("stderr")),
+        ErrorLogTarget::Syslog(facility, socket) => {
+            let name = super::FACILITIES.iter().find(|(_, f)| *f as u32 == *facility as u32).map_or("daemon", |f| f.0);
+            t.key("error_log", string(&format!("syslog:{name}")));
+            if let Some(s) = socket {
+                t.key("syslog_socket", path(s));
+            }
+        }
+    }
+    if let Some(r) = &c.error_log_rotate {
+        t.key("error_log_rotate", rotate(r));
+    }
+    t.key("log_level", string(&c.log_level.to_string().to_ascii_lowercase()));
+    match &c.mime_types {
+        Some(p) => t.key("mime_types", path(p)),
+        None => t.key("mime_types", string(MIME_BUILTIN)),
+    }
+    t.key("default_type", string(c.mime.default_type()));
+    t.key("backlog", int(c.backlog));
+    if let Some(run_as) = &c.run_as {
+        t.key("user", string(&run_as.user));
+        if let Ok(Some(g)) = nix::unistd::Group::from_gid(run_as.gid) {
+            t.key("group", string(&g.name));
+        }
+    }
+    if let Some(dir) = &c.chroot {
+        t.key("chroot", path(dir));
+    }
+    if let Some(dir) = &c.coredump_dir {
+        t.key("coredump_dir", path(dir));
+    }
+    t.key("graceful_timeout", duration(c.graceful_timeout));
+    if let Some(n) = c.max_open_files {
+        t.key("max_open_files", int(n));
+    }
+    let tokens = match c.server_tokens {
+        ServerTokens::Full => "full",
+        ServerTokens::Product => "product",
+    };
+    t.key("server_tokens", string(tokens));
+}
+
+fn access_log(t: &mut Toml, log: &AccessLog) {
+    t.key("path", path(&log.path));
+    t.key("format", string(log.format.spec()));
+    t.key("buffer", size(log.buffer as u64));
+    t.key("flush", duration(log.flush));
+    for (key, list) in [("include", &log.filter.include), ("exclude", &log.filter.exclude)] {
+        let items: Vec<String> = list.iter().map(|c| condition(c).to_string()).collect();
+        t.key(key, format_args!("[{}]", items.join(", ")));
+    }
+    if let Some(r) = &log.rotate {
+        t.key("rotate", rotate(r));
+    }
+}
+
+fn condition(c: &Condition) -> Inline {
+    let mut t = Inline::default();
+    if let Some(i) = c.internal {
+        t.insert("internal", Value::Boolean(i));
+    }
+    if let Some(cidr) = &c.client {
+        t.insert("client", string(&cidr.to_string()));
+    }
+    for (key, v) in [("method", &c.method), ("path", &c.path), ("header", &c.header)] {
+        if let Some(v) = v {
+            t.insert(key, string(v));
+        }
+    }
+    for (key, re) in [("path_pattern", &c.path_pattern), ("user_agent", &c.user_agent)] {
+        if let Some(re) = re {
+            t.insert(key, string(re.as_str()));
+        }
+    }
+    if let Some((lo, hi)) = c.status {
+        let v = if lo == hi {
+            int(lo)
+        } else if lo % 100 == 0 && hi == lo + 99 {
+            string(&format!("{}xx", lo / 100))
+        } else {
+            string(&format!("{lo}-{hi}"))
+        };
+        t.insert("status", v);
+    }
+    t
+}
+
+fn rotate(r: &Rotate) -> Inline {
+    let mut t = Inline::default();
+    let interval = r.interval.map(|i| match i {
+        Interval::Hourly => string("hourly"),
+        Interval::Daily => string("daily"),
+        Interval::Every(d) => duration(d),
+    });
+    if let Some(i) = interval {
+        t.insert("interval", i);
+    }
+    if let Some(s) = r.size {
+        t.insert("size", size(s));
+    }
+    t.insert("keep", int(r.keep));
+    let naming = match &r.naming {
+        Naming::Numbered => "numbered",
+        Naming::Pattern(p) => p,
+    };
+    t.insert("naming", string(naming));
+    t.insert("local_time", Value::Boolean(r.local_time));
+    t.insert("compress", Value::Boolean(r.compress));
+    t
+}
+
+/// A comment naming the included file an entry comes from.
+fn from(t: &mut Toml, source: Option<&Path>) {
+    if let Some(f) = source {
+        t.comment(&format!("from {}", f.display()));
+    }
+}
+
+fn string(s: &str) -> Value {
+    Value::String(s.to_string())
+}
+
+fn strings(v: &[String]) -> Value {
+    Value::Array(v.iter().map(|s| string(s)).collect())
+}
+
+fn path(p: &Path) -> Value {
+    string(&p.display().to_string())
+}
+
+fn int(n: impl TryInto<i64>) -> Value {
+    // TOML integers are i64: nothing larger can have come from a config.
+    Value::Integer(n.try_into().unwrap_or(i64::MAX))
+}
+
+/// A duration in the largest unit that states it exactly: `"5m"`, `"30s"`, `"1500ms"`.
+fn duration(d: Duration) -> Value {
+    let ms = d.as_millis();
+    let text = match ms {
+        0 => "0s".to_string(),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
+    };
+    string(&text)
+}
+
+/// A size in the largest binary unit that states it exactly: `"8KiB"`, or bytes.
+fn size(n: u64) -> Value {
+    for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        if n > 0 && n % (1 << shift) == 0 {
+            return string(&format!("{}{unit}", n >> shift));
+        }
+    }
+    int(n)
+}
+
+/// An inline table whose keys keep the order they were put in (the order the docs
+/// give them), unlike `toml::Table`'s.
+#[derive(Default)]
+struct Inline(Vec<(&'static str, Value)>);
+
+impl Inline {
+    fn insert(&mut self, key: &'static str, value: Value) {
+        self.0.push((key, value));
+    }
+}
+
+impl std::fmt::Display for Inline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("{ ")?;
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            write!(f, "{}{k} = {v}", if i == 0 { "" } else { ", " })?;
+        }
+        f.write_str(" }")
+    }
+}
+
+/// A TOML document written in order.
+#[derive(Default)]
+struct Toml {
+    out: String,
+}
+
+impl Toml {
+    fn comment(&mut self, text: &str) {
+        let _ = writeln!(self.out, "# {text}");
+    }
+
+    fn blank(&mut self) {
+        self.out.push('\n');
+    }
+
+    fn table(&mut self, name: &str) {
+        let _ = writeln!(self.out, "\n[{name}]");
+    }
+
+    fn array_table(&mut self, name: &str) {
+        let _ = writeln!(self.out, "[[{name}]]");
+    }
+
+    fn key(&mut self, key: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(self.out, "{key} = {value}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config with every key away from its default: what `show` prints reads back
+    /// as the same config, and the shipped `conf/pika.toml` does too.
+    #[test]
+    fn shown_config_reads_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["conf", "htdocs", "site2", "jail/www"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("conf/types"), "text/x-a a\n").unwrap();
+        let text = r#"
+[server]
+listen = ["127.0.0.1:8081", "[::1]:8082", "9000"]
+pid_file = "run/p.pid"
+error_log = "syslog:local3"
+syslog_socket = "/dev/log2"
+error_log_rotate = { size = "10MiB", keep = 3 }
+log_level = "debug"
+mime_types = "conf/types"
+default_type = "text/plain"
+backlog = 128
+user = "root"
+graceful_timeout = "1500ms"
+max_open_files = 4096
+server_tokens = "product"
+[workers]
+start = 3
+min_spare = 2
+max_spare = 2
+max = 9
+max_requests = 100
+max_memory = "512MiB"
+sched_batch = false
+[http]
+header_timeout = 7
+keepalive_timeout = "90m"
+keepalive = false
+defer_accept = false
+max_header_size = 20000
+max_ranges = 5
+[status]
+enabled = true
+path = "/st"
+allow = ["10.0.0.0/8", "::1", "192.168.1.7"]
+[[vhost]]
+server_names = ["A.example", "*.b.example."]
+root = "htdocs"
+index = ["i.html"]
+autoindex = true
+serve_hidden = true
+symlinks = "follow"
+[vhost.error_pages]
+404 = "/e/404.html"
+500 = "/e/500.html"
+[[vhost.access_log]]
+path = "logs/a.log"
+format = "%h \"%r\" %>s %{X-Id}i"
+buffer = 0
+flush = "250ms"
+include = [{ status = "4xx" }, { status = 418 }, { status = "300-302", method = "GET" }]
+exclude = [{ client = "10.1.0.0/16", path = "/health", path_pattern = "^/x", user_agent = "bot", header = "X-Skip", internal = false }]
+rotate = { interval = "hourly", naming = "%Y%m%d%H", local_time = false, compress = true }
+[[vhost]]
+root = "site2"
+symlinks = "never"
+[[access_log]]
+path = "/var/log/x.log"
+format = "vhost_combined"
+exclude = []
+rotate = { interval = "30m", size = 1000, keep = 2 }
+"#;
+        let file = d.join("conf/pika.toml");
+        let first = show(&super::super::parse(text, &file).unwrap());
+        let again = show(&super::super::parse(&first, &file).unwrap());
+        assert_eq!(first, again);
+        for want in [
+            "error_log = \"syslog:local3\"\nsyslog_socket = \"/dev/log2\"",
+            "max_spare = 3",
+            "keepalive_timeout = \"90m\"",
+            "graceful_timeout = \"1500ms\"",
+            "max_header_size = 20000",
+            "max_memory = \"512MiB\"",
+            "allow = [\"10.0.0.0/8\", \"::1\", \"192.168.1.7\"]",
+            "server_names = [\"a.example\", \"*.b.example\"]",
+            "\"404\" = \"/e/404.html\"",
+            "include = [{ status = \"4xx\" }, { status = 418 }, { method = \"GET\", status = \"300-302\" }]",
+            "exclude = [{ internal = false, client = \"10.1.0.0/16\", path = \"/health\", header = \"X-Skip\", \
+             path_pattern = \"^/x\", user_agent = \"bot\" }]",
+            "rotate = { interval = \"30m\", size = 1000, keep = 2, naming = \"numbered\", local_time = true, \
+             compress = false }",
+            "mime_types = \"",
+            "listen = [\"127.0.0.1:8081\", \"[::1]:8082\", \"0.0.0.0:9000\"]",
+        ] {
+            assert!(first.contains(want), "{want} not in\n{first}");
+        }
+
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/pika.toml");
+        let text = std::fs::read_to_string(&shipped).unwrap();
+        let first = show(&super::super::parse(&text, &shipped).unwrap());
+        assert_eq!(first, show(&super::super::parse(&first, &shipped).unwrap()));
+    }
+
+    /// `(table, key)` of every `key = value` line of a TOML text, commented out or not.
+    fn keys(text: &str) -> std::collections::BTreeSet<(String, String)> {
+        let mut table = String::new();
+        let mut out = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            let line = line.trim_start_matches('#').trim();
+            let name = line.trim_matches(|c| c == '[' || c == ']');
+            if line.starts_with('[') && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'.') {
+                table = name.to_string();
+            } else if let Some((key, _)) = line.split_once(" = ") {
+                if key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                    out.insert((table.clone(), key.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every key `conf/pika.toml` documents is printed by `-T` when set: a key added
+    /// to the config and its comments but not here fails this test.
+    #[test]
+    fn shows_every_key_the_shipped_config_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["conf", "htdocs", "core"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let text = r#"
+include = []
+[server]
+listen = ["8080"]
+error_log_rotate = { size = "1MiB" }
+user = "root"
+group = "root"
+chroot = "."
+coredump_dir = "core"
+max_open_files = 100
+[workers]
+max_memory = "1GiB"
+[[vhost]]
+root = "htdocs"
+[vhost.error_pages]
+404 = "/404.html"
+[[vhost.access_log]]
+path = "v.log"
+rotate = { interval = "daily" }
+[[access_log]]
+path = "a.log"
+rotate = { size = 1000 }
+"#;
+        let file = d.join("conf/pika.toml");
+        let syslog = "[server]\nlisten = [\"8080\"]\nerror_log = \"syslog\"\nsyslog_socket = \"/dev/log\"\n";
+        let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n")]
+            .map(|t| show(&super::super::parse(t, &file).unwrap()))
+            .join("\n");
+        let shipped = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/pika.toml"));
+        let missing: Vec<_> = keys(&shipped.unwrap())
+            .difference(&keys(&shown))
+            .filter(|(table, key)| !(table.is_empty() && key == "include")) // in place, not named
+            .cloned()
+            .collect();
+        assert!(missing.is_empty(), "documented in conf/pika.toml, not printed by -T: {missing:?}\n{shown}");
+    }
+}
