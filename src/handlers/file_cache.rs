@@ -3,7 +3,8 @@
 //! Without it every request for a small file costs `openat2`, `fstat` (twice: once
 //! for us, once inside memmap2), `mmap`, `munmap` and `close`. With it a hit costs at
 //! most one `fstatat`, which revalidates: the entry is used only if the path still
-//! names the same inode with the same size and modification time. An entry checked
+//! names the same inode with the same size, modification and change times and mode (so a
+//! `chmod` that takes a file away is seen like an edit). An entry checked
 //! less than `http.file_check_interval` ago is used without looking (lighttpd's stat
 //! cache and nginx's `open_file_cache_valid` do the same; 0 looks every time), so an
 //! edited file is seen within that interval. Entries are made only from a file opened
@@ -57,6 +58,10 @@ pub struct Entry {
     ino: u64,
     dev: u64,
     mtime_nsec: i64,
+    /// The inode's change time and mode: a `chmod`, `chown` or new link changes the
+    /// first, so a permission taken away is seen at the next check.
+    ctime: (i64, i64),
+    mode: u32,
     /// When the file was last confirmed unchanged.
     checked: Cell<Instant>,
     /// The header lines of a whole-file (or one-range) answer, made on the first one.
@@ -80,6 +85,8 @@ impl Entry {
             ino: meta.ino(),
             dev: meta.dev(),
             mtime_nsec: meta.mtime_nsec(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mode: meta.mode(),
             checked: Cell::new(Instant::now()),
             file_headers: OnceCell::new(),
         })
@@ -109,6 +116,8 @@ impl Entry {
             && st.st_size as u64 == self.len
             && st.st_mtime.max(0) as u64 == self.mtime
             && st.st_mtime_nsec == self.mtime_nsec
+            && (st.st_ctime, st.st_ctime_nsec) == self.ctime
+            && st.st_mode == self.mode
     }
 }
 
@@ -218,6 +227,17 @@ mod tests {
         assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_none());
         c.insert(Path::new("a.txt"), &e);
         assert!(c.fresh(root.as_fd(), Path::new("b.txt")).is_none());
+        // Permissions taken away (same inode, size and contents): stale, so the next
+        // open is refused if the workers' user may no longer read it.
+        let f = File::open(&p).unwrap();
+        let now = Rc::new(Entry::from_file(f, &std::fs::metadata(&p).unwrap()).unwrap());
+        c.insert(Path::new("a.txt"), &now);
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_some());
+        let mut perms = std::fs::metadata(&p).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o000);
+        std::fs::set_permissions(&p, perms).unwrap();
+        assert!(c.fresh(root.as_fd(), Path::new("a.txt")).is_none(), "chmod 000 is seen");
+        c.insert(Path::new("a.txt"), &e);
         // Replaced (new inode, other size): stale.
         std::fs::remove_file(&p).unwrap();
         std::fs::write(&p, "three").unwrap();
