@@ -62,8 +62,8 @@ pub struct Entry {
     /// first, so a permission taken away is seen at the next check.
     ctime: (i64, i64),
     mode: u32,
-    /// When the file was last confirmed unchanged.
-    checked: Cell<Instant>,
+    /// When the file was last confirmed unchanged (None: look before the next use).
+    checked: Cell<Option<Instant>>,
     /// The header lines of a whole-file (or one-range) answer, made on the first one.
     file_headers: OnceCell<Box<[u8]>>,
 }
@@ -87,7 +87,7 @@ impl Entry {
             mtime_nsec: meta.mtime_nsec(),
             ctime: (meta.ctime(), meta.ctime_nsec()),
             mode: meta.mode(),
-            checked: Cell::new(Instant::now()),
+            checked: Cell::new(Some(Instant::now())),
             file_headers: OnceCell::new(),
         })
     }
@@ -139,7 +139,7 @@ impl FileCache {
         let key = rel.as_os_str().as_bytes();
         let entry = self.entries.get(key)?;
         let now = Instant::now();
-        if now.saturating_duration_since(entry.checked.get()) < self.check_interval {
+        if entry.checked.get().is_some_and(|t| now.saturating_duration_since(t) < self.check_interval) {
             return Some(entry.clone());
         }
         let st = nix::sys::stat::fstatat(root, rel, nix::fcntl::AtFlags::empty()).ok();
@@ -148,13 +148,21 @@ impl FileCache {
                 if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG
                     && entry.matches(&st) =>
             {
-                entry.checked.set(now);
+                entry.checked.set(Some(now));
                 Some(entry.clone())
             }
             _ => {
                 self.entries.remove(key);
                 None
             }
+        }
+    }
+
+    /// A file shrank under a mapping while it was sent: every entry is looked at
+    /// before its next use, whatever `check_interval` says.
+    pub fn distrust(&self) {
+        for e in self.entries.values() {
+            e.checked.set(None);
         }
     }
 

@@ -41,6 +41,12 @@ impl<'c> Site<'c> {
         Ok(Site { vhost, root, cache: RefCell::new(cache) })
     }
 
+    /// Sending a file failed because it shrank (see `connection`): look at every
+    /// cached file again before its next use.
+    pub fn files_changed(&self) {
+        self.cache.borrow().distrust();
+    }
+
     /// What `rel` names under the root: a file ready to send (from the cache when it
     /// is still the same file), a directory, or something not to serve.
     fn lookup(&self, rel: &Path) -> io::Result<Found> {

@@ -296,6 +296,17 @@ impl<'c> Server<'c> {
             );
             let send_body = req.method != Method::Head && !response::bodiless(status);
             let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs);
+            if let Err(e) = &sent
+                && file_shrank(e)
+            {
+                sites[vhost_index].files_changed();
+                let mut target = Vec::new();
+                crate::log::format::escape_into(&mut target, req.target);
+                log::warn!(
+                    "{}: the file shrank while it was sent ({e}); the response was cut short, and the cached files are looked at again",
+                    String::from_utf8_lossy(&target)
+                );
+            }
             let body_bytes = if send_body { body.len() } else { 0 };
             drop(body);
             if !internal {
@@ -634,6 +645,13 @@ fn send_file(
         }
     }
     Ok(head.len() as u64 + end - start)
+}
+
+/// A send failed because the file under the body got shorter: the kernel's copy
+/// from a mapping past the new end fails with `EFAULT`, `sendfile` reaches the end
+/// early (see `send_file`). Not a client going away.
+fn file_shrank(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EFAULT) || e.kind() == io::ErrorKind::UnexpectedEof
 }
 
 enum BodyError {
