@@ -435,6 +435,21 @@ fn directory_listing_html_and_json() {
 }
 
 #[test]
+fn a_listing_shows_the_directory_that_was_opened() {
+    let (site, p) = serve("", "[[vhost]]\nroot = \"htdocs\"\nautoindex = true\n");
+    // Served once: the worker has opened its docroot.
+    assert!(get(p.addr, "/list/").text().contains(">a.txt<"));
+    // The docroot's path now names another folder; the worker opened the old one
+    // (and opens everything below its descriptor). A listing read by path again
+    // would show the planted folder: a docroot writer could swap in a link there
+    // between the open and the read.
+    std::fs::rename(site.path("htdocs"), site.path("htdocs.moved")).unwrap();
+    site.write("htdocs/list/planted.txt", "p");
+    let html = get(p.addr, "/list/").text();
+    assert!(html.contains(">a.txt<") && !html.contains("planted"), "{html}");
+}
+
+#[test]
 fn virtual_hosts_by_host_header() {
     let site = Site::new();
     site.write("a/who", "a");

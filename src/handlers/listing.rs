@@ -6,8 +6,10 @@
 //! keys: `?C=N|S|M` (name, size, modified) and `;O=A|D` (ascending, descending).
 
 use std::fmt::Write as _;
-use std::os::unix::ffi::OsStrExt;
-use std::time::UNIX_EPOCH;
+use std::fs::File;
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{SFlag, fstatat};
 
 use super::static_file::Site;
 use crate::http::path::{CleanPath, encode_path, html_escape};
@@ -56,22 +58,39 @@ fn sort(entries: &mut [Entry], key: Key, desc: bool) {
     });
 }
 
-pub fn render(site: &Site<'_>, req: &Request<'_>, path: &CleanPath<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) {
-    let dir = site.vhost.root.join(path.relative());
-    let read = match std::fs::read_dir(&dir) {
-        Ok(r) => r,
-        Err(_) => {
+/// Lists `dir`, the directory `path` names, already opened under the root: its
+/// entries are read through that descriptor and looked at relative to it (links not
+/// followed), so what is listed is what was opened.
+pub fn render(
+    site: &Site<'_>,
+    dir: File,
+    req: &Request<'_>,
+    path: &CleanPath<'_>,
+    query: Option<&[u8]>,
+    reply: &mut Reply<'_>,
+) {
+    // The stream of names reads a second descriptor of the same open directory; the
+    // first one anchors each entry's fstatat.
+    let stream = dir.try_clone().ok().and_then(|d| nix::dir::Dir::from_fd(d.into()).ok());
+    let mut stream = match stream {
+        Some(d) => d,
+        None => {
             reply.error(403, "This directory cannot be listed.");
             return;
         }
     };
-    let mut entries: Vec<Entry> = read
+    let mut entries: Vec<Entry> = stream
+        .iter()
         .filter_map(Result::ok)
-        .filter(|e| site.vhost.serve_hidden || !e.file_name().as_bytes().starts_with(b"."))
         .filter_map(|e| {
-            let meta = e.metadata().ok()?;
-            let mtime = meta.modified().ok()?.duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-            Some(Entry { name: e.file_name().as_bytes().to_vec(), is_dir: meta.is_dir(), size: meta.len(), mtime })
+            let name = e.file_name();
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." || (!site.vhost.serve_hidden && bytes.starts_with(b".")) {
+                return None;
+            }
+            let st = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+            let is_dir = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR;
+            Some(Entry { name: bytes.to_vec(), is_dir, size: st.st_size.max(0) as u64, mtime: st.st_mtime })
         })
         .collect();
     let (key, desc) = sort_order(query);

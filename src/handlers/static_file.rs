@@ -59,7 +59,7 @@ impl<'c> Site<'c> {
         crate::log::shortage::recovered(crate::log::shortage::Op::Open);
         let meta = file.metadata()?;
         if meta.is_dir() {
-            return Ok(Found::Dir);
+            return Ok(Found::Dir(file));
         }
         if !meta.is_file() {
             return Ok(Found::Other);
@@ -72,7 +72,9 @@ impl<'c> Site<'c> {
 
 enum Found {
     File(Rc<Entry>),
-    Dir,
+    /// The directory, opened: a listing reads it through this descriptor, never by
+    /// its path again (which a docroot writer could have swapped for a link since).
+    Dir(File),
     Other,
 }
 
@@ -112,7 +114,7 @@ pub fn serve(
             let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
             send_file(env, req, &entry, name, reply);
         }
-        Ok(Found::Dir) => directory(site, env, req, path, query, reply),
+        Ok(Found::Dir(dir)) => directory(site, env, req, dir, path, query, reply),
         Ok(Found::Other) => {
             reply.error(403, "This resource cannot be served.");
         }
@@ -145,6 +147,7 @@ fn directory(
     site: &Site<'_>,
     env: &Env<'_>,
     req: &Request<'_>,
+    dir: File,
     path: &CleanPath<'_>,
     query: Option<&[u8]>,
     reply: &mut Reply<'_>,
@@ -166,7 +169,7 @@ fn directory(
         }
     }
     if site.vhost.autoindex {
-        super::listing::render(site, req, path, query, reply);
+        super::listing::render(site, dir, req, path, query, reply);
     } else {
         reply.error(403, "Directory listing is not allowed here.");
     }
