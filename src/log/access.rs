@@ -21,8 +21,9 @@ use super::format::{LogFormat, Record};
 use super::held::{self, Held};
 use crate::config::AccessLog;
 
-/// A record longer than this is cut (and still ends in a newline): one `write()` of at
-/// most `PIPE_BUF` bytes stays atomic even if the log is later a pipe.
+/// No record is longer than this: the client's fields are cut to fit (see
+/// `LogFormat::render_within`), so one `write()` of at most `PIPE_BUF` bytes stays
+/// atomic even if the log is later a pipe.
 pub const MAX_RECORD: usize = 4096;
 
 struct OpenLog {
@@ -140,11 +141,7 @@ impl AccessLogs {
                 continue;
             }
             self.buf.clear();
-            log.format.render(r, stamp, &mut self.buf);
-            if self.buf.len() > MAX_RECORD {
-                self.buf.truncate(MAX_RECORD - 1);
-                self.buf.push(b'\n');
-            }
+            log.format.render_within(r, stamp, &mut self.buf, MAX_RECORD);
             let Some(held) = &mut log.held else {
                 put(&mut log.file, &log.path, &mut log.failing, &self.buf);
                 continue;
@@ -317,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_record_is_cut_not_split() {
+    fn long_client_fields_are_cut_so_the_record_keeps_every_field() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("access.log");
         let mut logs = AccessLogs::open(&[conf(&path, "combined", 0, Duration::ZERO)]).unwrap();
@@ -328,8 +325,19 @@ mod tests {
         logs.write(&r, true, 0); // internal: filtered out by default
         let text = std::fs::read(&path).unwrap();
         assert_eq!(text.len(), MAX_RECORD);
-        assert!(text.ends_with(b"uuu\n"));
+        assert!(text.ends_with(b"uuu\"\n"), "the User-Agent is cut, its closing quote kept");
         assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1);
+        // A long request line (of quotes: escaped, two bytes each) is cut, not the
+        // fields after it, and never between a backslash and what it escapes.
+        std::fs::remove_file(&path).unwrap();
+        logs.reopen();
+        let line = [&b"GET /"[..], &[b'"'; 5000], b" HTTP/1.1"].concat();
+        let headers = |n: &str| (n == "User-Agent").then_some(&b"agent/1"[..]);
+        let r = Record { request_line: &line, ..record(b"/", &headers) };
+        logs.write(&r, false, 0);
+        let text = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+        assert!(text.len() <= MAX_RECORD, "{}", text.len());
+        assert!(text.ends_with("\\\"\" 200 1 \"-\" \"agent/1\"\n"), "{text}");
     }
 
     #[test]

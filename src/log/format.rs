@@ -184,6 +184,50 @@ impl LogFormat {
     /// Appends one record (with its newline) to `out`. `clf_time` is the `[dd/Mon/yyyy:HH:MM:SS +zzzz]`
     /// stamp for `%t`, cached by the caller per second.
     pub fn render(&self, r: &Record<'_>, clf_time: &str, out: &mut Vec<u8>) {
+        self.render_capped(r, clf_time, out, usize::MAX);
+    }
+
+    /// Appends one record of at most `limit` bytes, newline included. Nearly always
+    /// that is the whole record. When the client's fields (request line, headers,
+    /// path, query, Host) make it longer, each of them is cut to the largest common
+    /// length at which the record fits, never inside an escape: the record keeps all
+    /// its fields (status, sizes, Referer and User-Agent after a long request line)
+    /// and stays parseable. Only a format whose own text is over the limit is cut at
+    /// the end.
+    pub fn render_within(&self, r: &Record<'_>, clf_time: &str, out: &mut Vec<u8>, limit: usize) {
+        let at = out.len();
+        self.render_capped(r, clf_time, out, usize::MAX);
+        let full = out.len() - at;
+        if full <= limit {
+            return;
+        }
+        let fits = |cap: usize, out: &mut Vec<u8>| {
+            out.truncate(at);
+            self.render_capped(r, clf_time, out, cap);
+            out.len() - at <= limit
+        };
+        if !fits(0, out) {
+            out.truncate(at + limit.saturating_sub(1));
+            out.push(b'\n');
+            return;
+        }
+        // The record grows with the cap: find the largest cap that fits. No field is
+        // longer than the whole record.
+        let (mut lo, mut hi) = (0, full);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid, out) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        fits(lo, out);
+    }
+
+    /// Renders with each client field's escaped text cut to `cap` bytes.
+    fn render_capped(&self, r: &Record<'_>, clf_time: &str, out: &mut Vec<u8>, cap: usize) {
+        let escape_into = |out: &mut Vec<u8>, bytes: &[u8]| escape_capped(out, bytes, cap);
         for t in &self.tokens {
             match t {
                 Token::Literal(s) => out.extend_from_slice(s.as_bytes()),
@@ -275,6 +319,25 @@ fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
 fn push_display(out: &mut Vec<u8>, v: impl std::fmt::Display) {
     use std::io::Write as _;
     let _ = write!(out, "{v}");
+}
+
+/// [`escape_into`], writing at most `cap` bytes: the escape of a byte is written
+/// whole or not at all, so a cut field never ends in a lone backslash.
+fn escape_capped(out: &mut Vec<u8>, bytes: &[u8], cap: usize) {
+    // One byte escapes to four at most.
+    if cap / 4 >= bytes.len() {
+        return escape_into(out, bytes);
+    }
+    let end = out.len() + cap;
+    let mut one = Vec::with_capacity(4);
+    for &b in bytes {
+        one.clear();
+        escape_into(&mut one, &[b]);
+        if out.len() + one.len() > end {
+            break;
+        }
+        out.extend_from_slice(&one);
+    }
 }
 
 /// Apache's `ap_escape_logitem`: `"` and `\` are backslash-escaped, the usual control
@@ -423,6 +486,60 @@ mod tests {
         assert!(LogFormat::parse("%Z").is_err());
         assert!(LogFormat::parse("abc %").is_err());
         assert_eq!(LogFormat::parse("100%%").unwrap().tokens, vec![Token::Literal("100%".into())]);
+    }
+
+    #[test]
+    fn a_long_client_field_is_cut_and_the_record_keeps_every_field() {
+        // A request line of quotes (two bytes each once escaped), far over the limit.
+        let line = [&b"GET /"[..], &[b'"'; 6000], b" HTTP/1.1"].concat();
+        let h = |n: &str| match n {
+            "Referer" => Some(&b"http://ref.example/"[..]),
+            "User-Agent" => Some(&b"agent/1"[..]),
+            _ => None,
+        };
+        let mut r = record(&h);
+        r.request_line = &line;
+        let f = LogFormat::parse("combined").unwrap();
+        let mut out = b"kept".to_vec();
+        f.render_within(&r, "[14/Nov/2023:22:13:20 +0000]", &mut out, 4096);
+        let rec = String::from_utf8(out[4..].to_vec()).unwrap();
+        assert!(rec.len() <= 4096 && rec.len() > 4000, "{}", rec.len());
+        assert!(rec.ends_with("\" 200 1234 \"http://ref.example/\" \"agent/1\"\n"), "{rec}");
+        // The cut request line holds whole escapes only: `\"` pairs, no lone backslash.
+        let field = &rec[rec.find("\"GET /").unwrap() + 6..rec.find("\" 200 ").unwrap()];
+        assert!(field.len() % 2 == 0 && field.as_bytes().chunks(2).all(|p| p == b"\\\""), "{field}");
+        // Several long fields share the room.
+        let ua = vec![b'u'; 5000];
+        let h = |n: &str| (n == "User-Agent").then_some(&ua[..]);
+        let mut r = record(&h);
+        r.request_line = &line;
+        let mut out = Vec::new();
+        f.render_within(&r, "[14/Nov/2023:22:13:20 +0000]", &mut out, 4096);
+        let rec = String::from_utf8(out).unwrap();
+        assert!(rec.len() <= 4096 && rec.contains("\" 200 1234 \"-\" \"uuu") && rec.ends_with("u\"\n"), "{rec}");
+        // A short record is left whole.
+        let h = |_: &str| None;
+        let mut out = Vec::new();
+        f.render_within(&record(&h), "[14/Nov/2023:22:13:20 +0000]", &mut out, 4096);
+        let mut whole = Vec::new();
+        f.render(&record(&h), "[14/Nov/2023:22:13:20 +0000]", &mut whole);
+        assert_eq!(out, whole);
+    }
+
+    proptest::proptest! {
+        /// A capped escape is a prefix of the whole one, of at most `cap` bytes, made of
+        /// whole escapes.
+        #[test]
+        fn capped_escape_is_a_whole_prefix(bytes: Vec<u8>, cap in 0usize..64) {
+            let (mut whole, mut cut) = (Vec::new(), Vec::new());
+            escape_into(&mut whole, &bytes);
+            escape_capped(&mut cut, &bytes, cap);
+            proptest::prop_assert!(cut.len() <= cap || cut == whole);
+            proptest::prop_assert!(whole.starts_with(&cut));
+            let mut again = Vec::new();
+            let n = (0..=bytes.len()).rev().find(|&n| { again.clear(); escape_into(&mut again, &bytes[..n]); again.len() == cut.len() });
+            proptest::prop_assert!(n.is_some(), "the cut falls between two escapes");
+        }
     }
 
     #[test]
