@@ -40,11 +40,18 @@ pub struct Facts<'a, 'r> {
 impl Condition {
     fn matches(&self, f: &Facts<'_, '_>) -> bool {
         let r = f.record;
+        // Paths are matched as they are served: decoded, dot segments removed, so
+        // `/%61dmin` and `/x/../admin` are `/admin`. A target that cannot be cleaned
+        // (it was answered 400) is matched as sent. Cleaned only when a path is asked.
+        let cleaned = (self.path.is_some() || self.path_pattern.is_some())
+            .then(|| crate::http::path::clean(r.path).ok())
+            .flatten();
+        let path: &[u8] = cleaned.as_ref().map_or(r.path, |(c, _)| &c.bytes);
         self.internal.is_none_or(|i| i == f.internal)
             && self.client.is_none_or(|c| c.contains(unmap(r.client)))
             && self.method.as_ref().is_none_or(|m| m.as_bytes() == r.method)
-            && self.path.as_ref().is_none_or(|p| r.path.starts_with(p.as_bytes()))
-            && self.path_pattern.as_ref().is_none_or(|re| re.is_match(&String::from_utf8_lossy(r.path)))
+            && self.path.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
+            && self.path_pattern.as_ref().is_none_or(|re| re.is_match(&String::from_utf8_lossy(path)))
             && self.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&r.status))
             && self.user_agent.as_ref().is_none_or(|re| {
                 (r.headers_in)("User-Agent").is_some_and(|ua| re.is_match(&String::from_utf8_lossy(ua)))
@@ -182,6 +189,27 @@ mod tests {
         assert!(errors_only.allows(&facts));
         let r2 = record(&h, 200, b"/");
         assert!(!errors_only.allows(&Facts { internal: false, record: &r2 }));
+    }
+
+    #[test]
+    fn paths_are_matched_as_served_not_as_sent() {
+        let h = |_: &str| None;
+        let only_admin =
+            Filter { include: vec![Condition { path: Some("/admin".into()), ..Default::default() }], exclude: vec![] };
+        let by_pattern = Filter {
+            include: vec![Condition { path_pattern: Regex::new("^/admin(/|$)").ok(), ..Default::default() }],
+            exclude: vec![],
+        };
+        for sent in [&b"/admin"[..], b"/%61dmin", b"/x/../admin", b"//admin/./", b"/%2e/admin"] {
+            let r = record(&h, 200, sent);
+            let facts = Facts { internal: false, record: &r };
+            assert!(only_admin.allows(&facts), "{}", String::from_utf8_lossy(sent));
+            assert!(by_pattern.allows(&facts), "{}", String::from_utf8_lossy(sent));
+        }
+        for other in [&b"/public"[..], b"/admin%2fx/../../public"] {
+            let r = record(&h, 200, other);
+            assert!(!by_pattern.allows(&Facts { internal: false, record: &r }), "{}", String::from_utf8_lossy(other));
+        }
     }
 
     #[test]
