@@ -6,10 +6,14 @@
 //! By time (`hourly`, `daily`, or a duration; periods aligned to the clock, as
 //! Apache's rotatelogs does), by size, or both; old files numbered (`access.log.1` …)
 //! or named from a time pattern (`access.log.%Y%m%d`); `keep` old files; optionally
-//! compressed by a `gzip` child of the master, away from the request path.
+//! gzip-compressed by an unprivileged child of the master, away from the request path.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use nix::unistd::{Gid, Uid};
+
+use crate::sys::{self, Forked};
 
 /// How a log is rotated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,13 +148,106 @@ fn prune_patterned(path: &Path, keep: u32) {
     }
 }
 
-/// Compresses a rotated file with `gzip` in a child process; the master does not
-/// wait for it (its reaper collects the exit).
-pub fn compress(file: &Path) {
-    match std::process::Command::new("gzip").arg("-f").arg("--").arg(file).spawn() {
-        Ok(child) => drop(child),
-        Err(e) => log::error!("cannot start gzip for {}: {e}", file.display()),
+/// Who compresses when the workers have no user of their own: the kernel's overflow
+/// uid and gid (`nobody` and `nogroup` on Debian). The compressor needs no file.
+const NOBODY: u32 = 65534;
+
+/// Compresses a rotated file to `FILE.gz` in a child process, so the master's loop
+/// never waits on it (its reaper collects the exit); `owner` is the workers' user.
+///
+/// Log lines are the clients' bytes, so the compressor runs without root's rights:
+/// the child, still root (the log folder is root's), opens the file (`O_NOFOLLOW`)
+/// and creates the `.gz` (`O_EXCL`, so nothing planted there is followed or
+/// overwritten); a grandchild that has switched to `owner` (or the overflow uid)
+/// compresses from one descriptor to the other, in this process with `flate2`
+/// (no `gzip` found through `PATH`); the child then removes the original, or
+/// the partial `.gz` if compression failed.
+pub fn compress(file: &Path, owner: Option<(Uid, Gid)>) {
+    let old_mask = sys::block_all_signals();
+    match sys::fork() {
+        Ok(Forked::Parent(_)) => sys::restore_signals(&old_mask),
+        Err(e) => {
+            sys::restore_signals(&old_mask);
+            log::error!("cannot fork to compress {}: {e}", file.display());
+        }
+        Ok(Forked::Child) => {
+            // The master's handlers would write into its self-pipe.
+            sys::reset_signals_in_child();
+            let done = compress_as(file, owner.unwrap_or((Uid::from_raw(NOBODY), Gid::from_raw(NOBODY))));
+            if let Err(e) = &done {
+                log::error!("cannot compress {}: {e}", file.display());
+            }
+            sys::exit_now(i32::from(done.is_err()))
+        }
     }
+}
+
+/// In the compressing child (root): open, fork the unprivileged compressor, wait,
+/// then keep exactly one of the two files.
+fn compress_as(file: &Path, (uid, gid): (Uid, Gid)) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let target = gz(file);
+    let src = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(file)?;
+    let meta = src.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(meta.mode() & 0o640)
+        .open(&target)?;
+    // As gzip run by root does: the compressed file keeps the original's owner.
+    nix::unistd::fchown(&dst, Some(Uid::from_raw(meta.uid())), Some(Gid::from_raw(meta.gid())))?;
+    let compressed = match sys::fork()? {
+        Forked::Child => {
+            // Of the master's descriptors the compressor keeps its two files and the
+            // error log.
+            use std::os::fd::AsRawFd;
+            let mut keep = vec![src.as_raw_fd(), dst.as_raw_fd()];
+            keep.extend(crate::log::error_log_fd());
+            if let Err(e) = sys::close_descriptors_except(&keep) {
+                log::error!("compressing {}: {e}", file.display());
+                sys::exit_now(1)
+            }
+            let code = match gzip_unprivileged(src, dst, uid, gid) {
+                Ok(()) => 0,
+                Err(e) => {
+                    log::error!("compressing {}: {e}", file.display());
+                    1
+                }
+            };
+            sys::exit_now(code)
+        }
+        Forked::Parent(pid) => {
+            drop((src, dst));
+            matches!(nix::sys::wait::waitpid(pid, None), Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))
+        }
+    };
+    if compressed {
+        // Unless a rotation since gave the name to another file.
+        match std::fs::symlink_metadata(file) {
+            Ok(now) if (now.dev(), now.ino()) == (meta.dev(), meta.ino()) => std::fs::remove_file(file),
+            _ => Ok(()),
+        }
+    } else {
+        let _ = std::fs::remove_file(&target);
+        Err(std::io::Error::other("the compressor failed; the file is kept as it was"))
+    }
+}
+
+/// In the grandchild: give up root for good, then compress `src` into `dst`.
+fn gzip_unprivileged(mut src: std::fs::File, dst: std::fs::File, uid: Uid, gid: Gid) -> std::io::Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::setgroups(&[gid])?;
+        nix::unistd::setgid(gid)?;
+        nix::unistd::setuid(uid)?;
+    }
+    log::debug!("compressing a rotated log as uid {} gid {}", nix::unistd::getuid(), nix::unistd::getgid());
+    let mut gz = flate2::write::GzEncoder::new(dst, flate2::Compression::default());
+    std::io::copy(&mut src, &mut gz)?;
+    gz.finish()?.sync_all()
 }
 
 #[cfg(test)]

@@ -288,7 +288,7 @@ impl Master {
                         log::error!("cannot create {} after rotation: {e}", r.path.display());
                     }
                     if r.rotate.compress {
-                        rotation::compress(&old);
+                        rotation::compress(&old, owner);
                     }
                     rotated = true;
                 }
