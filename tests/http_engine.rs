@@ -580,7 +580,9 @@ fn access_log_lines_are_common_or_combined() {
     let re_ok = combined.starts_with("127.0.0.1 - - [")
         && combined.ends_with("] \"GET /x.txt?q=1 HTTP/1.1\" 200 3 \"http://r/\" \"t\\\"ua\"");
     assert!(re_ok, "{combined}");
-    let common = site.read("logs/common.log");
+    // Each log writes its held records with its own write(): wait for this one too.
+    let common =
+        wait_until(DEADLINE, "common log line", || Some(site.read("logs/common.log")).filter(|c| !c.is_empty()));
     assert!(common.trim_end().ends_with("] \"GET /x.txt?q=1 HTTP/1.1\" 200 3"), "{common}");
 }
 
