@@ -23,10 +23,10 @@ pub fn run_foreground(config: Config) -> ExitCode {
 /// Serves in this one process (`-X`): no master, no fork; for debugging.
 pub fn run_single(config: Config) -> ExitCode {
     let mut listeners = Vec::new();
-    for addr in &config.listen {
-        match crate::listen::bind(*addr, config.backlog, crate::listen::defer(&config)) {
+    for entry in &config.listen {
+        match crate::listen::bind(*entry, config.backlog, crate::listen::defer(&config)) {
             Ok(l) => listeners.push(l),
-            Err(e) => return crate::cli::fail(format!("cannot listen on {addr}: {e}")),
+            Err(e) => return crate::cli::fail(format!("cannot listen on {}: {e}", entry.addr)),
         }
     }
     let listeners = match crate::listen::Listeners::new(listeners, config.http.send_timeout) {

@@ -30,6 +30,13 @@
 //!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
 //!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
 //!   to the HTTP code, which knows nothing about processes.
+//! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
+//!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
+//!   handshake gets by SNI, the rustls setup (aws-lc-rs), the session-ticket key chain
+//!   the master makes before the first fork and every worker steps by itself
+//!   ([`tls::tickets`]), and expiry warnings ([`tls::expiry`]). `listen` entries
+//!   marked `tls = true` are refused until the TLS transport comes with the workers'
+//!   event loop (issue #19).
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
@@ -91,5 +98,6 @@ pub mod scoreboard;
 pub mod status;
 pub mod sys;
 pub mod text;
+pub mod tls;
 pub mod vhost;
 pub mod worker;

@@ -12,11 +12,13 @@ use socket2::{Domain, Socket, Type};
 pub use crate::http::connection::WAIT_SLICE;
 
 /// One bound listener: the address as configured (the key across reloads), the
-/// address actually bound (port 0 picks one), and the socket.
+/// address actually bound (port 0 picks one), the socket, and whether its
+/// connections speak TLS (the config's say, updated on reload).
 pub struct Listener {
     pub configured: SocketAddr,
     pub bound: SocketAddr,
     pub socket: TcpListener,
+    pub tls: bool,
 }
 
 /// Binds `addr` with the options a server wants: `SO_REUSEADDR` (restart while old
@@ -26,7 +28,8 @@ pub struct Listener {
 /// `defer` sets `TCP_DEFER_ACCEPT`: a connection is handed to `accept()` only once
 /// its first bytes arrived (Apache's `AcceptFilter http data`), so connections that
 /// never speak never take a worker.
-pub fn bind(addr: SocketAddr, backlog: u32, defer: Option<std::time::Duration>) -> io::Result<Listener> {
+pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>) -> io::Result<Listener> {
+    let addr = entry.addr;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
     if addr.is_ipv6() {
@@ -41,7 +44,7 @@ pub fn bind(addr: SocketAddr, backlog: u32, defer: Option<std::time::Duration>) 
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     let socket: TcpListener = socket.into();
     let bound = socket.local_addr()?;
-    Ok(Listener { configured: addr, bound, socket })
+    Ok(Listener { configured: addr, bound, socket, tls: entry.tls })
 }
 
 /// The listeners, set up for the workers' [`Acceptor`]s.
@@ -61,6 +64,14 @@ impl Listeners {
     /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
     /// sockets block, with those timeouts.
     pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
+        // The TLS transport comes with the event loop of issue #19: until then a TLS
+        // listener would answer in plain text, so it is refused.
+        if let Some(l) = list.iter().find(|l| l.tls) {
+            return Err(io::Error::other(format!(
+                "{}: tls = true is checked by pika -t, but this build does not serve TLS yet",
+                l.configured
+            )));
+        }
         for l in &list {
             l.socket.set_nonblocking(true)?;
             let s = socket2::SockRef::from(&l.socket);
@@ -120,6 +131,6 @@ impl<'l> Acceptor<'l> {
 }
 
 /// The `TCP_DEFER_ACCEPT` period for a config: the header timeout, if enabled.
-pub fn defer(config: &crate::config::Config) -> Option<std::time::Duration> {
+pub fn defer(config: &crate::config::Config) -> Option<Duration> {
     config.http.defer_accept.then_some(config.http.header_timeout)
 }

@@ -24,7 +24,15 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Mode::Test => match pika::config::load(&args.config) {
-            Ok(_) => {
+            Ok(config) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                for e in pika::tls::expiry::list(&config.vhosts, now) {
+                    if let Some((_, text)) = pika::tls::expiry::warning(&e, now) {
+                        eprintln!("pika: warning: {text}");
+                    }
+                }
                 println!("pika: {}: syntax is ok", args.config.display());
                 ExitCode::SUCCESS
             }

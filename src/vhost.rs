@@ -8,6 +8,16 @@ use crate::config::Vhost;
 
 /// Picks the vhost index for a Host value (`None`: no Host, HTTP/1.0).
 pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
+    select_by(vhosts, |v| &v.server_names, host)
+}
+
+/// The same choice over lists of server names (a TLS handshake picks its certificate
+/// by the SNI name this way).
+pub fn select_names(names: &[Vec<String>], host: Option<&[u8]>) -> usize {
+    select_by(names, |n| n, host)
+}
+
+fn select_by<T>(vhosts: &[T], names_of: impl Fn(&T) -> &Vec<String>, host: Option<&[u8]>) -> usize {
     let Some(host) = host else { return 0 };
     // One vhost serves every Host (the first is the default): nothing to compare.
     if vhosts.len() == 1 {
@@ -16,7 +26,7 @@ pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
     let name = host_name(host);
     let mut best: Option<(usize, usize)> = None; // (index, wildcard suffix length)
     for (i, v) in vhosts.iter().enumerate() {
-        for n in &v.server_names {
+        for n in names_of(v) {
             if let Some(suffix) = n.strip_prefix("*.") {
                 let matches = name.len() > suffix.len() + 1
                     && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
@@ -65,6 +75,9 @@ mod tests {
             symlinks: crate::config::Symlinks::Inside,
             error_pages: vec![],
             source: None,
+            tls: None,
+            https_redirect: None,
+            hsts: None,
         }
     }
 

@@ -17,12 +17,13 @@ pub mod units;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use cidr::Cidr;
 use log::LevelFilter;
 use nix::unistd::{Gid, Group, Uid, User};
-use raw::{RawAccessLog, RawCondition, RawConfig, RawInclude, RawRotate, RawVhost, StatusSpec};
+use raw::{RawAccessLog, RawCondition, RawConfig, RawInclude, RawListen, RawRotate, RawVhost, StatusSpec};
 use toml::Spanned;
 
 use crate::http::mime::MimeTypes;
@@ -78,7 +79,7 @@ pub struct Config {
     /// The files it includes, in the order they were read.
     pub includes: Vec<PathBuf>,
     pub root: PathBuf,
-    pub listen: Vec<SocketAddr>,
+    pub listen: Vec<Listen>,
     pub backlog: u32,
     pub pid_file: PathBuf,
     pub error_log: ErrorLogTarget,
@@ -100,6 +101,16 @@ pub struct Config {
     pub status: Status,
     pub vhosts: Vec<Vhost>,
     pub access_logs: Vec<AccessLog>,
+    /// The certificates by SNI name; `None` when no vhost has one.
+    pub tls: Option<Arc<crate::tls::Certificates>>,
+}
+
+/// One `listen` entry: an address and how its connections speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    /// TLS (`{ addr = "…", tls = true }`).
+    pub tls: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +168,12 @@ pub struct Vhost {
     pub error_pages: Vec<(u16, String)>,
     /// The included file that declares it (`None`: the main file).
     pub source: Option<PathBuf>,
+    /// The certificate served to clients that name this vhost (SNI).
+    pub tls: Option<Arc<crate::tls::VhostCert>>,
+    /// 301 or 308: a request on a plain listener is redirected to `https://`.
+    pub https_redirect: Option<u16>,
+    /// The `Strict-Transport-Security` value of this vhost's HTTPS answers.
+    pub hsts: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -294,21 +311,22 @@ impl Ctx<'_> {
         if raw.server.listen.is_empty() {
             return Err(self.error(self.table("server"), "server.listen needs at least one address"));
         }
-        let mut listen = Vec::new();
+        let mut listen: Vec<Listen> = Vec::new();
         for l in &raw.server.listen {
-            let addr = parse_listen(l.get_ref()).ok_or_else(|| {
+            let (addr, tls) = match l.get_ref() {
+                RawListen::Addr(a) => (a, false),
+                RawListen::Table(t) => (&t.addr, t.tls),
+            };
+            let addr = parse_listen(addr).ok_or_else(|| {
                 self.spanned(
                     l,
-                    format!(
-                        "bad listen address {:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")",
-                        l.get_ref()
-                    ),
+                    format!("bad listen address {addr:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")"),
                 )
             })?;
-            if listen.contains(&addr) {
+            if listen.iter().any(|e| e.addr == addr) {
                 return Err(self.spanned(l, format!("listen address {addr} given twice")));
             }
-            listen.push(addr);
+            listen.push(Listen { addr, tls });
         }
 
         let log_level = match &raw.server.log_level {
@@ -410,11 +428,12 @@ impl Ctx<'_> {
                 file: Some(&i.file),
             }))
             .collect();
+        let tls_listener = raw.server.listen.iter().zip(&listen).find(|(_, l)| l.tls).map(|(raw, _)| raw);
         let mut vhosts = Vec::new();
         let mut vhost_logs = Vec::new();
         for s in &sources {
             for v in s.vhosts {
-                let mut vhost = s.ctx.vhost(v, &root)?;
+                let mut vhost = s.ctx.vhost(v, &root, tls_listener.is_some())?;
                 vhost.source = s.file.map(Path::to_path_buf);
                 for a in &v.access_log {
                     vhost_logs.push(s.ctx.access_log(a, &root, Some(vhosts.len()), s.file)?);
@@ -424,6 +443,12 @@ impl Ctx<'_> {
         }
         if vhosts.is_empty() {
             return Err(self.error(0..0, "at least one [[vhost]] is needed (the first is the default)"));
+        }
+        let tls = crate::tls::Certificates::new(&vhosts).map(Arc::new);
+        if let Some(l) = tls_listener
+            && tls.is_none()
+        {
+            return Err(self.spanned(l, "a tls listener needs a certificate: set tls_cert and tls_key in a [[vhost]]"));
         }
         let mut access_logs = Vec::new();
         for s in &sources {
@@ -492,6 +517,7 @@ impl Ctx<'_> {
             status,
             vhosts,
             access_logs,
+            tls,
             root,
         })
     }
@@ -682,7 +708,9 @@ impl Ctx<'_> {
         Ok(Some(RunAs { user: u.name, uid: u.uid, gid, groups }))
     }
 
-    fn vhost(&self, v: &RawVhost, root: &Path) -> Result<Vhost, ConfigError> {
+    /// One `[[vhost]]`; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
+    /// needs one).
+    fn vhost(&self, v: &RawVhost, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
         let doc_root = absolute(root, v.root.get_ref());
         let meta = std::fs::metadata(&doc_root)
             .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
@@ -713,9 +741,47 @@ impl Ctx<'_> {
                 _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
             },
         };
+        let server_names: Vec<String> =
+            v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
+        let tls = match (&v.tls_cert, &v.tls_key) {
+            (None, None) => None,
+            (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
+            (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
+            (Some(c), Some(k)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let key_file = absolute(root, k.get_ref());
+                let cert = crate::tls::load(&absolute(root, c.get_ref()), &key_file, &server_names, now)
+                    // The error points at the line of the file at fault.
+                    .map_err(|e| self.spanned(if e.file() == key_file { k } else { c }, e.to_string()))?;
+                Some(Arc::new(cert))
+            }
+        };
+        let https_redirect = match &v.https_redirect {
+            None => None,
+            Some(r) if !tls_listener => {
+                return Err(self.spanned(r, "https_redirect needs a listen entry with tls = true"));
+            }
+            Some(r) if matches!(*r.get_ref(), 301 | 308) => Some(*r.get_ref()),
+            Some(r) => return Err(self.spanned(r, "https_redirect must be 301 or 308")),
+        };
+        let hsts = match &v.hsts {
+            None => None,
+            Some(h) if valid_hsts(h.get_ref()) => Some(h.get_ref().clone()),
+            Some(h) => {
+                return Err(self.spanned(
+                    h,
+                    "hsts must be a Strict-Transport-Security value: \"max-age=SECONDS\", then optionally \"; includeSubDomains\" and \"; preload\"",
+                ));
+            }
+        };
         Ok(Vhost {
             symlinks,
-            server_names: v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect(),
+            tls,
+            https_redirect,
+            hsts,
+            server_names,
             // Canonical, so that containment checks compare like with like.
             root: std::fs::canonicalize(&doc_root).unwrap_or(doc_root),
             index: v.index.clone(),
@@ -752,6 +818,15 @@ impl Config {
 fn absolute(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
     if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+}
+
+/// A `Strict-Transport-Security` value (RFC 6797 §6.1): `max-age` and the two
+/// directives browsers know.
+fn valid_hsts(v: &str) -> bool {
+    let mut parts = v.split(';').map(str::trim);
+    let max_age = parts.next().and_then(|p| p.strip_prefix("max-age="));
+    max_age.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        && parts.all(|p| p.eq_ignore_ascii_case("includeSubDomains") || p.eq_ignore_ascii_case("preload"))
 }
 
 /// `"8080"` (all IPv4 addresses), `"127.0.0.1:8080"`, `"[::1]:8080"`, `"*:8080"`.
@@ -822,7 +897,7 @@ mod tests {
         let dir = setup();
         let c = try_parse(&dir, MINIMAL).unwrap();
         assert_eq!(c.root, dir.path());
-        assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+        assert_eq!(c.listen, vec![Listen { addr: "127.0.0.1:8080".parse().unwrap(), tls: false }]);
         assert_eq!(
             c.workers,
             Workers {
@@ -1011,6 +1086,106 @@ mod tests {
         assert_eq!(parse_listen("*:81"), Some("0.0.0.0:81".parse().unwrap()));
         assert_eq!(parse_listen("[::1]:8080"), Some("[::1]:8080".parse().unwrap()));
         assert_eq!(parse_listen("localhost:8080"), None);
+    }
+
+    #[test]
+    fn listen_entries_are_strings_or_tables() {
+        let dir = setup();
+        let text = "[server]\nlisten = [\"127.0.0.1:8080\", { addr = \"127.0.0.1:8443\", tls = true }, { addr = \"[::1]:8081\" }]\n[[vhost]]\nroot = \"htdocs\"\ntls_cert = \"c.pem\"\ntls_key = \"c.key\"\n";
+        crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(dir.path(), "c");
+        let c = try_parse(&dir, text).unwrap();
+        let got: Vec<(String, bool)> = c.listen.iter().map(|l| (l.addr.to_string(), l.tls)).collect();
+        assert_eq!(
+            got,
+            [("127.0.0.1:8080".into(), false), ("127.0.0.1:8443".into(), true), ("[::1]:8081".into(), false)]
+        );
+        // A typo in a table is an error at its place, naming the keys there are.
+        let text = "[server]\nlisten = [{ addr = \"127.0.0.1:8443\", tsl = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+        let e = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(e.contains(":2:") && e.contains("unknown field `tsl`, expected `addr` or `tls`"), "{e}");
+        let text = "[server]\nlisten = [{ tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+        let e = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(e.contains("missing field `addr`"), "{e}");
+        let text = "[server]\nlisten = [8080]\n[[vhost]]\nroot = \"htdocs\"\n";
+        let e = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(e.contains("an address (\"127.0.0.1:8080\") or a table"), "{e}");
+        let text = "[server]\nlisten = [\"127.0.0.1:1\", { addr = \"127.0.0.1:1\", tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+        let e = try_parse(&dir, text).unwrap_err().to_string();
+        assert!(e.contains("given twice"), "{e}");
+    }
+
+    /// A config with a TLS listener and the given `[[vhost]]` blocks.
+    fn tls_config(vhosts: &str) -> String {
+        format!("[server]\nlisten = [\"127.0.0.1:8080\", {{ addr = \"127.0.0.1:8443\", tls = true }}]\n{vhosts}")
+    }
+
+    #[test]
+    fn certificates_per_vhost_and_the_default() {
+        use crate::tls::test_certs::leaf;
+        let dir = setup();
+        leaf(&["a.example"], -1, 30, None).write(dir.path(), "a");
+        leaf(&["b.example", "*.b.example"], -1, 30, None).write(dir.path(), "b");
+        let text = tls_config(
+            "[[vhost]]\nroot = \"htdocs\"\n\
+             [[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\ntls_cert = \"a.pem\"\ntls_key = \"a.key\"\n\
+             [[vhost]]\nserver_names = [\"b.example\", \"*.b.example\"]\nroot = \"htdocs\"\ntls_cert = \"b.pem\"\ntls_key = \"b.key\"\nhttps_redirect = 308\nhsts = \"max-age=31536000; includeSubDomains\"\n",
+        );
+        let c = try_parse(&dir, &text).unwrap();
+        let certs = c.tls.as_ref().unwrap();
+        let a = c.vhosts[1].tls.as_ref().unwrap();
+        let b = c.vhosts[2].tls.as_ref().unwrap();
+        assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("a.example")), &a.key));
+        assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("B.Example")), &b.key));
+        assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("www.b.example")), &b.key));
+        // No SNI, an unknown name, a vhost without a certificate: the first certificate.
+        assert!(std::sync::Arc::ptr_eq(certs.for_name(None), &a.key));
+        assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("c.example")), &a.key));
+        assert_eq!(a.cert_file, dir.path().join("a.pem"));
+        assert_eq!(
+            (c.vhosts[2].https_redirect, c.vhosts[2].hsts.as_deref()),
+            (Some(308), Some("max-age=31536000; includeSubDomains"))
+        );
+        assert_eq!((c.vhosts[1].https_redirect, c.vhosts[1].hsts.as_deref()), (None, None));
+    }
+
+    #[test]
+    fn tls_mistakes_point_at_the_key_and_name_the_file() {
+        use crate::tls::test_certs::leaf;
+        let dir = setup();
+        leaf(&["a.example"], -1, 30, None).write(dir.path(), "a");
+        leaf(&["b.example"], -1, 30, None).write(dir.path(), "b");
+        leaf(&["a.example"], -30, -1, None).write(dir.path(), "old");
+        let vhost =
+            |extra: &str| tls_config(&format!("[[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\n{extra}"));
+        let err = |extra: &str| try_parse(&dir, &vhost(extra)).unwrap_err().to_string();
+        let d = dir.path().display();
+
+        let e = try_parse(&dir, &vhost("")).unwrap_err().to_string();
+        assert!(e.contains("pika.toml:2:29: a tls listener needs a certificate"), "{e}");
+        let e = err("tls_cert = \"a.pem\"\n");
+        assert!(e.contains(":6:12: tls_cert needs tls_key"), "{e}");
+        let e = err("tls_cert = \"a.pem\"\ntls_key = \"b.key\"\n");
+        assert!(e.ends_with(&format!(":7:11: {d}/b.key: the key does not match the certificate in {d}/a.pem")), "{e}");
+        let e = err("tls_cert = \"a.pem\"\ntls_key = \"nope.key\"\n");
+        assert!(e.contains(&format!(":7:11: {d}/nope.key: cannot read: No such file")), "{e}");
+        let e = err("tls_cert = \"b.pem\"\ntls_key = \"b.key\"\n");
+        assert!(
+            e.contains(&format!(":6:12: {d}/b.pem: the certificate does not cover the server name \"a.example\"")),
+            "{e}"
+        );
+        let e = err("tls_cert = \"old.pem\"\ntls_key = \"old.key\"\n");
+        assert!(e.contains(&format!(":6:12: {d}/old.pem: the certificate expired on ")), "{e}");
+        let certs = "tls_cert = \"a.pem\"\ntls_key = \"a.key\"\n";
+        let e = err(&format!("{certs}https_redirect = 302\n"));
+        assert!(e.contains(":8:18: https_redirect must be 301 or 308"), "{e}");
+        for bad in ["max-age=", "maxage=1", "max-age=1; preload; nope", "max-age=-1"] {
+            let e = err(&format!("{certs}hsts = \"{bad}\"\n"));
+            assert!(e.contains(":8:8: hsts must be a Strict-Transport-Security value"), "{bad}: {e}");
+        }
+        let plain_only =
+            "[server]\nlisten = [\"127.0.0.1:8080\"]\n[[vhost]]\nroot = \"htdocs\"\nhttps_redirect = 301\n";
+        let e = try_parse(&dir, plain_only).unwrap_err().to_string();
+        assert!(e.contains(":5:18: https_redirect needs a listen entry with tls = true"), "{e}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(crate) struct RawInclude {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawServer {
-    pub(crate) listen: Vec<Spanned<String>>,
+    pub(crate) listen: Vec<Spanned<RawListen>>,
     pub(crate) root: Option<String>,
     #[serde(default = "default_pid_file")]
     pub(crate) pid_file: String,
@@ -66,6 +66,45 @@ pub(crate) struct RawServer {
     pub(crate) graceful_timeout: Secs,
     pub(crate) max_open_files: Option<u64>,
     pub(crate) server_tokens: Option<Spanned<String>>,
+}
+
+/// One `listen` entry: `"0.0.0.0:80"`, or a table with the address and its flags,
+/// `{ addr = "0.0.0.0:443", tls = true }`.
+#[derive(Debug)]
+pub(crate) enum RawListen {
+    Addr(String),
+    Table(RawListenTable),
+}
+
+/// The table form of a `listen` entry. A new flag is one more field here (and its
+/// meaning in `config::Listen`); unknown keys are errors.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub(crate) addr: String,
+    #[serde(default)]
+    pub(crate) tls: bool,
+}
+
+// By hand rather than `#[serde(untagged)]`: a table with a typo then gets serde's
+// "unknown field `tsl`, expected `addr` or `tls`", not "did not match any variant".
+impl<'de> Deserialize<'de> for RawListen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawListen;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address (\"127.0.0.1:8080\") or a table ({ addr = \"0.0.0.0:443\", tls = true })")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawListen, E> {
+                Ok(RawListen::Addr(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawListen, A::Error> {
+                RawListenTable::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(RawListen::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +223,13 @@ pub(crate) struct RawVhost {
     pub(crate) error_pages: BTreeMap<String, Spanned<String>>,
     #[serde(default)]
     pub(crate) access_log: Vec<RawAccessLog>,
+    /// The certificate chain (PEM, the server's certificate first) and its key.
+    pub(crate) tls_cert: Option<Spanned<String>>,
+    pub(crate) tls_key: Option<Spanned<String>>,
+    /// 301 or 308: requests on plain listeners are sent to `https://`.
+    pub(crate) https_redirect: Option<Spanned<u16>>,
+    /// The `Strict-Transport-Security` value sent with HTTPS answers.
+    pub(crate) hsts: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -79,6 +79,16 @@ pub fn show(c: &Config) -> String {
             Symlinks::Follow => "follow",
         };
         t.key("symlinks", string(symlinks));
+        if let Some(cert) = &v.tls {
+            t.key("tls_cert", path(&cert.cert_file));
+            t.key("tls_key", path(&cert.key_file));
+        }
+        if let Some(code) = v.https_redirect {
+            t.key("https_redirect", int(code));
+        }
+        if let Some(hsts) = &v.hsts {
+            t.key("hsts", string(hsts));
+        }
         if !v.error_pages.is_empty() {
             t.table("vhost.error_pages");
             for (code, page) in &v.error_pages {
@@ -101,7 +111,16 @@ pub fn show(c: &Config) -> String {
 
 fn server(t: &mut Toml, c: &Config) {
     t.table("server");
-    t.key("listen", Value::Array(c.listen.iter().map(|a| string(&a.to_string())).collect()));
+    let listen = c.listen.iter().map(|l| {
+        if !l.tls {
+            return string(&l.addr.to_string());
+        }
+        let mut entry = toml::Table::new();
+        entry.insert("addr".into(), string(&l.addr.to_string()));
+        entry.insert("tls".into(), Value::Boolean(true));
+        Value::Table(entry)
+    });
+    t.key("listen", Value::Array(listen.collect()));
     t.key("root", path(&c.root));
     t.key("pid_file", path(&c.pid_file));
     match &c.error_log {
@@ -327,9 +346,10 @@ mod tests {
             std::fs::create_dir_all(d.join(sub)).unwrap();
         }
         std::fs::write(d.join("conf/types"), "text/x-a a\n").unwrap();
+        crate::tls::test_certs::leaf(&["a.example", "*.b.example"], -1, 30, None).write(&d.join("conf"), "a");
         let text = r#"
 [server]
-listen = ["127.0.0.1:8081", "[::1]:8082", "9000"]
+listen = ["127.0.0.1:8081", "[::1]:8082", "9000", { addr = "127.0.0.1:8443", tls = true }]
 pid_file = "run/p.pid"
 error_log = "syslog:local3"
 syslog_socket = "/dev/log2"
@@ -368,6 +388,10 @@ index = ["i.html"]
 autoindex = true
 serve_hidden = true
 symlinks = "follow"
+tls_cert = "conf/a.pem"
+tls_key = "conf/a.key"
+https_redirect = 308
+hsts = "max-age=600; includeSubDomains"
 [vhost.error_pages]
 404 = "/e/404.html"
 500 = "/e/500.html"
@@ -408,7 +432,8 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "rotate = { interval = \"30m\", size = 1000, keep = 2, naming = \"numbered\", local_time = true, \
              compress = false }",
             "mime_types = \"",
-            "listen = [\"127.0.0.1:8081\", \"[::1]:8082\", \"0.0.0.0:9000\"]",
+            "listen = [\"127.0.0.1:8081\", \"[::1]:8082\", \"0.0.0.0:9000\", { addr = \"127.0.0.1:8443\", tls = true }]",
+            "https_redirect = 308\nhsts = \"max-age=600; includeSubDomains\"",
         ] {
             assert!(first.contains(want), "{want} not in\n{first}");
         }
@@ -446,10 +471,11 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
         for sub in ["conf", "htdocs", "core"] {
             std::fs::create_dir_all(d.join(sub)).unwrap();
         }
+        crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(&d.join("conf"), "c");
         let text = r#"
 include = []
 [server]
-listen = ["8080"]
+listen = ["8080", { addr = "8443", tls = true }]
 error_log_rotate = { size = "1MiB" }
 user = "root"
 group = "root"
@@ -460,6 +486,10 @@ max_open_files = 100
 max_memory = "1GiB"
 [[vhost]]
 root = "htdocs"
+tls_cert = "conf/c.pem"
+tls_key = "conf/c.key"
+https_redirect = 301
+hsts = "max-age=1"
 [vhost.error_pages]
 404 = "/404.html"
 [[vhost.access_log]]

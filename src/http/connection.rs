@@ -349,6 +349,7 @@ impl<'c> Server<'c> {
                     },
                     keepalive_count: outcome.requests - 1,
                     request_id: out.request_id,
+                    tls: None,
                 };
                 out.logs.write(&record, internal, vhost_index);
             }
@@ -416,6 +417,7 @@ impl Output {
             conn_status: '-',
             keepalive_count: 0,
             request_id: 0,
+            tls: None,
         };
         self.logs.write(&record, false, 0);
         obs.state(ConnState::Closing);

@@ -5,6 +5,7 @@
 pub mod conditional;
 pub mod connection;
 pub mod date;
+pub mod https;
 pub mod mime;
 pub mod path;
 pub mod range;

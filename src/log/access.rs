@@ -310,6 +310,7 @@ mod tests {
             conn_status: '+',
             keepalive_count: 0,
             request_id: 0,
+            tls: None,
         }
     }
 

@@ -45,6 +45,15 @@ enum Token {
     ConnStatus,     // %X
     KeepaliveCount, // %k
     RequestId,      // %L
+    Tls(TlsVar),    // %{SSL_PROTOCOL}x, %{SSL_CIPHER}x, %{SSL_TLS_SNI}x
+}
+
+/// The TLS variables of Apache's mod_ssl that a log may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsVar {
+    Protocol,
+    Cipher,
+    Sni,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +98,19 @@ pub struct Record<'a> {
     pub conn_status: char,
     pub keepalive_count: u64,
     pub request_id: u64,
+    /// The TLS session of an HTTPS request (`None`: plain HTTP, logged as `-`).
+    pub tls: Option<TlsFields<'a>>,
+}
+
+/// What a TLS session says of itself, named as Apache's mod_ssl names it.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsFields<'a> {
+    /// `TLSv1.3`, `TLSv1.2`.
+    pub protocol: &'static str,
+    /// OpenSSL's name of the cipher suite (`TLS_AES_128_GCM_SHA256`).
+    pub cipher: &'static str,
+    /// The server name the client sent (SNI), if any.
+    pub sni: Option<&'a str>,
 }
 
 impl LogFormat {
@@ -167,6 +189,12 @@ impl LogFormat {
                 ('X', None) => Token::ConnStatus,
                 ('k', None) => Token::KeepaliveCount,
                 ('L', None) => Token::RequestId,
+                ('x', Some(v)) => Token::Tls(match v.as_str() {
+                    "SSL_PROTOCOL" => TlsVar::Protocol,
+                    "SSL_CIPHER" => TlsVar::Cipher,
+                    "SSL_TLS_SNI" => TlsVar::Sni,
+                    _ => return Err(format!("unknown %{{{v}}}x (pika has SSL_PROTOCOL, SSL_CIPHER and SSL_TLS_SNI)")),
+                }),
                 (t, Some(a)) => return Err(format!("unknown token %{{{a}}}{t}")),
                 (t, None) => return Err(format!("unknown token %{t}")),
             };
@@ -270,6 +298,17 @@ impl LogFormat {
                 Token::ConnStatus => out.push(r.conn_status as u8),
                 Token::KeepaliveCount => text::push_int(out, r.keepalive_count),
                 Token::RequestId => text::push_hex(out, r.request_id, 16),
+                Token::Tls(var) => {
+                    let value = r.tls.and_then(|t| match var {
+                        TlsVar::Protocol => Some(t.protocol),
+                        TlsVar::Cipher => Some(t.cipher),
+                        TlsVar::Sni => t.sni,
+                    });
+                    match value {
+                        Some(v) => escape_into(out, v.as_bytes()),
+                        None => out.push(b'-'),
+                    }
+                }
             }
         }
         out.push(b'\n');
@@ -397,6 +436,7 @@ mod tests {
             conn_status: '+',
             keepalive_count: 3,
             request_id: 0xabc,
+            tls: None,
         }
     }
 
@@ -438,6 +478,27 @@ mod tests {
                 + "\n"
         );
         assert!(render("%P", &h).trim().parse::<u32>().is_ok());
+    }
+
+    #[test]
+    fn tls_variables_as_apache_names_them() {
+        let h = |_: &str| None;
+        let f = LogFormat::parse("%{SSL_PROTOCOL}x %{SSL_CIPHER}x %{SSL_TLS_SNI}x %h").unwrap();
+        let mut r = record(&h);
+        let mut out = Vec::new();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"- - - 127.0.0.1\n", "plain HTTP");
+        r.tls = Some(TlsFields { protocol: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256", sni: Some("www.example.com") });
+        out.clear();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"TLSv1.3 TLS_AES_128_GCM_SHA256 www.example.com 127.0.0.1\n");
+        r.tls = Some(TlsFields { protocol: "TLSv1.2", cipher: "ECDHE-ECDSA-AES128-GCM-SHA256", sni: None });
+        out.clear();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"TLSv1.2 ECDHE-ECDSA-AES128-GCM-SHA256 - 127.0.0.1\n");
+        let e = LogFormat::parse("%{SSL_CLIENT_S_DN}x").unwrap_err();
+        assert_eq!(e, "unknown %{SSL_CLIENT_S_DN}x (pika has SSL_PROTOCOL, SSL_CIPHER and SSL_TLS_SNI)");
+        assert!(LogFormat::parse("%x").is_err());
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::log::rotate::{self as rotation, Rotate, next_boundary, offset_at, per
 use crate::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
 use crate::sys::{self, Forked};
+use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, ChildExit, WorkerCtx};
 use maintenance::{Band, Counts, Decision};
 use signals::{Control, Signals};
@@ -97,6 +98,11 @@ pub struct Master {
     pod: Pod,
     doorbell: Doorbell,
     token: String,
+    /// The session-ticket key chain, made before the first fork and stepped on the
+    /// tick; every worker copies it and steps its copy itself ([`crate::tls::tickets`]).
+    tickets: TicketKeys,
+    /// When the certificates are next looked at for expiry (Unix seconds).
+    next_cert_check: i64,
     signals: Signals,
     logs: AccessLogs,
     rotations: Vec<Rotation>,
@@ -119,9 +125,9 @@ impl Master {
     /// scoreboard, open the logs.
     pub fn new(config: Config) -> Result<Master, String> {
         let mut listeners = Vec::new();
-        for addr in &config.listen {
-            let l = listen::bind(*addr, config.backlog, listen::defer(&config))
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        for entry in &config.listen {
+            let l = listen::bind(*entry, config.backlog, listen::defer(&config))
+                .map_err(|e| format!("cannot listen on {}: {e}", entry.addr))?;
             listeners.push(l);
         }
         let listeners = Listeners::new(listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
@@ -129,6 +135,7 @@ impl Master {
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
+        let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = band(&config);
@@ -142,6 +149,8 @@ impl Master {
             pod,
             doorbell,
             token,
+            tickets,
+            next_cert_check: 0,
             signals,
             logs,
             children: HashMap::new(),
@@ -260,6 +269,18 @@ impl Master {
         self.update_busy_flag();
         self.rotate_logs();
         self.write_status_file();
+        self.tickets.advance(unix_now() as u64);
+        self.check_certificates();
+    }
+
+    /// Once a day (and after each reload): certificates close to expiry are said in
+    /// the error log.
+    fn check_certificates(&mut self) {
+        let now = unix_now();
+        if now >= self.next_cert_check {
+            crate::tls::expiry::log_warnings(&self.config.vhosts, now);
+            self.next_cert_check = now + crate::tls::expiry::CHECK_EVERY.as_secs() as i64;
+        }
     }
 
     /// Built-in rotation: rename each due log, create its successor for the workers,
@@ -532,8 +553,10 @@ impl Master {
     }
 
     fn dummy_connections(&self, n: usize) {
-        let Some(first) = self.listeners.list.first() else { return };
-        let target = pod::dummy_target(first.bound);
+        // A plain listener if there is one: its worker needs no handshake to read it.
+        let list = &self.listeners.list;
+        let Some(listener) = list.iter().find(|l| !l.tls).or(list.first()) else { return };
+        let target = pod::dummy_target(listener.bound);
         for _ in 0..n {
             if let Err(e) = pod::dummy_connection(target, &self.token) {
                 // The backlog is full or nobody accepts: the workers are busy and will
@@ -665,6 +688,7 @@ impl Master {
         self.short = true;
         self.full_reported = false;
         self.workers_paused = false;
+        self.next_cert_check = 0;
         self.new_generation();
         log::info!("reloaded {}: generation {}", self.config.file.display(), self.generation);
         self.startup_children(self.config.workers.start);
@@ -677,11 +701,13 @@ impl Master {
     fn rebind(&mut self, new: &Config) -> Result<Listeners, String> {
         let mut old: Vec<Listener> = std::mem::take(&mut self.listeners.list);
         let mut result = Vec::new();
-        for addr in &new.listen {
-            if let Some(i) = old.iter().position(|l| l.configured == *addr) {
-                result.push(old.swap_remove(i));
+        for entry in &new.listen {
+            if let Some(i) = old.iter().position(|l| l.configured == entry.addr) {
+                let mut l = old.swap_remove(i);
+                l.tls = entry.tls;
+                result.push(l);
             } else {
-                match listen::bind(*addr, new.backlog, listen::defer(new)) {
+                match listen::bind(*entry, new.backlog, listen::defer(new)) {
                     Ok(l) => {
                         log::info!("listening on {}", l.bound);
                         result.push(l);
@@ -690,7 +716,7 @@ impl Master {
                         // Put everything back as it was.
                         old.extend(result);
                         self.listeners.list = old;
-                        return Err(format!("cannot listen on {addr}: {e}"));
+                        return Err(format!("cannot listen on {}: {e}", entry.addr));
                     }
                 }
             }

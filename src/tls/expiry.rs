@@ -1,0 +1,103 @@
+//! Certificates close to expiry: said in the error log once a day, and shown with
+//! their days left on the status page.
+//!
+//! ACME clients (certbot, lego, acme.sh) renew at 30 days left, and a renewed
+//! certificate is served after the next reload. Fewer than [`WARN_DAYS`] left means
+//! renewals have failed (or nobody reloaded) for over two weeks: time to say so.
+
+use std::path::PathBuf;
+
+use crate::config::Vhost;
+
+/// Warn when fewer days than this are left.
+pub const WARN_DAYS: i64 = 14;
+
+const DAY: i64 = 86400;
+
+/// One certificate's expiry, for the log and the status page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    /// The vhost's first server name (`(default)` for a vhost without names).
+    pub vhost: String,
+    pub file: PathBuf,
+    pub not_after: i64,
+    /// Whole days left (negative once expired).
+    pub days_left: i64,
+}
+
+/// Every vhost's certificate, at `now` (Unix seconds).
+pub fn list(vhosts: &[Vhost], now: i64) -> Vec<Expiry> {
+    vhosts
+        .iter()
+        .filter_map(|v| {
+            let c = v.tls.as_ref()?;
+            Some(Expiry {
+                vhost: v.server_names.first().cloned().unwrap_or_else(|| "(default)".into()),
+                file: c.cert_file.clone(),
+                not_after: c.validity.not_after,
+                days_left: (c.validity.not_after - now).div_euclid(DAY),
+            })
+        })
+        .collect()
+}
+
+/// The error-log line for a certificate, if it needs one: a warning under
+/// [`WARN_DAYS`], an error once expired (a reload would now refuse it).
+pub fn warning(e: &Expiry, now: i64) -> Option<(log::Level, String)> {
+    let when = super::check::date(e.not_after);
+    let file = e.file.display();
+    if e.not_after < now {
+        let text = format!("certificate {file} of {} expired on {when}; clients refuse it", e.vhost);
+        Some((log::Level::Error, text))
+    } else if e.days_left < WARN_DAYS {
+        let text =
+            format!("certificate {file} of {} expires in {} days ({when}); renew it and reload", e.vhost, e.days_left);
+        Some((log::Level::Warn, text))
+    } else {
+        None
+    }
+}
+
+/// Logs the warnings due for these vhosts' certificates.
+pub fn log_warnings(vhosts: &[Vhost], now: i64) {
+    for e in list(vhosts, now) {
+        if let Some((level, text)) = warning(&e, now) {
+            log::log!(level, "{text}");
+        }
+    }
+}
+
+/// When the master looks again: once a day.
+pub const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(DAY as u64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expiry(not_after: i64, now: i64) -> Expiry {
+        Expiry {
+            vhost: "example.com".into(),
+            file: "/c.pem".into(),
+            not_after,
+            days_left: (not_after - now).div_euclid(DAY),
+        }
+    }
+
+    #[test]
+    fn warnings_start_under_fourteen_days() {
+        let now = 1_800_000_000;
+        assert_eq!(warning(&expiry(now + 14 * DAY, now), now), None);
+        let (level, text) = warning(&expiry(now + 14 * DAY - 1, now), now).unwrap();
+        assert_eq!(level, log::Level::Warn);
+        assert_eq!(
+            text,
+            "certificate /c.pem of example.com expires in 13 days (2027-01-29 07:59:59 UTC); renew it and reload"
+        );
+        let (_, text) = warning(&expiry(now + 3600, now), now).unwrap();
+        assert!(text.contains("expires in 0 days"), "{text}");
+        let (level, text) = warning(&expiry(now - 1, now), now).unwrap();
+        assert_eq!(level, log::Level::Error);
+        assert!(text.contains("expired on 2027-01-15 07:59:59 UTC"), "{text}");
+        assert_eq!(expiry(now - 1, now).days_left, -1);
+    }
+}
