@@ -8,6 +8,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::handlers::listing::json_string;
 use crate::http::path::html_escape;
 use crate::scoreboard::{Scoreboard, State, now_ms};
+use crate::tls::expiry::Expiry;
+
+/// A Unix time as `2027-03-01T12:00:00Z`.
+fn iso_date(unix: i64) -> String {
+    jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
+}
 
 /// One worker's row.
 pub struct Row {
@@ -33,6 +39,8 @@ pub struct Snapshot {
     pub rows: Vec<Row>,
     /// One letter per slot, Apache style.
     pub letters: String,
+    /// The vhosts' certificates and their days left.
+    pub certificates: Vec<Expiry>,
 }
 
 impl Snapshot {
@@ -75,7 +83,14 @@ impl Snapshot {
             total_bytes,
             rows,
             letters,
+            certificates: Vec::new(),
         }
+    }
+
+    /// Adds the certificates (with their days left) to what the page shows.
+    pub fn with_certificates(mut self, certificates: Vec<Expiry>) -> Snapshot {
+        self.certificates = certificates;
+        self
     }
 
     pub fn busy(&self) -> usize {
@@ -107,6 +122,21 @@ impl Snapshot {
         let _ = writeln!(s, "IdleWorkers: {}", self.idle());
         let _ = writeln!(s, "Generation: {}", self.generation);
         let _ = writeln!(s, "Scoreboard: {}", self.letters);
+        if let Some(min) = self.certificates.iter().map(|c| c.days_left).min() {
+            let _ = writeln!(s, "TLSCertificates: {}", self.certificates.len());
+            let _ = writeln!(s, "TLSMinDaysLeft: {min}");
+        }
+        for c in &self.certificates {
+            // One line per certificate: days left, vhost, expiry, file.
+            let _ = writeln!(
+                s,
+                "TLSCertificate: {} {} {} {}",
+                c.days_left,
+                c.vhost,
+                iso_date(c.not_after),
+                c.file.display()
+            );
+        }
         s
     }
 
@@ -143,6 +173,20 @@ impl Snapshot {
                 json_string(&r.request),
                 json_string(&r.client),
                 r.seconds_in_state
+            );
+        }
+        s.push_str("],\"certificates\":[");
+        for (i, c) in self.certificates.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                "{{\"vhost\":{},\"file\":{},\"not_after\":\"{}\",\"days_left\":{}}}",
+                json_string(&c.vhost),
+                json_string(&c.file.display().to_string()),
+                iso_date(c.not_after),
+                c.days_left
             );
         }
         s.push_str("]}\n");
@@ -184,7 +228,22 @@ impl Snapshot {
                 html_escape(&r.request)
             );
         }
-        s.push_str("</table>\n</body></html>\n");
+        s.push_str("</table>\n");
+        if !self.certificates.is_empty() {
+            s.push_str("<h2>TLS certificates</h2>\n<table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th></tr>\n");
+            for c in &self.certificates {
+                let _ = writeln!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    html_escape(&c.vhost),
+                    c.days_left,
+                    iso_date(c.not_after),
+                    html_escape(&c.file.display().to_string())
+                );
+            }
+            s.push_str("</table>\n");
+        }
+        s.push_str("</body></html>\n");
         s
     }
 

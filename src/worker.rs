@@ -327,7 +327,9 @@ impl Observer for SlotObserver<'_> {
             return true;
         }
         let master = self.ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
-        let snap = crate::status::Snapshot::take(self.ctx.scoreboard, master);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let snap = crate::status::Snapshot::take(self.ctx.scoreboard, master)
+            .with_certificates(crate::tls::expiry::list(&self.ctx.config.vhosts, now));
         let query = query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
         let (ty, body) = if wants(b"auto") {

@@ -14,4 +14,5 @@ mod init_scripts;
 mod logs;
 mod path_props;
 mod prefork;
+mod tls;
 mod util;

@@ -323,7 +323,8 @@ impl Ctx<'_> {
                     format!("bad listen address {addr:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")"),
                 )
             })?;
-            if listen.iter().any(|e| e.addr == addr) {
+            // Port 0 picks a free port each time: twice is two listeners.
+            if addr.port() != 0 && listen.iter().any(|e| e.addr == addr) {
                 return Err(self.spanned(l, format!("listen address {addr} given twice")));
             }
             listen.push(Listen { addr, tls });
@@ -1112,6 +1113,8 @@ mod tests {
         let text = "[server]\nlisten = [\"127.0.0.1:1\", { addr = \"127.0.0.1:1\", tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
         let e = try_parse(&dir, text).unwrap_err().to_string();
         assert!(e.contains("given twice"), "{e}");
+        let text = "[server]\nlisten = [\"127.0.0.1:0\", \"127.0.0.1:0\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+        assert_eq!(try_parse(&dir, text).unwrap().listen.len(), 2, "port 0: two free ports");
     }
 
     /// A config with a TLS listener and the given `[[vhost]]` blocks.

@@ -702,7 +702,10 @@ impl Master {
         let mut old: Vec<Listener> = std::mem::take(&mut self.listeners.list);
         let mut result = Vec::new();
         for entry in &new.listen {
-            if let Some(i) = old.iter().position(|l| l.configured == entry.addr) {
+            // The same address and kind first: entries with port 0 may repeat.
+            let same = |l: &Listener| l.configured == entry.addr;
+            let at = old.iter().position(|l| same(l) && l.tls == entry.tls).or_else(|| old.iter().position(same));
+            if let Some(i) = at {
                 let mut l = old.swap_remove(i);
                 l.tls = entry.tls;
                 result.push(l);

@@ -1,0 +1,147 @@
+//! HTTPS: certificates checked by `pika -t` and on reload (the TLS transport's own
+//! tests with real clients come with it).
+
+use std::process::Command;
+
+use crate::util::*;
+
+// The unit tests' certificate maker, shared rather than copied.
+#[path = "../src/tls/test_certs.rs"]
+#[allow(dead_code)]
+mod test_certs;
+use test_certs::{ca, leaf};
+
+fn provider() -> rustls::crypto::CryptoProvider {
+    pika::tls::provider()
+}
+
+/// Points the site's vhost `a.example` at the certificate files `cert` and `key`
+/// (under conf/); no TLS listener.
+fn site_with<'s>(site: &'s Site, cert: &str, key: &str) -> &'s Site {
+    site_with_extra(site, cert, key, "")
+}
+
+fn site_with_extra<'s>(site: &'s Site, cert: &str, key: &str, extra: &str) -> &'s Site {
+    site.config(
+        "",
+        &format!(
+            "{extra}\n[[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\ntls_cert = \"conf/{cert}\"\ntls_key = \"conf/{key}\"\n"
+        ),
+    );
+    site
+}
+
+fn config_test(site: &Site) -> (Option<i32>, String) {
+    let out = Command::new(BIN).args(["-t", "-f"]).arg(site.path("conf/pika.toml")).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn config_test_names_the_file_and_the_reason_for_each_bad_certificate() {
+    let site = Site::new();
+    let conf = site.path("conf");
+    let root = ca("Test Root", -10, 3650);
+    leaf(&["a.example"], -1, 90, Some(&root)).write(&conf, "good");
+    leaf(&["a.example"], -1, 90, None).write(&conf, "other");
+    leaf(&["a.example"], -90, -1, None).write(&conf, "expired");
+    leaf(&["a.example"], 1, 90, None).write(&conf, "future");
+    leaf(&["b.example"], -1, 90, None).write(&conf, "b");
+    leaf(&["a.example"], -1, 10, None).write(&conf, "soon");
+    let good = site.read("conf/good.pem");
+    let (server, issuer) = good.split_at(good.find("-----END CERTIFICATE-----").unwrap() + 26);
+    site.write("conf/reversed.pem", format!("{issuer}{server}"));
+    site.write("conf/wrong-issuer.pem", format!("{server}{}", ca("Another Root", -10, 3650).pem));
+    let d = conf.display();
+    let cases = [
+        ("good.pem", "other.key", format!("{d}/other.key: the key does not match the certificate in {d}/good.pem")),
+        ("reversed.pem", "good.key", format!("{d}/reversed.pem: the key matches certificate 2 of the chain")),
+        (
+            "wrong-issuer.pem",
+            "good.key",
+            format!("{d}/wrong-issuer.pem: certificate 1 of the chain was not issued by certificate 2"),
+        ),
+        ("expired.pem", "expired.key", format!("{d}/expired.pem: the certificate expired on ")),
+        ("future.pem", "future.key", format!("{d}/future.pem: the certificate is not valid before ")),
+        (
+            "b.pem",
+            "b.key",
+            format!("{d}/b.pem: the certificate does not cover the server name \"a.example\" (it covers b.example)"),
+        ),
+        ("missing.pem", "good.key", format!("{d}/missing.pem: cannot read: No such file or directory")),
+        ("good.key", "good.key", format!("{d}/good.key: no certificate found")),
+        ("good.pem", "good.pem", format!("{d}/good.pem: no private key found")),
+    ];
+    for (cert, key, want) in cases {
+        let (code, stderr) = config_test(site_with(&site, cert, key));
+        assert_eq!(code, Some(1), "{cert} {key}: {stderr}");
+        assert!(stderr.contains("pika.toml:") && stderr.contains(&want), "{cert} {key}: want {want:?} in {stderr}");
+    }
+    // Close to expiry: a warning, and the config is good.
+    let (code, stderr) = config_test(site_with(&site, "soon.pem", "soon.key"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("pika: warning: certificate ") && stderr.contains("soon.pem of a.example"), "{stderr}");
+    // 10 days from its making, to the second: 9 or 10 whole days left when checked.
+    assert!(stderr.contains("expires in 9 days (") || stderr.contains("expires in 10 days ("), "{stderr}");
+}
+
+#[test]
+fn reload_reads_certificates_again_and_keeps_the_old_config_on_a_bad_one() {
+    let site = Site::new();
+    site_with(&site, "a.pem", "a.key");
+    let conf = site.path("conf");
+    leaf(&["a.example"], -1, 90, None).write(&conf, "a");
+    let pika = Pika::start(&site, "-F");
+    assert_eq!(get(pika.addr, "/").status, 200);
+    // A renewal gone wrong: the new certificate does not go with the key.
+    let key = site.read("conf/a.key");
+    leaf(&["a.example"], -1, 90, None).write(&conf, "a");
+    site.write("conf/a.key", key);
+    pika.signal(libc::SIGHUP);
+    let line = wait_until(DEADLINE, "the reload to fail", || {
+        site.error_log().lines().find(|l| l.contains("reload failed")).map(str::to_string)
+    });
+    let d = conf.display();
+    assert!(line.contains("still serving the previous configuration: "), "{line}");
+    assert!(line.contains(&format!("{d}/a.key: the key does not match the certificate in {d}/a.pem")), "{line}");
+    assert_eq!(get(pika.addr, "/").status, 200, "the old config serves");
+    // The renewal done right: both files; the reload takes them.
+    leaf(&["a.example"], -1, 90, None).write(&conf, "a");
+    pika.signal(libc::SIGHUP);
+    wait_until(DEADLINE, "the reload", || site.error_log().contains("generation 1").then_some(()));
+    assert_eq!(get(pika.addr, "/").status, 200);
+}
+
+#[test]
+fn a_tls_listener_is_refused_until_the_transport_lands() {
+    let site = Site::new();
+    leaf(&["a.example"], -1, 90, None).write(&site.path("conf"), "a");
+    let text = "[server]\nlisten = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]\n[[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\ntls_cert = \"conf/a.pem\"\ntls_key = \"conf/a.key\"\n";
+    site.write("conf/pika.toml", text);
+    let (code, stderr) = config_test(&site);
+    assert_eq!(code, Some(0), "-t accepts it: {stderr}");
+    let out = Command::new(BIN).args(["-F", "-f"]).arg(site.path("conf/pika.toml")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("tls = true is checked by pika -t, but this build does not serve TLS yet"), "{stderr}");
+}
+
+#[test]
+fn server_status_shows_days_left_in_each_format() {
+    let site = Site::new();
+    site_with_extra(&site, "a.pem", "a.key", "[status]\nenabled = true\n");
+    leaf(&["a.example"], -1, 30, None).write(&site.path("conf"), "a");
+    let pika = Pika::start(&site, "-F");
+    let file = site.path("conf/a.pem").display().to_string();
+    // 30 days from its making, to the second: 29 or 30 whole days left.
+    let days = |text: &str, before: &str| [29, 30].into_iter().find(|d| text.contains(&format!("{before}{d}")));
+    let auto = get(pika.addr, "/server-status?auto").text();
+    assert!(auto.contains("TLSCertificates: 1\n"), "{auto}");
+    let d = days(&auto, "TLSMinDaysLeft: ").unwrap_or_else(|| panic!("{auto}"));
+    assert!(auto.contains(&format!("TLSCertificate: {d} a.example 20")) && auto.contains(&file), "{auto}");
+    let json = get(pika.addr, "/server-status?json").text();
+    assert!(json.contains("\"certificates\":[{\"vhost\":\"a.example\",\"file\":"), "{json}");
+    assert!(days(&json, "\"days_left\":").is_some(), "{json}");
+    let html = get(pika.addr, "/server-status").text();
+    assert!(html.contains("<h2>TLS certificates</h2>") && html.contains("<td>a.example</td>"), "{html}");
+    assert!(days(&html, "<td>a.example</td><td>").is_some(), "{html}");
+}
