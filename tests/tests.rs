@@ -12,6 +12,8 @@ mod hostile;
 mod http_engine;
 mod init_scripts;
 mod logs;
+mod man;
+mod package;
 mod path_props;
 mod prefork;
 mod tls;
