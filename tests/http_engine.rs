@@ -21,6 +21,8 @@ fn serve_env(server_extra: &str, rest: &str, env: &[(&str, &str)]) -> (Site, Pik
     site.write("htdocs/noext", "raw");
     site.write("htdocs/.secret", "hidden");
     site.write("htdocs/.git/config", "hidden too");
+    site.write("htdocs/.well-known/security.txt", "Contact: mailto:security@example.com\n");
+    site.write("htdocs/.well-known/.htpasswd", "still hidden");
     site.write("htdocs/dir/index.html", "dir index\n");
     site.write("htdocs/list/b.txt", "bb");
     site.write("htdocs/list/a.txt", "a");
@@ -381,6 +383,8 @@ fn confinement_battery(site: &Site, p: &Pika) {
         ("/etc-link/passwd", 403),
         ("/.secret", 404),
         ("/.git/config", 404),
+        ("/.well-known/security.txt", 200),
+        ("/.well-known/.htpasswd", 404),
         ("/missing.txt", 404),
     ] {
         let r = get(p.addr, path);

@@ -105,7 +105,7 @@ pub fn serve(
             return;
         }
     }
-    if !site.vhost.serve_hidden && path.has_hidden_segment() {
+    if !site.vhost.serve_hidden && path.is_hidden() {
         reply.error(404, "The requested resource was not found.");
         return;
     }

@@ -51,9 +51,14 @@ impl CleanPath<'_> {
         self.bytes.split(|&b| b == b'/').filter(|s| !s.is_empty())
     }
 
-    /// True if any segment is a dot-file or dot-directory (`.git`, `.env`).
-    pub fn has_hidden_segment(&self) -> bool {
-        self.segments().any(|s| s.starts_with(b"."))
+    /// True if any segment is a dot-file or dot-directory (`.git`, `.env`,
+    /// `.htpasswd`), except a first segment `.well-known`: RFC 8615's folder for
+    /// what a site must publish (ACME challenges, `security.txt`). A dot-name below
+    /// it is hidden again.
+    pub fn is_hidden(&self) -> bool {
+        let mut segments = self.segments();
+        let first = segments.next().is_some_and(|s| s.starts_with(b".") && s != b".well-known");
+        first || segments.any(|s| s.starts_with(b"."))
     }
 
     /// Relative form (no leading '/'), built from the raw bytes with
@@ -400,19 +405,26 @@ mod tests {
         let p = clean(b"/a/.git/config").unwrap().0;
         assert!(!p.ends_with_slash());
         assert_eq!(p.segments().collect::<Vec<_>>(), [&b"a"[..], b".git", b"config"]);
-        assert!(p.has_hidden_segment());
+        assert!(p.is_hidden());
         assert_eq!(p.relative(), Path::new("a/.git/config"));
+        for shown in [&b"/.well-known/acme-challenge/tok"[..], b"/.well-known/security.txt", b"/.well-known/"] {
+            assert!(!clean(shown).unwrap().0.is_hidden(), "{}", String::from_utf8_lossy(shown));
+        }
+        for hidden in [&b"/.well-known/.git/config"[..], b"/a/.well-known/x", b"/.env", b"/.htpasswd", b"/.well-knownx"]
+        {
+            assert!(clean(hidden).unwrap().0.is_hidden(), "{}", String::from_utf8_lossy(hidden));
+        }
 
         let root = clean(b"/").unwrap().0;
         assert!(root.ends_with_slash());
         assert_eq!(root.segments().count(), 0);
-        assert!(!root.has_hidden_segment());
+        assert!(!root.is_hidden());
         assert_eq!(root.relative(), Path::new(""));
         assert_eq!(Path::new("/srv").join(root.relative()), Path::new("/srv/"));
 
         let dir = clean(b"/a/b/").unwrap().0;
         assert!(dir.ends_with_slash());
-        assert!(!dir.has_hidden_segment());
+        assert!(!dir.is_hidden());
         assert_eq!(dir.relative(), Path::new("a/b/"));
         assert_eq!(clean(b"/%2egit").unwrap().0.relative(), Path::new(".git"));
     }
