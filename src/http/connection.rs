@@ -425,6 +425,18 @@ impl Output {
     }
 }
 
+/// Compares a secret in time that does not depend on where the bytes differ (`==`
+/// stops at the first difference, which a client timing many guesses could use to
+/// find the token a byte at a time). The length is not secret: every token has 32.
+fn same_secret(given: &[u8], secret: &[u8]) -> bool {
+    if given.len() != secret.len() {
+        return false;
+    }
+    let diff = given.iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    // Keeps the compiler from turning the fold back into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
 /// Picks what answers the request and runs it. Returns the vhost used.
 fn dispatch(
     sites: &[Site<'_>],
@@ -443,7 +455,7 @@ fn dispatch(
     if req.target == b"*" {
         // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
         // one of these, recognised by its per-boot token (a client cannot know it).
-        *internal = !token.is_empty() && req.header(INTERNAL_HEADER).is_some_and(|t| t == token.as_bytes());
+        *internal = !token.is_empty() && req.header(INTERNAL_HEADER).is_some_and(|t| same_secret(t, token.as_bytes()));
         reply.header("Allow", ALLOW);
         reply.body = Body::Owned(Vec::new());
         return index;
@@ -916,5 +928,20 @@ impl Input<'_> {
                 Ok(n) => drained += n,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_compared_whole() {
+        let token = b"0123456789abcdef0123456789abcdef";
+        assert!(same_secret(token, token));
+        assert!(!same_secret(b"x123456789abcdef0123456789abcdef", token), "first byte differs");
+        assert!(!same_secret(b"0123456789abcdef0123456789abcdex", token), "last byte differs");
+        assert!(!same_secret(b"0123456789abcdef", token), "a prefix");
+        assert!(!same_secret(b"", token));
     }
 }
