@@ -150,10 +150,14 @@ fn store_text(words: &[AtomicU64], text: &[u8]) {
 }
 
 fn load_text(words: &[AtomicU64]) -> String {
+    String::from_utf8_lossy(&load_bytes(words)).into_owned()
+}
+
+fn load_bytes(words: &[AtomicU64]) -> Vec<u8> {
     let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.load(Relaxed).to_le_bytes()).collect();
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     bytes.truncate(end);
-    String::from_utf8_lossy(&bytes).into_owned()
+    bytes
 }
 
 impl Slot {
@@ -179,6 +183,11 @@ impl Slot {
 
     pub fn request_line(&self) -> String {
         load_text(&self.request)
+    }
+
+    /// The request line as the client sent it (its first bytes), for escaping.
+    pub fn request_bytes(&self) -> Vec<u8> {
+        load_bytes(&self.request)
     }
 
     pub fn client(&self) -> String {

@@ -358,6 +358,27 @@ fn a_stuck_worker_is_killed() {
 }
 
 #[test]
+fn a_stuck_workers_request_line_is_escaped_in_the_error_log() {
+    let site = Site::new();
+    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\n[http]\nrequest_timeout = \"2s\"\nsend_timeout = \"60s\"\n");
+    let p = Pika::start(&site, "-F");
+    let mut s = connect(p.addr);
+    // A C1 control (CSI, U+009B) and a right-to-left override (U+202E) in the query.
+    s.write_all(b"GET /big.bin?\xc2\x9b\xe2\x80\xae HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    // Never read: the worker blocks in writev until the watchdog sees it stuck.
+    let log = wait_until(DEADLINE, "the watchdog", || {
+        let log = std::fs::read(site.path("logs/error.log")).unwrap_or_default();
+        log.windows(17).any(|w| w == b"made no progress ").then_some(log)
+    });
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains("made no progress on \"GET /big.bin?\\xc2\\x9b\\xe2\\x80\\xae HTTP/1.1\""), "{text}");
+    assert!(!log.windows(2).any(|w| w == b"\xc2\x9b"), "a raw C1 byte reached the error log");
+    drop(s);
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
 fn ttin_and_ttou_move_the_spare_band() {
     let site = Site::new();
     site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n");

@@ -577,10 +577,14 @@ impl Master {
             let slot = &self.scoreboard.slots[child.slot];
             let busy = matches!(slot.state(), State::Writing | State::Logging | State::Reading | State::Closing);
             if busy && !child.killed && now.saturating_sub(slot.heartbeat_ms.load(Relaxed)) > limit {
+                // The client's bytes, escaped as in the access log: no control, C1
+                // or bidi character reaches an operator's terminal.
+                let mut line = Vec::new();
+                crate::log::format::escape_into(&mut line, &slot.request_bytes());
                 log::error!(
                     "worker {pid} (slot {}) made no progress on \"{}\" for over {:?}; killing it",
                     child.slot,
-                    slot.request_line(),
+                    String::from_utf8_lossy(&line),
                     self.config.http.request_timeout
                 );
                 child.killed = true;
