@@ -15,7 +15,7 @@
 //!   and runs one loop with a one-second tick: reap → act on signals → spare-worker
 //!   maintenance ([`master::maintenance`], a pure function of the idle count and the
 //!   listen queue) → retire old generations →
-//!   kill stuck workers → rotate logs → rewrite the status file. Between ticks it
+//!   stop stuck workers (TERM, then KILL) → rotate logs → rewrite the status file. Between ticks it
 //!   looks at the pool every 50 ms while short of idle workers, and at once when a
 //!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
 //!   the HTTP code.
@@ -80,7 +80,9 @@
 //! inherited by the workers, and rotated by the master ([`log::rotate`]): rename,
 //! create for the workers, bump the epoch. A worker holds its access-log records back
 //! in a fixed buffer per log ([`log::held`]) and writes them together: when full, when
-//! `flush` old, when it retires, and from its `TERM` handler ([`sys::write_on_term`]).
+//! `flush` old, once it has waited a second on a slow client, when it retires, and
+//! from its `TERM` handler ([`sys::write_on_term`]; the stuck-worker watchdog sends
+//! `TERM` first, `KILL` only after a grace).
 #![deny(unsafe_code)]
 
 pub mod cli;

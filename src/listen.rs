@@ -59,8 +59,10 @@ impl Listeners {
     /// The listeners are non-blocking (a worker sleeps in `epoll_wait`, not in
     /// `accept`). Options a connection needs are set once on the listener, which
     /// every accepted socket inherits on Linux: `TCP_NODELAY` (a response goes out
-    /// in one `writev`, nothing to coalesce), `SO_SNDTIMEO` (the send timeout) and
-    /// `SO_RCVTIMEO` ([`WAIT_SLICE`], the reads' first timeout). That spares three
+    /// in one `writev`, nothing to coalesce), `SO_SNDTIMEO` and `SO_RCVTIMEO`
+    /// ([`WAIT_SLICE`] at most: a write or read waits that long, then the connection
+    /// looks at its deadlines, counting slices up to `send_timeout` for writes,
+    /// and writes its held log records). That spares three
     /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
     /// sockets block, with those timeouts.
     pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
@@ -76,7 +78,7 @@ impl Listeners {
             l.socket.set_nonblocking(true)?;
             let s = socket2::SockRef::from(&l.socket);
             s.set_tcp_nodelay(true)?;
-            s.set_write_timeout(Some(send_timeout))?;
+            s.set_write_timeout(Some(send_timeout.min(WAIT_SLICE)))?;
             s.set_read_timeout(Some(WAIT_SLICE))?;
         }
         Ok(Listeners { list })

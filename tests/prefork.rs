@@ -378,6 +378,98 @@ fn a_stuck_workers_request_line_is_escaped_in_the_error_log() {
     assert_eq!(get(p.addr, "/").status, 200);
 }
 
+/// True while `pid` is blocked in the system call `nr` (from /proc/PID/syscall).
+fn blocked_in(pid: i32, nr: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+        .is_some_and(|n| n == nr)
+}
+
+fn send_signal(pid: i32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
+/// A site whose workers hold access-log records for an hour, with a 64 MB file.
+fn holding_site(http: &str) -> (Site, Pika) {
+    let site = Site::new();
+    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n[http]\nheader_timeout = \"60s\"\n{http}\n\
+             [[access_log]]\npath = \"logs/access.log\"\nflush = \"1h\"\n"
+        ),
+    );
+    let p = Pika::start(&site, "-F");
+    (site, p)
+}
+
+/// Three requests answered on one kept-alive connection (so one worker holds their
+/// records: the log keeps its `lines` lines), then `next` sent on it.
+fn three_held_then(site: &Site, p: &Pika, lines: usize, next: &[u8]) -> TcpStream {
+    let mut s = connect(p.addr);
+    for _ in 0..3 {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut s, false).expect("a response").status, 200);
+    }
+    assert_eq!(site.access_lines().len(), lines, "the records are held");
+    s.write_all(next).unwrap();
+    s
+}
+
+const BIG: &[u8] = b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+/// The worker stuck sending the 64 MB file to a client that does not read.
+fn stalled_sender(p: &Pika) -> i32 {
+    wait_until(DEADLINE, "a worker stalled in sendfile", || {
+        workers(p).into_iter().find(|&w| blocked_in(w, libc::SYS_sendfile))
+    })
+}
+
+#[test]
+fn the_watchdog_terminates_a_stuck_worker_so_its_held_records_are_written() {
+    let (site, p) = holding_site("request_timeout = \"2s\"");
+    let _s = three_held_then(&site, &p, 0, BIG);
+    // Stopped while it waits on the client (within its first second, before it
+    // would write its records itself), the worker makes no progress: the watchdog's
+    // case. It is let go once the watchdog has acted.
+    let worker = stalled_sender(&p);
+    send_signal(worker, nix::sys::signal::Signal::SIGSTOP);
+    wait_until(DEADLINE, "the watchdog", || site.error_log().contains("made no progress").then_some(()));
+    send_signal(worker, nix::sys::signal::Signal::SIGCONT);
+    // TERM, not KILL: its handler wrote the three records it held.
+    let lines = wait_until(DEADLINE, "the held records", || Some(site.access_lines()).filter(|l| l.len() >= 3));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    wait_until(DEADLINE, "the stuck worker gone", || (!alive(worker)).then_some(()));
+}
+
+#[test]
+fn a_stuck_worker_that_outlives_its_term_is_killed_after_a_grace() {
+    let (site, p) = holding_site("request_timeout = \"2s\"");
+    let _s = three_held_then(&site, &p, 0, BIG);
+    let worker = stalled_sender(&p);
+    // Stopped for good: TERM cannot act on it.
+    send_signal(worker, nix::sys::signal::Signal::SIGSTOP);
+    wait_until(DEADLINE, "the TERM", || site.error_log().contains("terminating it").then_some(()));
+    wait_until(DEADLINE, "the stuck worker gone", || (!alive(worker)).then_some(()));
+    assert!(site.error_log().contains("after TERM; killing it"), "{}", site.error_log());
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn a_worker_waiting_on_a_slow_client_writes_its_held_records_first() {
+    let (site, p) = holding_site("");
+    // A head that stops halfway: once the worker has waited a second, it writes
+    // what it holds (no timeout, no kill: the client is merely slow).
+    let slow_head = three_held_then(&site, &p, 0, b"GET / HTTP/1.1\r\nHost: local");
+    wait_until(DEADLINE, "the held records", || (site.access_lines().len() == 3).then_some(()));
+    drop(slow_head);
+    // A response the client does not read: the same once a write has waited.
+    let _unread = three_held_then(&site, &p, 3, BIG);
+    wait_until(DEADLINE, "the held records", || (site.access_lines().len() == 6).then_some(()));
+}
+
 #[test]
 fn ttin_and_ttou_move_the_spare_band() {
     let site = Site::new();

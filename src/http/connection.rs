@@ -200,7 +200,7 @@ impl<'c> Server<'c> {
         let Server { config, sites, token, limits, out, buf, req_head } = self;
         let http = &config.http;
         let limit = http.max_header_size + 4096;
-        let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0) };
+        let conn = Conn { peer, local_port, default_vhost: vhost_name(config, 0), send_timeout: http.send_timeout };
         let mut outcome = Outcome::default();
         let mut input =
             Input { stream: &stream, buf, limit, start: 0, end: 0, timeout: Some(WAIT_SLICE), bytes_in: 0, body: None };
@@ -208,12 +208,15 @@ impl<'c> Server<'c> {
             obs.state(if outcome.requests == 0 { ConnState::Reading } else { ConnState::KeepAlive });
             let first_wait = if outcome.requests == 0 { http.header_timeout } else { http.keepalive_timeout };
             let kept_alive = outcome.requests > 0;
-            let head_end = match input
-                // Called once a wait slice went by: a quiet moment to write held records.
-                .read_head(first_wait, http.header_timeout, limits, kept_alive, &mut || {
-                    out.logs.idle();
-                    obs.under_pressure()
-                }) {
+            let head_end = match input.read_head(
+                first_wait,
+                http.header_timeout,
+                limits,
+                kept_alive,
+                &mut || obs.under_pressure(),
+                // The client has kept this worker a second: write the held records.
+                &mut || out.logs.waiting(),
+            ) {
                 Ok(n) => {
                     if kept_alive {
                         // No longer waiting: the status page shows this worker busy.
@@ -260,6 +263,10 @@ impl<'c> Server<'c> {
             obs.request(req.line, peer);
             outcome.requests += 1;
 
+            if req.framing != Framing::None {
+                // Reading a body may wait on the client for long.
+                out.logs.waiting();
+            }
             if let Err(e) = input.discard_body(&req, http.max_body_size, http.body_timeout, http.body_min_rate) {
                 if let BodyError::Http(e) = e {
                     out.fail(&mut input, e, req.line, &conn, obs);
@@ -295,7 +302,8 @@ impl<'c> Server<'c> {
                 keep_alive,
             );
             let send_body = req.method != Method::Head && !response::bodiless(status);
-            let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs);
+            let mut stall = Stall::new(http.send_timeout, &mut out.logs);
+            let sent = write_response(&stream, &out.head, send_body.then_some(&body), obs, &mut stall);
             if let Err(e) = &sent
                 && file_shrank(e)
             {
@@ -361,6 +369,7 @@ impl<'c> Server<'c> {
                 // Only unread input can turn our close into a reset that destroys the
                 // response; without any, close at once (nginx's lingering_close on).
                 if input.start < input.end {
+                    out.logs.waiting();
                     input.linger();
                 }
                 break;
@@ -375,6 +384,7 @@ struct Conn<'a> {
     peer: SocketAddr,
     local_port: u16,
     default_vhost: &'a str,
+    send_timeout: Duration,
 }
 
 fn vhost_name(config: &Config, index: usize) -> &str {
@@ -393,7 +403,8 @@ impl Output {
         write_head(&mut self.head, self.date.at(start_time), self.server_header, &reply, &body, true, false);
         // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
         let send_body = !line.starts_with(b"HEAD ");
-        let sent = write_response(input.stream, &self.head, send_body.then_some(&body), obs);
+        let mut stall = Stall::new(conn.send_timeout, &mut self.logs);
+        let sent = write_response(input.stream, &self.head, send_body.then_some(&body), obs, &mut stall);
         let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
         let no_headers = |_: &str| None;
         let record = Record {
@@ -421,6 +432,7 @@ impl Output {
         };
         self.logs.write(&record, false, 0);
         obs.state(ConnState::Closing);
+        self.logs.waiting();
         input.linger();
     }
 }
@@ -561,14 +573,20 @@ const SEND_CHUNK: usize = 256 * 1024;
 
 /// Sends head and body with as few `writev` calls as the kernel allows. Returns the
 /// bytes sent.
-fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mut dyn Observer) -> io::Result<u64> {
+fn write_response(
+    stream: &TcpStream,
+    head: &[u8],
+    body: Option<&Body>,
+    obs: &mut dyn Observer,
+    stall: &mut Stall<'_>,
+) -> io::Result<u64> {
     // One slice for the head and one for a body need no allocation; only multipart
     // bodies build a list.
     let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
     let mut many: Vec<IoSlice<'_>>;
     let slices: &mut [IoSlice<'_>] = match body {
         None | Some(Body::None) => &mut pair[..1],
-        Some(Body::File { file, start, end }) => return send_file(stream, head, file, *start, *end, obs),
+        Some(Body::File { file, start, end }) => return send_file(stream, head, file, *start, *end, obs, stall),
         Some(Body::Owned(v)) => {
             pair[1] = IoSlice::new(v);
             &mut pair
@@ -617,9 +635,10 @@ fn write_response(stream: &TcpStream, head: &[u8], body: Option<&Body>, obs: &mu
             Ok(n) => {
                 IoSlice::advance_slices(&mut rest, n);
                 obs.heartbeat();
+                stall.progress();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => stall.slice(e)?,
         }
     }
     Ok(total)
@@ -635,6 +654,7 @@ fn send_file(
     start: u64,
     end: u64,
     obs: &mut dyn Observer,
+    stall: &mut Stall<'_>,
 ) -> io::Result<u64> {
     use std::os::fd::{AsFd, AsRawFd};
     // nix names no MSG_MORE.
@@ -642,9 +662,12 @@ fn send_file(
     let mut sent = 0;
     while sent < head.len() {
         match nix::sys::socket::send(stream.as_raw_fd(), &head[sent..], more) {
-            Ok(n) => sent += n,
+            Ok(n) => {
+                sent += n;
+                stall.progress();
+            }
             Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => stall.slice(e.into())?,
         }
     }
     let mut offset = start as i64;
@@ -653,9 +676,12 @@ fn send_file(
         match nix::sys::sendfile::sendfile64(stream.as_fd(), file.as_fd(), Some(&mut offset), count) {
             // The file shrank under us: the response cannot be finished.
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => obs.heartbeat(),
+            Ok(_) => {
+                obs.heartbeat();
+                stall.progress();
+            }
             Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => stall.slice(e.into())?,
         }
     }
     Ok(head.len() as u64 + end - start)
@@ -666,6 +692,45 @@ fn send_file(
 /// early (see `send_file`). Not a client going away.
 fn file_shrank(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EFAULT) || e.kind() == io::ErrorKind::UnexpectedEof
+}
+
+/// A write waits on a slow client in slices of [`WAIT_SLICE`] (the listener's send
+/// timeout, see `listen`), so that a worker held by such a client writes out the
+/// access-log records it holds once it has waited one slice, instead of holding
+/// them until the client lets go (a kill or a crash meanwhile would lose them).
+/// The write fails once `send_timeout` has gone by with nothing sent.
+struct Stall<'l> {
+    slices: u32,
+    max: u32,
+    logs: &'l mut AccessLogs,
+}
+
+impl<'l> Stall<'l> {
+    fn new(send_timeout: Duration, logs: &'l mut AccessLogs) -> Stall<'l> {
+        let max = send_timeout.as_millis().div_ceil(WAIT_SLICE.as_millis()).max(1);
+        Stall { slices: 0, max: u32::try_from(max).unwrap_or(u32::MAX), logs }
+    }
+
+    /// Bytes went out.
+    fn progress(&mut self) {
+        self.slices = 0;
+    }
+
+    /// A write call failed with `e`: a slice went by with nothing sent (go on, after
+    /// writing the held records) unless `send_timeout` has, or another error.
+    fn slice(&mut self, e: io::Error) -> io::Result<()> {
+        if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+            return Err(e);
+        }
+        self.slices += 1;
+        if self.slices >= self.max {
+            return Err(e);
+        }
+        if self.slices == 1 {
+            self.logs.waiting();
+        }
+        Ok(())
+    }
 }
 
 enum BodyError {
@@ -713,7 +778,8 @@ impl Input<'_> {
     /// `head_timeout` (mod_reqtimeout's rule, so a trickling client cannot hold a
     /// worker forever). Waits are cut into slices so that, when `pressure()` says idle
     /// workers are scarce, an idle or trickling connection gives its worker back after
-    /// [`PRESSURE_GRACE`].
+    /// [`PRESSURE_GRACE`]. Once the client has kept the worker a slice, `waiting()`
+    /// is called (once): the worker writes the log records it holds.
     fn read_head(
         &mut self,
         first_wait: Duration,
@@ -721,8 +787,10 @@ impl Input<'_> {
         limits: &Limits,
         kept_alive: bool,
         pressure: &mut dyn FnMut() -> bool,
+        waiting: &mut dyn FnMut(),
     ) -> Result<usize, HeadError> {
         let began = Instant::now();
+        let mut waited_long = false;
         let mut scanned = 0;
         let mut deadline: Option<Instant> = None;
         // Nothing at all on a kept-alive connection is the idle timeout, closed
@@ -757,6 +825,10 @@ impl Input<'_> {
             };
             if full.is_zero() {
                 return Err(timed_out(self, deadline));
+            }
+            if waited >= WAIT_SLICE && !waited_long {
+                waited_long = true;
+                waiting();
             }
             let mut wait = full.min(WAIT_SLICE);
             // The first wait of a fresh read is a plain slice: a healthy client's head

@@ -169,6 +169,13 @@ impl AccessLogs {
         self.write_held(Some(crate::scoreboard::now_ms()));
     }
 
+    /// The worker is about to wait on a client for a second or more (a slow head,
+    /// a body, a slow reader): write every held record now, so none shows up late
+    /// or is lost should the worker be killed meanwhile.
+    pub fn waiting(&mut self) {
+        self.write_held(None);
+    }
+
     /// Writes out every held record (the worker ends).
     pub fn flush(&mut self) {
         self.write_held(None);

@@ -2,7 +2,7 @@
 //!
 //! One flat loop with a one-second tick (DESIGN §1):
 //! wait for a signal or the tick → act on signals → reap exited workers → on the tick,
-//! maintain the pool, retire old generations, kill stuck workers → stop when asked and
+//! maintain the pool, retire old generations, stop stuck workers → stop when asked and
 //! no worker is left. While the pool is short of idle workers the loop also wakes
 //! every [`maintenance::QUICK_LOOK`] to fork for connections waiting in the queue.
 //!
@@ -37,7 +37,9 @@ use signals::{Control, Signals};
 
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);
-/// How long a fast stop waits after TERM before KILL.
+/// How long a fast stop, or the stuck-worker watchdog, waits after TERM before KILL.
+/// A worker's TERM handler only writes the access-log records it holds, then dies:
+/// that takes milliseconds unless the log's disk hangs.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// A worker that dies younger than this is replaced by maintenance (rate-limited),
 /// not at once: a worker that crashes on start must not become a fork loop.
@@ -81,6 +83,8 @@ struct Child {
     born: Instant,
     /// The master already decided this one's fate (stuck, stop): don't log its death.
     killed: bool,
+    /// Sent TERM as stuck: KILL at this time if it is still there.
+    kill_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -453,8 +457,10 @@ impl Master {
             }
             Ok(Forked::Parent(pid)) => {
                 sys::restore_signals(&old_mask);
-                self.children
-                    .insert(pid, Child { slot, generation: self.generation, born: Instant::now(), killed: false });
+                self.children.insert(
+                    pid,
+                    Child { slot, generation: self.generation, born: Instant::now(), killed: false, kill_at: None },
+                );
                 Ok(())
             }
             Err(e) => {
@@ -568,12 +574,21 @@ impl Master {
     }
 
     /// A worker showing no progress in one request for longer than
-    /// `http.request_timeout` is killed (each read and write has its own timeout, so
-    /// only a bug or a kernel stall gets here).
+    /// `http.request_timeout` is stopped: TERM first, so its handler writes the
+    /// access-log records the worker holds, then KILL after [`STOP_GRACE`] if it is
+    /// still there (each read and write has its own timeout, so only a bug, a kernel
+    /// stall or a client slower than the timeouts allow gets here).
     fn kill_stuck_workers(&mut self) {
         let now = crate::scoreboard::now_ms();
         let limit = self.config.http.request_timeout.as_millis() as u64;
+        let at = Instant::now();
         for (pid, child) in self.children.iter_mut() {
+            if child.kill_at.is_some_and(|t| at >= t) {
+                log::error!("worker {pid} (slot {}) is still there {STOP_GRACE:?} after TERM; killing it", child.slot);
+                child.kill_at = None;
+                let _ = kill(*pid, Signal::SIGKILL);
+                continue;
+            }
             let slot = &self.scoreboard.slots[child.slot];
             let busy = matches!(slot.state(), State::Writing | State::Logging | State::Reading | State::Closing);
             if busy && !child.killed && now.saturating_sub(slot.heartbeat_ms.load(Relaxed)) > limit {
@@ -582,13 +597,14 @@ impl Master {
                 let mut line = Vec::new();
                 crate::log::format::escape_into(&mut line, &slot.request_bytes());
                 log::error!(
-                    "worker {pid} (slot {}) made no progress on \"{}\" for over {:?}; killing it",
+                    "worker {pid} (slot {}) made no progress on \"{}\" for over {:?}; terminating it",
                     child.slot,
                     String::from_utf8_lossy(&line),
                     self.config.http.request_timeout
                 );
                 child.killed = true;
-                let _ = kill(*pid, Signal::SIGKILL);
+                child.kill_at = Some(at + STOP_GRACE);
+                let _ = kill(*pid, Signal::SIGTERM);
             }
         }
     }
