@@ -2,6 +2,9 @@
 //! is sent byte for byte on a fresh connection to a running pika, and the answer is
 //! checked against the sibling `.expect` file (the status on its first line, and
 //! `close` on a second when the server must close the connection after answering).
+//! A case that keeps the connection open is followed on it by a sentinel request,
+//! which must be answered: a server that lost its place in the stream (misread a
+//! body, dropped a pipelined request) or closed fails the case.
 //!
 //! The cases are written by `tests/requests/generate.py`, so a parser bug found
 //! anywhere becomes one more line there. One test replays them all and reports every
@@ -24,8 +27,15 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// the 5 s keep-alive timeout, so a connection merely kept alive fails the check.
 const CLOSE_WITHIN: Duration = Duration::from_secs(3);
 
-/// Most bytes read while waiting for the close (the rest of the response body).
+/// Most bytes read while waiting for the close or the sentinel's answer (the rest of
+/// the case's response bodies).
 const MAX_DRAIN: usize = 4 << 20;
+
+/// Sent after every keep-alive case, on the same connection and in the same write.
+const SENTINEL_REQUEST: &[u8] = b"GET /sentinel.txt HTTP/1.1\r\nHost: localhost\r\n\r\n";
+/// `htdocs/sentinel.txt`: found in no other response, so reading up to it skips
+/// whatever the case itself was answered (several responses for a pipelined case).
+const SENTINEL_BODY: &[u8] = b"corpus sentinel: the connection still works\n";
 
 /// What a case expects.
 struct Expect {
@@ -50,7 +60,7 @@ impl Expect {
 
     fn met_by(&self, answer: &Answer) -> bool {
         match answer {
-            Answer::Status { status, closed } => *status == self.status && (!self.close || *closed == Some(true)),
+            Answer::Status { status, after } => *status == self.status && after.is_ok(),
             Answer::Nothing(_) => false,
         }
     }
@@ -58,14 +68,15 @@ impl Expect {
 
 impl fmt::Display for Expect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.status, if self.close { ", then close" } else { "" })
+        write!(f, "{}{}", self.status, if self.close { ", then close" } else { ", then the sentinel answered" })
     }
 }
 
 /// What the server did with one case.
 enum Answer {
-    /// A final status; whether the connection then closed, when that was checked.
-    Status { status: u16, closed: Option<bool> },
+    /// A final status, and what followed: the clean close a `close` case expects, or
+    /// the sentinel's answer on a kept-alive connection (`Err` says what went wrong).
+    Status { status: u16, after: Result<(), String> },
     /// No final response head: why not.
     Nothing(String),
 }
@@ -73,9 +84,8 @@ enum Answer {
 impl fmt::Display for Answer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Answer::Status { status, closed: None } => write!(f, "{status}"),
-            Answer::Status { status, closed: Some(true) } => write!(f, "{status}, then close"),
-            Answer::Status { status, closed: Some(false) } => write!(f, "{status}, connection left open"),
+            Answer::Status { status, after: Ok(()) } => write!(f, "{status}"),
+            Answer::Status { status, after: Err(why) } => write!(f, "{status}, then {why}"),
             Answer::Nothing(why) => write!(f, "no response ({why})"),
         }
     }
@@ -115,8 +125,9 @@ fn load_cases() -> Vec<Case> {
 }
 
 /// Sends one case on a fresh connection and reads the final response's head (1xx
-/// interim responses are skipped); with `check_close`, then waits for the close.
-fn send(addr: SocketAddr, request: &[u8], check_close: bool) -> Answer {
+/// interim responses are skipped); with `close`, then waits for the close, else
+/// sends the sentinel with the case and waits for its answer.
+fn send(addr: SocketAddr, case: &[u8], close: bool) -> Answer {
     let mut s = match TcpStream::connect(addr) {
         Ok(s) => s,
         Err(e) => return Answer::Nothing(format!("connect: {e}")),
@@ -125,7 +136,16 @@ fn send(addr: SocketAddr, request: &[u8], check_close: bool) -> Answer {
     // (`shutdown(Write)`) would change the request: the server would see the stream
     // end, not a client waiting for an answer. A server that answers early and stops
     // reading may fail the write; its answer is what counts.
-    let wrote = s.write_all(request);
+    let mut request = case.to_vec();
+    if !close {
+        // A case ending in a lone CR has begun a line: end it, so that the sentinel
+        // starts on a line of its own after an empty one (RFC 9112 §2.2).
+        if request.ends_with(b"\r") {
+            request.push(b'\n');
+        }
+        request.extend_from_slice(SENTINEL_REQUEST);
+    }
+    let wrote = s.write_all(&request);
     let deadline = Instant::now() + ANSWER_WITHIN;
     let mut buf = Vec::new();
     let status = loop {
@@ -147,8 +167,36 @@ fn send(addr: SocketAddr, request: &[u8], check_close: bool) -> Answer {
             }
         }
     };
-    let closed = check_close.then(|| closes_within(&mut s, CLOSE_WITHIN));
-    Answer::Status { status, closed }
+    let after = if close { closes_within(&mut s, CLOSE_WITHIN) } else { sentinel_answered(&mut s, buf, deadline) };
+    Answer::Status { status, after }
+}
+
+/// Reads on (after the case's answer, part of which may be in `buf`) until the
+/// sentinel's body has come, and checks it came with a 200.
+fn sentinel_answered(s: &mut TcpStream, mut buf: Vec<u8>, deadline: Instant) -> Result<(), String> {
+    let mut chunk = [0u8; 16 * 1024];
+    let at = loop {
+        if let Some(at) = buf.windows(SENTINEL_BODY.len()).position(|w| w == SENTINEL_BODY) {
+            break at;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || buf.len() > MAX_DRAIN {
+            return Err(format!("no answer to the sentinel request within {ANSWER_WITHIN:?}"));
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return Err("the connection closed before the sentinel request was answered".into()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(format!("read before the sentinel's answer: {e}")),
+        }
+    };
+    let head_at = buf[..at].windows(9).rposition(|w| w == b"HTTP/1.1 ").ok_or("a sentinel body without a head")?;
+    match status_of(&buf[head_at..]) {
+        Some(200) => Ok(()),
+        other => Err(format!("the sentinel request answered {other:?}")),
+    }
 }
 
 /// Reads until `buf` holds a whole response head; removes and returns it (what
@@ -186,26 +234,28 @@ fn status_of(head: &[u8]) -> Option<u16> {
     std::str::from_utf8(code).ok()?.parse().ok()
 }
 
-/// Drains the rest of the response and reports whether the server then closed the
-/// connection within `limit`. A reset counts: the connection is gone either way.
-fn closes_within(s: &mut TcpStream, limit: Duration) -> bool {
+/// Drains the rest of the response and checks that the server then closed the
+/// connection cleanly (end of stream, not a reset, which can destroy the answer
+/// before the client reads it) within `limit`.
+fn closes_within(s: &mut TcpStream, limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     let mut chunk = [0u8; 16 * 1024];
     let mut drained = 0;
     while drained < MAX_DRAIN {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return false;
+            break;
         }
         s.set_read_timeout(Some(left)).unwrap();
         match s.read(&mut chunk) {
-            Ok(0) => return true,
+            Ok(0) => return Ok(()),
             Ok(n) => drained += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(e) => return Err(format!("the connection ended with an error: {e}")),
         }
     }
-    false
+    Err(format!("the connection was left open ({limit:?})"))
 }
 
 #[test]
@@ -214,6 +264,7 @@ fn corpus() {
     site.write("htdocs/a b.txt", "spaced\n");
     site.write("htdocs/file.txt", "x".repeat(1000));
     site.write("htdocs/dir/index.html", "<h1>dir</h1>\n");
+    site.write("htdocs/sentinel.txt", SENTINEL_BODY);
     site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n");
     let pika = Pika::start(&site, "-F");
     let workers = children_of(pika.pid);

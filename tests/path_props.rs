@@ -6,13 +6,14 @@
 //! `PROPTEST_RNG_SEED` (and `PROPTEST_CASES`) to explore further. The fuzz targets in
 //! `fuzz/` hunt open-endedly.
 
+use std::cell::Cell;
 use std::path::{Component, Path, PathBuf};
 
 use pika::http::path::{CleanPath, clean, encode_path};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::RngSeed;
+use proptest::test_runner::{RngSeed, TestRunner};
 
 /// Cases per property, unless `PROPTEST_CASES` asks for more.
 const CASES: u32 = 512;
@@ -21,6 +22,14 @@ const CASES: u32 = 512;
 const SEED: u64 = 20_250_601;
 
 const ROOT: &str = "/srv/root";
+
+/// The least share of generated targets `clean` must accept for a property to count.
+/// Measured with the fixed seed: 74% of `slash_then_bytes` (a `%`, NUL or `\` among
+/// up to 63 random bytes refuses the rest) and 15% of `tricky_target` (most attacks
+/// climb above the root or carry a bad escape, as they should); other seeds give
+/// 71-74% and 15-18%.
+const MIN_ACCEPTED_ANY_BYTES: f64 = 0.5;
+const MIN_ACCEPTED_ATTACKS: f64 = 0.1;
 
 /// The pieces path attacks are made of, weighted towards separators and dots.
 const PIECES: &[&[u8]] = &[
@@ -94,8 +103,9 @@ fn join_lexically(root: &Path, rel: &Path) -> PathBuf {
 }
 
 /// If `clean` accepts `target`, its path stays under the root and round-trips.
-fn check_target(target: &[u8]) -> Result<(), TestCaseError> {
-    let Ok((path, _query)) = clean(target) else { return Ok(()) };
+/// Returns whether it was accepted (a refusal has nothing more to check).
+fn check_target(target: &[u8]) -> Result<bool, TestCaseError> {
+    let Ok((path, _query)) = clean(target) else { return Ok(false) };
     prop_assert!(path.bytes.starts_with(b"/"));
     prop_assert!(!path.bytes.contains(&0) && !path.bytes.contains(&b'\\'));
     prop_assert!(path.segments().all(|s| s != b"." && s != b".."), "dot segment in {:?}", path.bytes);
@@ -109,26 +119,50 @@ fn check_target(target: &[u8]) -> Result<(), TestCaseError> {
 
     let encoded = encode_path(&path.bytes);
     prop_assert_eq!(clean(encoded.as_bytes()), Ok((path.clone(), None)));
-    Ok(())
+    Ok(true)
+}
+
+/// Checks every target `strategy` makes, and fails unless `clean` accepted at least
+/// `min_accepted` of them: a strategy whose targets are nearly all refused would
+/// leave the checks on accepted paths unexercised and the property hollow.
+fn check_targets(strategy: impl Strategy<Value = Vec<u8>>, min_accepted: f64) {
+    let mut runner = TestRunner::new(config());
+    let (tried, accepted) = (Cell::new(0u32), Cell::new(0u32));
+    let outcome = runner.run(&strategy, |target| {
+        tried.set(tried.get() + 1);
+        if check_target(&target)? {
+            accepted.set(accepted.get() + 1);
+        }
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+    let fraction = f64::from(accepted.get()) / f64::from(tried.get());
+    assert!(
+        fraction >= min_accepted,
+        "only {} of {} generated targets were accepted (want at least {min_accepted})",
+        accepted.get(),
+        tried.get()
+    );
+}
+
+// Plain arbitrary bytes are not a strategy here: about 1 in 256 starts with '/', so
+// nearly every case would stop at "not origin-form". That `clean` refuses any bytes
+// without a panic is the fuzz targets' job.
+
+#[test]
+fn arbitrary_paths_stay_under_root() {
+    check_targets(slash_then_bytes(), MIN_ACCEPTED_ANY_BYTES);
+}
+
+#[test]
+fn dot_and_separator_attacks_stay_under_root() {
+    check_targets(tricky_target(), MIN_ACCEPTED_ATTACKS);
 }
 
 proptest! {
     #![proptest_config(config())]
-
-    #[test]
-    fn arbitrary_bytes_stay_under_root(target in vec(any::<u8>(), 0..64)) {
-        check_target(&target)?;
-    }
-
-    #[test]
-    fn arbitrary_paths_stay_under_root(target in slash_then_bytes()) {
-        check_target(&target)?;
-    }
-
-    #[test]
-    fn dot_and_separator_attacks_stay_under_root(target in tricky_target()) {
-        check_target(&target)?;
-    }
 
     #[test]
     fn encode_then_clean_round_trips(p in normal_path()) {

@@ -230,6 +230,15 @@ pub fn children_of(pid: i32) -> Vec<i32> {
     out
 }
 
+/// The `n` worker processes of a master: waits until it has exactly `n` children,
+/// so that a loop over them cannot pass by running zero times.
+pub fn n_children(pid: i32, n: usize) -> Vec<i32> {
+    wait_until(DEADLINE, &format!("{n} children of {pid}"), || {
+        let c = children_of(pid);
+        (c.len() == n).then_some(c)
+    })
+}
+
 /// The fields of /proc/PID/stat after the command name: `[0]` is the state (field 3
 /// in proc(5)), so field N of proc(5) is `[N - 3]`. None once the process is gone.
 pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
@@ -324,9 +333,38 @@ pub fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Resp {
     raw(addr, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n").as_bytes())
 }
 
-/// Reads until the peer closes (or the timeout), returning everything.
-pub fn read_all(s: &mut TcpStream) -> Vec<u8> {
+/// How soon a server that says it closes must have closed: well under the keep-alive
+/// timeout a test leaves at its default (5 s), so a connection merely kept open fails.
+pub const CLOSE_WITHIN: Duration = Duration::from_secs(3);
+
+/// Reads what is left on `s` until the server closes it, and returns those bytes.
+/// Panics unless the stream ends cleanly (end of stream, no reset) within `limit`:
+/// this is how a test claims a close.
+pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let end = Instant::now() + limit;
     let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            panic!("the server did not close within {limit:?} ({} bytes read)", out.len());
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                panic!("the server did not close within {limit:?} ({} bytes read)", out.len());
+            }
+            Err(e) => panic!("the connection ended with an error, not a clean close, after {} bytes: {e}", out.len()),
+        }
+    }
+}
+
+/// [`read_until_closed`] with nothing more to read: the server closed, cleanly and
+/// within [`CLOSE_WITHIN`], and sent nothing after what was read.
+pub fn assert_closed(s: &mut TcpStream, what: &str) {
+    let rest = read_until_closed(s, CLOSE_WITHIN);
+    assert!(rest.is_empty(), "{what}: {} bytes after the response: {:?}", rest.len(), String::from_utf8_lossy(&rest));
 }
