@@ -59,6 +59,7 @@ pub fn run_single(config: Config) -> ExitCode {
         doorbell: None,
         token: &token,
         logs,
+        log_epoch: scoreboard.header.log_epoch.load(std::sync::atomic::Ordering::SeqCst),
         master: None,
     };
     let code = crate::worker::run(ctx);

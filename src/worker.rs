@@ -63,6 +63,11 @@ pub struct WorkerCtx<'a> {
     pub doorbell: Option<&'a Doorbell>,
     pub token: &'a str,
     pub logs: AccessLogs,
+    /// The log epoch `logs` (and the error log) were opened under. Read by the master
+    /// before the fork: the master may rotate and bump the epoch while this process
+    /// starts, and a worker that read the epoch itself after that bump would take its
+    /// inherited, already renamed files for the current ones.
+    pub log_epoch: u32,
     /// The master's pid (None in single-process mode).
     pub master: Option<Pid>,
 }
@@ -148,7 +153,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let slot = &ctx.scoreboard.slots[ctx.slot];
     slot.pid.store(std::process::id() as i32, Relaxed);
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
-    logs.watch_epoch(&ctx.scoreboard.header.log_epoch);
+    logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.hold_back();
     let mut server = match Server::new(ctx.config, logs, ctx.token.to_string()) {
         Ok(s) => s,

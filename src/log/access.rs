@@ -91,10 +91,11 @@ impl AccessLogs {
         self.timed
     }
 
-    /// Follows the master's log epoch: when it moves (a rotation), every log and the
-    /// error log are reopened by path before the next write.
-    pub fn watch_epoch(&mut self, epoch: &'static AtomicU32) {
-        self.epoch = Some((epoch, epoch.load(Relaxed)));
+    /// Follows the master's log epoch: when it moves past `opened_at` (the epoch these
+    /// files were opened under), every log and the error log are reopened by path
+    /// before the next write.
+    pub fn watch_epoch(&mut self, epoch: &'static AtomicU32, opened_at: u32) {
+        self.epoch = Some((epoch, opened_at));
     }
 
     /// Reopens the logs if the epoch moved since the last look.

@@ -435,6 +435,9 @@ impl Master {
 
     fn make_child(&mut self, slot: usize) -> std::io::Result<()> {
         self.scoreboard.slots[slot].claim(self.generation);
+        // The epoch of the logs the child inherits, read here: once forked, this
+        // process may rotate them before the child looks.
+        let log_epoch = self.scoreboard.header.log_epoch.load(SeqCst);
         // Block every signal across the fork: the child must not run the master's
         // handlers before it has replaced them.
         let old_mask = sys::block_all_signals();
@@ -451,6 +454,7 @@ impl Master {
                     doorbell: Some(&self.doorbell),
                     token: &self.token,
                     logs,
+                    log_epoch,
                     master: Some(nix::unistd::getppid()),
                 };
                 worker::child_main(ctx)
