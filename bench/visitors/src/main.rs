@@ -1,0 +1,397 @@
+//! Browser-like load for pika's benchmarks: visitors that think.
+//!
+//! wrk, ab and siege keep every connection busy; real sites get browsers. Each
+//! visitor here loads a page, then its assets over up to `--conns` kept-alive
+//! connections (a browser's six per host), then thinks for a random 1-5 s and loads
+//! the next page over the connections it kept. What a browser does on a reused
+//! connection that fails before any byte of the answer came (the server closed it
+//! while the request was on its way) is done here too: the request is retried once
+//! on a new connection, and counted as a retry, apart from failures. A connection the
+//! server closed while the visitor was thinking is seen before reuse (a browser
+//! checks an idle socket before it sends on it) and replaced without a retry.
+//!
+//! Output: one JSON object on stdout (latency percentiles over the requests started
+//! after the warm-up, failures, retries, the client's own CPU time), a readable
+//! summary on stderr.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Args {
+    addr: SocketAddr,
+    host: String,
+    clients: usize,
+    duration: Duration,
+    ramp: Duration,
+    think: (Duration, Duration),
+    conns: usize,
+    page: String,
+    assets: Vec<String>,
+    timeout: Duration,
+    threads: usize,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: visitors --addr IP:PORT --clients N --duration SECS [--ramp SECS] [--think MIN-MAX] \
+         [--conns N] [--page PATH] [--assets P1,P2,...] [--host NAME] [--timeout SECS] [--threads N]"
+    );
+    std::process::exit(2)
+}
+
+fn secs(s: &str) -> Duration {
+    Duration::from_secs_f64(s.parse().unwrap_or_else(|_| usage()))
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        addr: "127.0.0.1:8080".parse().unwrap(),
+        host: "localhost".into(),
+        clients: 300,
+        duration: Duration::from_secs(30),
+        ramp: Duration::from_secs(5),
+        think: (Duration::from_secs(1), Duration::from_secs(5)),
+        conns: 6,
+        page: "/index.html".into(),
+        assets: Vec::new(),
+        timeout: Duration::from_secs(30),
+        threads: 1,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let v = it.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--addr" => a.addr = v.parse().unwrap_or_else(|_| usage()),
+            "--host" => a.host = v,
+            "--clients" => a.clients = v.parse().unwrap_or_else(|_| usage()),
+            "--duration" => a.duration = secs(&v),
+            "--ramp" => a.ramp = secs(&v),
+            "--think" => {
+                let (lo, hi) = v.split_once('-').unwrap_or_else(|| usage());
+                a.think = (secs(lo), secs(hi));
+            }
+            "--conns" => a.conns = v.parse().unwrap_or_else(|_| usage()),
+            "--page" => a.page = v,
+            "--assets" => a.assets = v.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
+            "--timeout" => a.timeout = secs(&v),
+            "--threads" => a.threads = v.parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    if a.conns == 0 || a.clients == 0 {
+        usage();
+    }
+    a
+}
+
+/// xorshift64*: think times and start offsets, reproducible per visitor.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let span = hi.saturating_sub(lo).as_micros() as u64;
+        lo + Duration::from_micros(if span == 0 { 0 } else { self.next() % span })
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Microseconds per request (started after the warm-up), including a retry's time.
+    latencies: Vec<u32>,
+    requests: u64,
+    failures: u64,
+    retries: u64,
+    /// Connections opened, and those found closed by the server before reuse.
+    connects: u64,
+    closed_idle: u64,
+    /// Answers that said `Connection: close`.
+    told_close: u64,
+    bytes: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn merge(&mut self, o: Tally) {
+        self.latencies.extend(o.latencies);
+        self.requests += o.requests;
+        self.failures += o.failures;
+        self.retries += o.retries;
+        self.connects += o.connects;
+        self.closed_idle += o.closed_idle;
+        self.told_close += o.told_close;
+        self.bytes += o.bytes;
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+    }
+}
+
+/// One kept-alive connection and its read buffer.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+struct Shared {
+    args: Args,
+    measure_from: Instant,
+    end: Instant,
+}
+
+/// How a request went wrong: before any byte of the answer (on a reused connection a
+/// browser retries that), or after.
+enum Fail {
+    BeforeAnswer(String),
+    Other(String),
+}
+
+/// Sends one GET on `conn` and reads the whole answer. Returns (bytes, keep-alive).
+async fn exchange(conn: &mut Conn, req: &[u8], timeout: Duration) -> Result<(u64, bool), Fail> {
+    let run = async {
+        conn.stream.write_all(req).await.map_err(|e| Fail::BeforeAnswer(format!("write: {e}")))?;
+        conn.buf.clear();
+        let head_end = loop {
+            if let Some(p) = find(&conn.buf, b"\r\n\r\n") {
+                break p + 4;
+            }
+            let mut chunk = [0u8; 16384];
+            match conn.stream.read(&mut chunk).await {
+                Ok(0) if conn.buf.is_empty() => return Err(Fail::BeforeAnswer("closed before the answer".into())),
+                Ok(0) => return Err(Fail::Other("closed in the head".into())),
+                Ok(n) => conn.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if conn.buf.is_empty() => return Err(Fail::BeforeAnswer(format!("read: {e}"))),
+                Err(e) => return Err(Fail::Other(format!("read: {e}"))),
+            }
+        };
+        let head = String::from_utf8_lossy(&conn.buf[..head_end]).to_ascii_lowercase();
+        let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        if !(200..400).contains(&status) {
+            return Err(Fail::Other(format!("status {status}")));
+        }
+        let length: Option<u64> = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok());
+        let close = head.lines().any(|l| l.starts_with("connection:") && l.contains("close"));
+        let Some(length) = length else { return Err(Fail::Other("no Content-Length".into())) };
+        let mut have = (conn.buf.len() - head_end) as u64;
+        let mut chunk = vec![0u8; 65536];
+        while have < length {
+            match conn.stream.read(&mut chunk).await {
+                Ok(0) => return Err(Fail::Other("closed in the body".into())),
+                Ok(n) => have += n as u64,
+                Err(e) => return Err(Fail::Other(format!("read body: {e}"))),
+            }
+        }
+        if have > length {
+            return Err(Fail::Other("more bytes than Content-Length (no pipelining here)".into()));
+        }
+        Ok((head_end as u64 + length, !close))
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(Fail::Other(format!("no answer within {timeout:?}"))),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// True if the server closed (or reset) this idle connection: a browser's check
+/// before it reuses a pooled socket.
+fn closed_while_idle(conn: &Conn) -> bool {
+    let mut probe = [0u8; 1];
+    match conn.stream.try_read(&mut probe) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+        _ => true, // EOF, reset, or bytes nobody asked for
+    }
+}
+
+async fn connect(shared: &Shared, tally: &mut Tally) -> Result<Conn, String> {
+    let c = tokio::time::timeout(shared.args.timeout, TcpStream::connect(shared.args.addr))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = c.set_nodelay(true);
+    tally.connects += 1;
+    Ok(Conn { stream: c, buf: Vec::with_capacity(16384) })
+}
+
+/// One request as a browser makes it, on the connection in `slot` (opened if empty).
+async fn fetch(shared: &Shared, slot: &mut Option<Conn>, path: &str, tally: &mut Tally) {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pika-bench-visitors\r\nAccept: */*\r\n\
+         Accept-Encoding: identity\r\n\r\n",
+        shared.args.host
+    );
+    let started = Instant::now();
+    let mut retried = false;
+    let outcome = loop {
+        if slot.as_ref().is_some_and(closed_while_idle) {
+            *slot = None;
+            tally.closed_idle += 1;
+        }
+        let reused = slot.is_some();
+        if slot.is_none() {
+            match connect(shared, tally).await {
+                Ok(c) => *slot = Some(c),
+                Err(e) => break Err(e),
+            }
+        }
+        let conn = slot.as_mut().expect("connected");
+        match exchange(conn, req.as_bytes(), shared.args.timeout).await {
+            Ok((bytes, keep)) => {
+                tally.bytes += bytes;
+                if !keep {
+                    tally.told_close += 1;
+                    *slot = None;
+                }
+                break Ok(());
+            }
+            Err(Fail::BeforeAnswer(e)) if reused && !retried => {
+                // The server closed the kept-alive connection under our request.
+                *slot = None;
+                retried = true;
+                tally.retries += 1;
+                let _ = e;
+            }
+            Err(Fail::BeforeAnswer(e)) | Err(Fail::Other(e)) => {
+                *slot = None;
+                break Err(e);
+            }
+        }
+    };
+    if started < shared.measure_from {
+        return;
+    }
+    tally.requests += 1;
+    match outcome {
+        Ok(()) => tally.latencies.push(started.elapsed().as_micros().min(u32::MAX as u128) as u32),
+        Err(e) => {
+            tally.failures += 1;
+            if tally.first_error.is_none() {
+                tally.first_error = Some(format!("{path}: {e}"));
+            }
+        }
+    }
+}
+
+async fn visitor(shared: Arc<Shared>, id: u64) -> Tally {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (id + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let mut tally = Tally::default();
+    let mut pool: Vec<Option<Conn>> = (0..shared.args.conns).map(|_| None).collect();
+    // Arrivals spread over the ramp, so the run does not open with every visitor at once.
+    tokio::time::sleep(rng.between(Duration::ZERO, shared.args.ramp)).await;
+    while Instant::now() < shared.end {
+        fetch(&shared, &mut pool[0], &shared.args.page, &mut tally).await;
+        // The assets, over as many connections as there are assets (up to `conns`),
+        // each taking the next asset not yet fetched.
+        let queue = Arc::new(Mutex::new(shared.args.assets.iter().cloned().collect::<VecDeque<_>>()));
+        let lanes = shared.args.conns.min(shared.args.assets.len());
+        let mut set = tokio::task::JoinSet::new();
+        for (lane, conn) in pool.iter_mut().take(lanes).enumerate() {
+            let mut conn = conn.take();
+            let queue = queue.clone();
+            let shared = shared.clone();
+            set.spawn(async move {
+                let mut t = Tally::default();
+                loop {
+                    let next = queue.lock().unwrap().pop_front();
+                    let Some(path) = next else { break };
+                    fetch(&shared, &mut conn, &path, &mut t).await;
+                }
+                (lane, conn, t)
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            let (lane, conn, t) = done.expect("lane task");
+            pool[lane] = conn;
+            tally.merge(t);
+        }
+        let think = rng.between(shared.args.think.0, shared.args.think.1);
+        if Instant::now() + think >= shared.end {
+            break;
+        }
+        tokio::time::sleep(think).await;
+    }
+    tally
+}
+
+/// User + system CPU seconds of this process so far (from /proc/self/stat).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+fn main() {
+    let args = parse_args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let clients = args.clients;
+    let duration = args.duration;
+    let measure_from = t0 + args.ramp;
+    let shared = Arc::new(Shared { end: t0 + args.ramp + args.duration, measure_from, args });
+    let total = rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for id in 0..clients {
+            set.spawn(visitor(shared.clone(), id as u64));
+        }
+        let mut total = Tally::default();
+        while let Some(t) = set.join_next().await {
+            total.merge(t.expect("visitor task"));
+        }
+        total
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let mut lat = total.latencies;
+    lat.sort_unstable();
+    let measured = duration.as_secs_f64();
+    let (p50, p90, p99) = (percentile(&lat, 50.0), percentile(&lat, 90.0), percentile(&lat, 99.0));
+    let max = lat.last().map_or(0.0, |v| *v as f64 / 1000.0);
+    let rps = total.requests as f64 / measured;
+    let err = total.first_error.as_deref().unwrap_or("").replace('\\', "\\\\").replace('"', "\\\"");
+    println!(
+        "{{\"clients\": {clients}, \"requests\": {}, \"rps\": {rps:.1}, \"failures\": {}, \"retries\": {}, \
+         \"p50_ms\": {p50:.3}, \"p90_ms\": {p90:.3}, \"p99_ms\": {p99:.3}, \"max_ms\": {max:.3}, \
+         \"connects\": {}, \"closed_idle\": {}, \"told_close\": {}, \"bytes\": {}, \"client_cpu_s\": {cpu:.2}, \
+         \"wall_s\": {wall:.2}, \"first_error\": \"{err}\"}}",
+        total.requests, total.failures, total.retries, total.connects, total.closed_idle, total.told_close, total.bytes
+    );
+    eprintln!(
+        "{clients} visitors: {} requests ({rps:.0}/s) p50 {p50:.2} ms p90 {p90:.2} ms p99 {p99:.2} ms max {max:.1} ms; \
+         {} failed, {} retried; {} connections, {} found closed while idle, {} told to close; client CPU {cpu:.1} s in {wall:.1} s",
+        total.requests, total.failures, total.retries, total.connects, total.closed_idle, total.told_close
+    );
+}
