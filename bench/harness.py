@@ -48,11 +48,21 @@ REPO_DIR = os.path.dirname(BENCH_DIR)
 # PIKA_BIN may point at another build (e.g. a copy of an older release).
 PIKA_BIN = os.environ.get("PIKA_BIN") or os.path.join(REPO_DIR, "target", "release", "pika")
 
-ALL_SERVERS = ["nginx", "apache", "lighttpd", "busybox", "pika", "floor"]
+ALL_SERVERS = ["nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd", "busybox",
+               "pika", "floor"]
 ALIASES = {"apache2": "apache", "httpd": "apache", "busybox-httpd": "busybox"}
 PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "18080"))
 NPROC = os.cpu_count() or 1
 HOST = "127.0.0.1"  # all traffic stays on loopback
+
+# Descriptors. The largest visitors cell (3,000 clients, six connections each)
+# holds up to 18,000 connections, and every server is configured to hold them
+# (nginx in any one worker, lighttpd as far as its own rule lets it, pika through
+# server.max_open_files). bench/run raises the soft limit to the hard one; no
+# process here can go past the hard limit (that takes CAP_SYS_RESOURCE), so the
+# configs use it, capped at lighttpd's 16-bit server.max-fds.
+_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+NOFILE = 65535 if _hard == resource.RLIM_INFINITY else min(_hard, 65535)
 
 
 def log(msg):
@@ -71,6 +81,29 @@ FILES = [
     ("img200.jpg", 200_000, "jpeg"),
     ("img1700.jpg", 1_700_000, "jpeg"),
 ]
+ASSET_FILES = [
+    # The ten assets of the page a visitor loads (the visitors cells): sizes of a
+    # real page's stylesheets, scripts, images and font (3-50 KB, 219 KB in all),
+    # names whose types every server's mime table maps.
+    ("site.css", 22_000, "css"),
+    ("print.css", 3_000, "css"),
+    ("app.js", 48_000, "js"),
+    ("vendor.js", 36_000, "js"),
+    ("consent.js", 5_000, "js"),
+    ("logo.svg", 4_000, "svg"),
+    ("icons.png", 9_000, "png"),
+    ("hero.jpg", 50_000, "jpeg"),
+    ("photo.jpg", 18_000, "jpeg"),
+    ("text.woff2", 24_000, "woff2"),
+]
+FILES += ASSET_FILES
+ASSETS = [name for name, _, _ in ASSET_FILES]
+
+# The Content-Type each kind must be served with (a prefix; nginx's mime.types
+# says application/javascript where the others say text/javascript).
+TYPES = {"html": "text/html", "jpeg": "image/jpeg", "css": "text/css",
+         "js": ("text/javascript", "application/javascript"), "svg": "image/svg+xml",
+         "png": "image/png", "woff2": "font/woff2"}
 
 WORDS = ("pika prefork worker accept socket header request response static "
          "file server kernel cache latency bytes route host alpine stone "
@@ -81,11 +114,8 @@ def stream(label, n):
     return hashlib.shake_256(("pika-bench:" + label).encode()).digest(n)
 
 
-def make_html(name, size):
-    head = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            f"<title>pika bench {name}</title></head>\n<body>\n<p>")
-    tail = "</p>\n</body></html>\n"
-    need = size - len(head) - len(tail)
+def filler(name, need):
+    """`need` bytes of seeded words, a line break every 12."""
     rnd = stream(name, need)
     words, n, i = [], 0, 0
     while n < need:
@@ -94,36 +124,74 @@ def make_html(name, size):
         sep = "\n" if i % 12 == 0 else " "
         words.append(w + sep)
         n += len(w) + 1
-    body = "".join(words)[:need]
-    data = (head + body + tail).encode()
+    return "".join(words)[:need]
+
+
+def make_text(name, size, head, tail):
+    data = (head + filler(name, size - len(head) - len(tail)) + tail).encode()
     assert len(data) == size, (name, len(data))
     return data
 
 
-def make_jpeg(name, size):
-    # JPEG SOI + JFIF APP0 header, seeded filler, EOI. Not a decodable image
-    # (the servers never decode it), but the right name, type and size.
-    header = bytes.fromhex("ffd8ffe000104a46494600010100000100010000")
-    return header + stream(name, size - len(header) - 2) + b"\xff\xd9"
+def make_html(name, size):
+    return make_text(name, size,
+                     f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+                     f"<title>pika bench {name}</title></head>\n<body>\n<p>",
+                     "</p>\n</body></html>\n")
+
+
+def make_binary(name, size, header, trailer=b""):
+    # A real header, seeded filler, a real trailer. Not a decodable file (the
+    # servers never decode one), but the right name, type and size.
+    return header + stream(name, size - len(header) - len(trailer)) + trailer
+
+
+def make_file(name, size, kind):
+    if kind == "html":
+        return make_html(name, size)
+    if kind == "css":
+        return make_text(name, size, f"/* pika bench {name} */\n.x {{ content: \"", "\" }\n")
+    if kind == "js":
+        return make_text(name, size, f"// pika bench {name}\nconst s = `", "`;\n")
+    if kind == "svg":
+        return make_text(name, size, '<svg xmlns="http://www.w3.org/2000/svg"><desc>',
+                         "</desc></svg>\n")
+    if kind == "jpeg":  # SOI + JFIF APP0 header ... EOI
+        return make_binary(name, size, bytes.fromhex("ffd8ffe000104a46494600010100000100010000"),
+                           b"\xff\xd9")
+    if kind == "png":  # signature ... IEND chunk
+        return make_binary(name, size, b"\x89PNG\r\n\x1a\n",
+                           bytes.fromhex("0000000049454e44ae426082"))
+    if kind == "woff2":
+        return make_binary(name, size, b"wOF2\x00\x01\x00\x00")
+    raise ValueError(kind)
 
 
 def write_docroot(docroot):
     os.makedirs(docroot, exist_ok=True)
     info = {}
     for name, size, kind in FILES:
-        data = make_html(name, size) if kind == "html" else make_jpeg(name, size)
-        assert len(data) == size
+        data = make_file(name, size, kind)
+        assert len(data) == size, (name, len(data))
         path = os.path.join(docroot, name)
         with open(path, "wb") as f:
             f.write(data)
         os.chmod(path, 0o644)
-        info[name] = {"bytes": size, "sha256": hashlib.sha256(data).hexdigest()}
+        info[name] = {"bytes": size, "sha256": hashlib.sha256(data).hexdigest(),
+                      "kind": kind}
     return info
 
 
 # --------------------------------------------------------------------------
 # Workloads
 # --------------------------------------------------------------------------
+# A visitor's kept-alive connections (a browser's six per host), and how long a
+# request may take, connecting and a retry included, before it counts as failed
+# (ab's -s 10 in the other cells).
+VISITOR_CONNS = 6
+VISITOR_TIMEOUT = 10
+VISITORS_BIN = None  # set from --visitors-bin (bench/run builds bench/visitors)
+
 def workloads(quick):
     """Return the list of workload dicts. Quick mode keeps the same shapes with
     ~1 s durations and ~1000-request counts so CI gets a smoke run in ~2 min."""
@@ -152,6 +220,17 @@ def workloads(quick):
                           id=f"wrk-c{c}-{'close' if close else 'ka'}-index.html",
                           label=f"wrk -t2 -c{c} -d{d} index.html "
                                 f"({'Connection: close' if close else 'keep-alive'})"))
+    # Browser-like visitors (bench/visitors): index.html, then its ten assets over
+    # up to six kept-alive connections, then 1-5 s of thought, again and again.
+    # The clients arrive over the ramp, and only requests started after it count.
+    ramp, d = (1, 4) if quick else (5, 20)
+    for c in ((30, 100, 300) if quick else (300, 1000, 3000)):
+        W.append(dict(tool="visitors", path="index.html", assets=ASSETS, c=c, ramp=ramp,
+                      d=d, think="1-5", conns=VISITOR_CONNS, timeout=VISITOR_TIMEOUT,
+                      id=f"visitors-c{c}",
+                      label=f"visitors -c{c}: page + {len(ASSETS)} assets, "
+                            f"≤{VISITOR_CONNS} keep-alive conns, think 1-5 s "
+                            f"({ramp} s ramp + {d} s)"))
     c, n = (100, 1000) if quick else (500, 5000)
     W.append(dict(tool="ab", path="index.html", c=c, n=n, cold=True,
                   id=f"cold-burst-ab-c{c}-n{n}",
@@ -386,6 +465,7 @@ class MemSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.interval, self.port = root, interval, port
         self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
+        self.max_procs = 0
         self.peak_queue = None
         self._halt = threading.Event()
 
@@ -395,6 +475,7 @@ class MemSampler(threading.Thread):
             self.samples += 1
             if kb > self.peak_kb:
                 self.peak_kb, self.peak_procs = kb, n
+            self.max_procs = max(self.max_procs, n)
             if self.port:
                 q = accept_queue(self.port)
                 if q is not None and (self.peak_queue is None or q > self.peak_queue):
@@ -405,6 +486,7 @@ class MemSampler(threading.Thread):
         self._halt.set()
         self.join(timeout=5)
         return {"peak_pss_kb": self.peak_kb, "peak_procs": self.peak_procs,
+                "max_procs": self.max_procs,
                 "peak_accept_queue": self.peak_queue, "samples": self.samples}
 
 
@@ -440,6 +522,10 @@ class Server:
     def available(self):
         return None  # or a reason string why it cannot run
 
+    def not_for(self, wl):
+        """Why this server sits workload `wl` out (a reason string), or None."""
+        return None
+
     def config_for_report(self):
         """The rendered config with run-specific paths replaced by names."""
         c = self.config(os.path.join(self.tmp, "INSTANCE"))
@@ -450,6 +536,8 @@ class Server:
 
 class Nginx(Server):
     name = "nginx"
+    # the access_log directive's parameters after the format
+    log_params = ""
 
     def config(self, d):
         return "nginx.conf", f"""\
@@ -460,16 +548,20 @@ user www-data;
 worker_processes {NPROC};          # = number of cores
 pid {d}/nginx.pid;
 error_log {d}/error.log;
+# the hard RLIMIT_NOFILE of the machine: each worker may raise itself to it
+worker_rlimit_nofile {NOFILE};
 events {{
-    # nginx's compiled default is 512; 500-client runs can land mostly on one
-    # worker, so give each worker room for them (a common production value).
-    worker_connections 1024;
+    # nginx's compiled default is 512. The visitors cells hold up to 18,000
+    # connections, and connections do not spread evenly over the workers, so
+    # each worker gets room for all of them; the rest of worker_rlimit_nofile
+    # is for the files being sent and the logs.
+    worker_connections {max(1024, NOFILE - 1000)};
 }}
 http {{
     include /etc/nginx/mime.types;     # read-only
     default_type application/octet-stream;
     sendfile on;
-    access_log {d}/access.log combined;
+    access_log {d}/access.log combined{self.log_params};
     client_body_temp_path {d}/client_body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;
@@ -490,9 +582,18 @@ http {{
         return None if shutil.which("nginx") else "nginx not installed"
 
 
+class NginxBuffered(Nginx):
+    """nginx as production sites log: a worker collects access-log records in
+    32 KB and writes them when it is full or a second has passed."""
+    name = "nginx-buffered"
+    log_params = " buffer=32k flush=1s"
+
+
 class Apache(Server):
     name = "apache"
     MODS = "/usr/lib/apache2/modules"
+    # extra lines after CustomLog
+    log_extra = ""
 
     def config(self, d):
         return "apache2.conf", f"""\
@@ -521,7 +622,7 @@ ErrorLog {d}/error.log
 LogLevel warn
 LogFormat "%h %l %u %t \\"%r\\" %>s %b" common
 CustomLog {d}/access.log common
-"""
+{self.log_extra}"""
 
     def command(self, d, conf):
         return ["apache2", "-f", conf, "-DFOREGROUND"]
@@ -532,6 +633,14 @@ CustomLog {d}/access.log common
         if not os.path.exists(f"{self.MODS}/mod_mpm_prefork.so"):
             return "mod_mpm_prefork.so missing"
         return None
+
+
+class ApacheBuffered(Apache):
+    """Apache as production sites log: each worker collects access-log records
+    in a buffer of PIPE_BUF (4 KB) and writes it when the next record does not
+    fit or the worker exits (mod_log_config's BufferedLogs; no timer)."""
+    name = "apache-buffered"
+    log_extra = "BufferedLogs On\n"
 
 
 class Lighttpd(Server):
@@ -550,12 +659,18 @@ server.errorlog = "{d}/error.log"
 server.pid-file = "{d}/lighttpd.pid"
 server.modules = ( "mod_accesslog" )
 accesslog.filename = "{d}/access.log"
+# The visitors cells hold up to 18,000 connections. lighttpd allows at most
+# max-fds / 2 connections (a file being sent takes a descriptor too), and
+# max-fds cannot pass the machine's hard RLIMIT_NOFILE: so {NOFILE // 2}.
+server.max-fds = {NOFILE}
+server.max-connections = {NOFILE // 2}
 index-file.names = ( "index.html" )
 # Static list instead of Debian's include_shell of a perl script, so no
 # helper process runs at start-up (it would show in the cold-burst memory).
 mimetype.assign = ( ".html" => "text/html", ".jpg" => "image/jpeg",
                     ".css" => "text/css", ".js" => "text/javascript",
-                    ".png" => "image/png", ".txt" => "text/plain" )
+                    ".png" => "image/png", ".txt" => "text/plain",
+                    ".svg" => "image/svg+xml", ".woff2" => "font/woff2" )
 """
 
     def command(self, d, conf):
@@ -568,6 +683,12 @@ mimetype.assign = ( ".html" => "text/html", ".jpg" => "image/jpeg",
 class Busybox(Server):
     name = "busybox"
     access_log = False  # busybox httpd has no access log
+
+    def not_for(self, wl):
+        if wl["tool"] == "visitors":
+            return ("busybox httpd does no keep-alive (a process per connection, "
+                    "closed after one answer): nothing of what these cells measure")
+        return None
 
     def config(self, d):
         return None
@@ -603,6 +724,9 @@ error_log = "{d}/error.log"
 mime_types = "{self.mime_types()}"
 # like nginx, apache and lighttpd here: workers serve as www-data
 user = "www-data"
+# as an operator expecting many kept-alive clients would: the visitors cells hold
+# up to 18,000 connections (this is the machine's hard limit)
+max_open_files = {NOFILE}
 
 [workers]
 # defaults: left unset so the default configuration is what is measured
@@ -642,6 +766,14 @@ class Floor(Server):
     POOL = 2 * NPROC
     MAX_WORKERS = 1024  # floor.c's cap
 
+    def not_for(self, wl):
+        if wl["tool"] == "visitors":
+            return (f"the floor holds a kept-alive connection per process: "
+                    f"{wl['c']} visitors would want {wl['c'] * wl['conns']} processes "
+                    f"(floor.c stops at {self.MAX_WORKERS}), and any fewer leave "
+                    "connections unanswered in the accept queue")
+        return None
+
     def workers_for(self, wl):
         if wl is not None and wl["tool"] == "wrk" and not wl.get("close"):
             return min(self.MAX_WORKERS, max(self.POOL, wl["c"]))
@@ -667,7 +799,8 @@ class Floor(Server):
             "  while the others wait unanswered in the accept queue)"])
 
 
-CLASSES = {"nginx": Nginx, "apache": Apache, "lighttpd": Lighttpd,
+CLASSES = {"nginx": Nginx, "nginx-buffered": NginxBuffered, "apache": Apache,
+           "apache-buffered": ApacheBuffered, "lighttpd": Lighttpd,
            "busybox": Busybox, "pika": Pika, "floor": Floor}
 
 
@@ -771,7 +904,9 @@ def verify(srv, files):
             c.request("GET", "/" + name)
             r = c.getresponse()
             body = r.read()
+            ctype = r.getheader("Content-Type") or ""
             c.close()
+            want = TYPES.get(meta.get("kind"), "")
             if r.status != 200:
                 res[name] = f"HTTP {r.status}"
             elif srv.name == "floor":
@@ -779,6 +914,8 @@ def verify(srv, files):
                     else f"floor body {len(body)} bytes"
             elif hashlib.sha256(body).hexdigest() != meta["sha256"]:
                 res[name] = f"content mismatch ({len(body)} bytes)"
+            elif not ctype.startswith(want):
+                res[name] = f"Content-Type {ctype or 'none'} (expected {want})"
             else:
                 res[name] = "ok"
         except Exception as e:  # noqa: BLE001 - report any failure as text
@@ -818,6 +955,15 @@ cache = false
 
 def client_cmd(wl, port, rc):
     url = f"http://{HOST}:{port}/{wl['path']}"
+    if wl["tool"] == "visitors":
+        # one thread: the client's share of the 2 cores stays bounded (its CPU
+        # is reported beside the latencies)
+        return [VISITORS_BIN or "visitors", "--addr", f"{HOST}:{port}",
+                "--host", f"{HOST}:{port}", "--clients", str(wl["c"]),
+                "--duration", str(wl["d"]), "--ramp", str(wl["ramp"]),
+                "--think", wl["think"], "--conns", str(wl["conns"]),
+                "--timeout", str(wl["timeout"]), "--threads", "1",
+                "--page", "/" + wl["path"], "--assets", ",".join("/" + a for a in wl["assets"])]
     if wl["tool"] == "siege":
         return ["siege", "-R", rc, "-b", f"-t{wl['t']}", f"-c{wl['c']}", url]
     if wl["tool"] == "ab":
@@ -837,6 +983,9 @@ def wall_limit(wl):
         return int(wl["t"].rstrip("S")) + 15
     if wl["tool"] == "wrk":
         return int(wl["d"].rstrip("s")) + 30
+    if wl["tool"] == "visitors":
+        # no request starts after ramp + d, none outlasts the timeout
+        return wl["ramp"] + wl["d"] + wl["timeout"] + 30
     return max(30, min(300, wl["n"] // 200))  # ab: >= 200 req/s or it is cut
 
 
@@ -847,8 +996,8 @@ def _num(rx, text, conv=float):
 
 def _empty():
     return dict(requests=None, rps=None, mbps=None, failed=None, p50_ms=None,
-                p99_ms=None, avg_ms=None, max_ms=None, duration_s=None,
-                bytes=None, detail={})
+                p90_ms=None, p99_ms=None, avg_ms=None, max_ms=None, duration_s=None,
+                bytes=None, retries=None, detail={})
 
 
 def parse_ab(text, n_asked):
@@ -921,6 +1070,29 @@ def parse_wrk(text):
     return r
 
 
+def parse_visitors(text, wl):
+    """bench/visitors prints one JSON object on stdout (its summary line goes
+    to stderr, merged here)."""
+    r = _empty()
+    line = next((x for x in reversed(text.splitlines()) if x.startswith("{")), None)
+    try:
+        v = json.loads(line) if line else None
+    except ValueError:
+        v = None
+    if not v:
+        return r
+    r["requests"], r["rps"], r["failed"] = v["requests"], v["rps"], v["failures"]
+    r["retries"] = v["retries"]
+    for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
+        r[k] = v[k] if v["requests"] > v["failures"] else None
+    r["duration_s"], r["bytes"] = wl["d"], v["bytes"]
+    r["mbps"] = v["bytes"] / wl["d"] / 1e6
+    r["detail"] = {k: v.get(k) for k in ("connects", "slow_connects", "closed_idle",
+                                         "told_close", "client_cpu_s", "client_cpu_wait_s",
+                                         "wall_s", "first_error")}
+    return r
+
+
 def parse_siege(text):
     r = _empty()
     tx = _num(r"^Transactions:\s+(\d+)", text, int)
@@ -959,10 +1131,33 @@ SIEGE_SHIM = None  # LD_PRELOAD library, see bench/siege-nocancel.c
 SIEGE_TRIES = 3
 
 
+def listen_overflows():
+    """The kernel's count of connections dropped because a listen queue was
+    full (TcpExt ListenOverflows), machine-wide: a client's SYN dropped then is
+    sent again after 1 s. None if unreadable."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = [x.split() for x in f if x.startswith("TcpExt:")]
+        return int(dict(zip(lines[0], lines[1]))["ListenOverflows"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
 def run_client(wl, port, rc, root_pid, sampler=None):
     """Run one load-tool invocation, sampling the server's memory meanwhile.
     `sampler` may be one already running (cold burst: started at ready)."""
     cmd = client_cmd(wl, port, rc)
+    if wl["tool"] == "visitors":
+        # the client's sockets must fit its descriptor limit, or its own EMFILE
+        # would look like the server's failures
+        need = wl["c"] * wl["conns"] + 64
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        why = (None if VISITORS_BIN and os.access(VISITORS_BIN, os.X_OK) else
+               "bench/visitors not built (bench/run builds it with cargo)")
+        if why is None and soft != resource.RLIM_INFINITY and soft < need:
+            why = f"RLIMIT_NOFILE {soft} < the {need} descriptors {wl['c']} visitors need"
+        if why:
+            return dict(cmd=cmd, exit=None, wall_s=0, metrics=_empty(), mem={}, error=why)
     if sampler is None:
         sampler = MemSampler(root_pid, port=port)
         sampler.start()
@@ -979,6 +1174,7 @@ def run_client(wl, port, rc, root_pid, sampler=None):
     # parent's cutime) and of the load tool (this harness's only child
     # process that ends meanwhile), to tell which side a cell is bound by.
     srv_ticks0 = tree_ticks(root_pid)
+    overflows0 = listen_overflows()
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     hangs = 0
@@ -1017,6 +1213,10 @@ def run_client(wl, port, rc, root_pid, sampler=None):
                                  - kids0.ru_utime - kids0.ru_stime, 2)}
     busy = foreign.stop()
     mem = sampler.finish()
+    overflows1 = listen_overflows()
+    # machine-wide, but nothing else here fills a listen queue
+    mem["listen_overflows"] = (overflows1 - overflows0
+                               if None not in (overflows0, overflows1) else None)
     text = out.decode(errors="replace")
     if wl["tool"] == "ab":
         m = parse_ab(text, wl["n"])
@@ -1032,6 +1232,8 @@ def run_client(wl, port, rc, root_pid, sampler=None):
                                    "10 s; rate over wall time, no percentiles")
     elif wl["tool"] == "wrk":
         m = parse_wrk(text)
+    elif wl["tool"] == "visitors":
+        m = parse_visitors(text, wl)
     else:
         m = parse_siege(text)
         m["detail"]["hung_attempts"] = hangs + (1 if cut else 0)
@@ -1148,9 +1350,12 @@ def main():
     ap.add_argument("--floor-bin", required=True)
     ap.add_argument("--siege-shim", default=None,
                     help="LD_PRELOAD library from bench/siege-nocancel.c")
+    ap.add_argument("--visitors-bin", default=None,
+                    help="bench/visitors binary (bench/run builds it with cargo)")
     a = ap.parse_args()
-    global SIEGE_SHIM
+    global SIEGE_SHIM, VISITORS_BIN
     SIEGE_SHIM = a.siege_shim if a.siege_shim and os.path.exists(a.siege_shim) else None
+    VISITORS_BIN = a.visitors_bin
 
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, _on_signal)
@@ -1199,6 +1404,19 @@ def main():
         else:
             servers.append(srv)
 
+    # cells a server sits out, and why (the report says it under their table)
+    not_run = {}
+    for w in wls:
+        for srv in servers:
+            why = srv.not_for(w)
+            if why:
+                not_run.setdefault(w["id"], {})[srv.name] = why
+    if not_run:
+        for srv in servers:
+            ids = [i for i, x in not_run.items() if srv.name in x]
+            if ids:
+                log(f"{srv.name} sits out {', '.join(ids)}: {not_run[ids[0]][srv.name]}")
+
     with open(rc) as f:
         rc_text = f.read()
     results = {
@@ -1221,6 +1439,9 @@ def main():
                          for s in servers},
             "workloads": wls,
             "access_log": {s.name: s.access_log for s in servers},
+            "not_run": not_run,
+            "nofile": {"hard": _hard, "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                       "configs": NOFILE},
         },
         "idle": [], "cells": [], "errors": [],
     }
@@ -1250,7 +1471,9 @@ def main():
                 for srv in order:
                     cold_burst(srv, wl, rnd, rc, results, save)
                     time.sleep(pause)
-            turns = [Turn(srv, rnd) for srv in order]
+            # a server that sits out every warm workload selected starts no instance
+            turns = [Turn(srv, rnd) for srv in order
+                     if any(not srv.not_for(w) for w in warm)]
             try:
                 for t in turns:
                     t.start(settle, files, results, save)
@@ -1357,7 +1580,7 @@ class Turn:
         save()
 
     def run(self, wl, n_wl, rc, pause, settle, results, save):
-        if self.failed:
+        if self.failed or self.srv.not_for(wl):
             return
         srv = self.srv
         try:

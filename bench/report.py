@@ -14,11 +14,15 @@ import os
 import statistics
 import sys
 
-ORDER = ["pika", "nginx", "apache", "lighttpd", "busybox", "floor"]
-COLORS = {"pika": "#e6a100", "nginx": "#009639", "apache": "#c92037",
+ORDER = ["pika", "nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd",
+         "busybox", "floor"]
+COLORS = {"pika": "#e6a100", "nginx": "#009639", "nginx-buffered": "#6cc58a",
+          "apache": "#c92037", "apache-buffered": "#e0808d",
           "lighttpd": "#3b6db3", "busybox": "#7a7a7a", "floor": "#333333"}
-METRICS = ("rps", "mbps", "failed", "p50_ms", "p99_ms", "avg_ms", "max_ms",
-           "duration_s")
+METRICS = ("rps", "mbps", "failed", "retries", "p50_ms", "p90_ms", "p99_ms", "avg_ms",
+           "max_ms", "duration_s")
+# the p99 goal of issue #19: pika's p99 at most this many times nginx's
+P99_GOAL = 2.0
 
 
 def load(paths):
@@ -41,6 +45,8 @@ def load(paths):
                                         if s in mine or k == "versions"})
         for s in mine:
             m["skipped"].pop(s, None)
+        for wid, why in n.get("not_run", {}).items():
+            m.setdefault("not_run", {}).setdefault(wid, {}).update(why)
         m["sources"].append(p)
         m.setdefault("runs", []).append({"source": p, "servers": n["servers"],
                                          "started": n["started"],
@@ -83,6 +89,12 @@ def summarize(res, max_busy=None):
             s[m] = med([c["metrics"].get(m) for c in ok])
         s["peak_pss_kb"] = med([c["mem"].get("peak_pss_kb") for c in ok if c.get("mem")])
         s["peak_procs"] = med([c["mem"].get("peak_procs") for c in ok if c.get("mem")])
+        s["max_procs"] = med([c["mem"].get("max_procs") for c in ok if c.get("mem")])
+        s["listen_overflows"] = med([c["mem"].get("listen_overflows") for c in ok
+                                     if c.get("mem")])
+        for d in ("connects", "slow_connects", "closed_idle", "told_close",
+                  "client_cpu_wait_s"):  # visitors
+            s[d] = med([c["metrics"].get("detail", {}).get(d) for c in ok])
         s["peak_queue"] = med([c["mem"].get("peak_accept_queue") for c in ok if c.get("mem")])
         s["ab_aborted"] = sum(1 for c in ok if c["metrics"].get("detail", {}).get("aborted"))
         s["rps_all"] = [c["metrics"].get("rps") for c in ok]
@@ -140,6 +152,121 @@ def floor_fake(w):
 def keepalive(w):
     """A cell whose connections stay open for the whole run (wrk keep-alive)."""
     return w["tool"] == "wrk" and not w.get("close")
+
+
+def visitors(w):
+    """A cell of bench/visitors: browser-like clients with think time."""
+    return w["tool"] == "visitors"
+
+
+def p99_section(wls, summ, servers):
+    """pika's p99 beside nginx's where issue #19 sets the goal: wrk -c100
+    keep-alive and the visitors cells."""
+    cells = [w for w in wls if visitors(w) or (w["tool"] == "wrk" and w["c"] == 100
+                                               and not w.get("close"))]
+    cells = [w for w in cells if (w["id"], "pika") in summ]
+    refs = [r for r in ("nginx", "nginx-buffered") if r in servers]
+    if not cells or not refs:
+        return []
+    cols = [s for s in servers if any((w["id"], s) in summ for w in cells)]
+    L = [f"## p99 latency against nginx (goal: pika ≤ {P99_GOAL:g} × nginx's)\n",
+         "p99 in ms (median across rounds) where issue #19 sets the goal: busy "
+         "keep-alive clients (wrk -c100) and browser-like visitors; for the visitors "
+         "also no failures and no retries.\n"]
+    hdr = (["workload"] + cols + [f"pika ÷ {r}" for r in refs]
+           + ["goal met", "pika: closed idle"])
+    rows = []
+    for w in cells:
+        p = summ[(w["id"], "pika")]
+        row = [w["label"]] + [fms(summ.get((w["id"], s), {}).get("p99_ms")) for s in cols]
+        row += [ratio(p.get("p99_ms"), summ.get((w["id"], r), {}).get("p99_ms")) for r in refs]
+        base = summ.get((w["id"], "nginx"), {}).get("p99_ms")
+        if p.get("p99_ms") is None or base is None:
+            met = "–"
+        else:
+            why = []
+            if p["p99_ms"] > P99_GOAL * base:
+                why.append(f"p99 {p['p99_ms'] / base:.1f} × nginx's")
+            if visitors(w) and p.get("failed"):
+                why.append(f"{f(p['failed'])} failed")
+            if visitors(w) and p.get("retries"):
+                why.append(f"{f(p['retries'])} retried")
+            met = "yes" if not why else "**no**: " + ", ".join(why)
+        rows.append(row + [met, f(p.get("closed_idle")) if visitors(w) else ""])
+    L.append(md_table(hdr, rows))
+    L.append("\nThe goal is judged against nginx with its default log "
+             "(a write per request); nginx-buffered is nginx with "
+             "`access_log ... buffer=32k flush=1s`, as production sites run it. "
+             "*pika: closed idle*: kept connections pika closed while a visitor "
+             "was thinking (found closed before reuse, so no retry; the issue "
+             "allows it only at `keepalive_timeout`).\n")
+    return L
+
+
+def visitors_table(w, summ, servers, has_pika, not_run, first):
+    """The table of one visitors cell: latencies, failures apart from retries,
+    what became of the connections, the server's memory and processes, and
+    the client's CPU (it must not be the bottleneck)."""
+    hdr = ["server", "req/s", "failed", "retried", "p50 ms", "p90 ms", "p99 ms",
+           "max ms", "conns opened", "slow conns", "closed idle", "told close", "max queued",
+           "peak PSS MiB", "procs (max)", "server CPU µs/req", "client CPU %",
+           "client CPU wait s", "rounds"]
+    if has_pika:
+        hdr.append("pika p99 ÷ this")
+    pika_p99 = summ.get((w["id"], "pika"), {}).get("p99_ms")
+    rows = []
+    for s in servers:
+        x = summ.get((w["id"], s))
+        if not x:
+            continue
+        if x["n"] == 0:
+            tail = ["0"] + ([""] if has_pika else [])
+            rows.append([s, "error"] + [""] * (len(hdr) - 2 - len(tail)) + tail)
+            continue
+        row = [s, f(x["rps"]), f(x["failed"]), f(x["retries"]), fms(x["p50_ms"]),
+               fms(x["p90_ms"]), fms(x["p99_ms"]), fms(x["max_ms"]), f(x["connects"]),
+               f(x["slow_connects"]), f(x["closed_idle"]), f(x["told_close"]), f(x["peak_queue"]),
+               f(x["peak_pss_kb"] / 1024 if x["peak_pss_kb"] else None, ".1f"),
+               f(x["max_procs"]), f(x["server_us"], ".1f"), f(x["client_pct"]),
+               f(x["client_cpu_wait_s"], ".1f"), str(x["n"]) + (f" (+{x['dropped']} busy)" if x["dropped"] else "")]
+        if has_pika:
+            row.append("—" if s == "pika" else ratio(pika_p99, x["p99_ms"]))
+        rows.append(row)
+    L = [md_table(hdr, rows)]
+    if not first:
+        L.append("\nColumns as in the first visitors table.")
+    else:
+        L.append("\nEach visitor (`bench/visitors`) GETs "
+                 f"`{w['path']}`, then its {len(w['assets'])} assets over up to "
+                 f"{w['conns']} kept-alive connections, thinks {w['think']} s, and "
+                 f"again; they arrive over the first {w['ramp']} s, and only requests "
+                 f"started in the {w['d']} s after that count. Latency: from the start "
+                 "of a request to its last byte, connecting (and a retry) included. "
+                 f"*failed*: no whole answer within {w['timeout']} s, or an error. "
+                 "*retried*: sent on a kept-alive connection that the server closed "
+                 "under it before any byte of the answer, and sent again on a new "
+                 "connection, as a browser does; counted apart from failures. "
+                 "*slow conns*: connections that took 1 s or more to open (the "
+                 "server's listen queue was full, the kernel dropped the SYN and the "
+                 "client sent it again after 1 s). "
+                 "*closed idle*: kept connections found closed by the server before "
+                 "reuse (a browser checks, and opens a new one without a retry). "
+                 "*told close*: answers that said `Connection: close`. *procs (max)*: "
+                 "most processes of the server in one sample (every 1 s). *client "
+                 "CPU*: the visitors process, one thread, in % of one core: near "
+                 "100% it would be the bottleneck. *client CPU wait*: seconds its "
+                 "threads were ready to run but waited for a core (schedstat): time "
+                 "the machine, not the server, added to the latencies (on a busy "
+                 "machine, or beside a server with many runnable processes). "
+                 "Connections, slow ones, closed idle and told close count for the "
+                 "requests started in the measured window.")
+    for s, why in not_run.items():
+        L.append(f"\n{s}: not run here: {why}.")
+    errs = [f"{s}: {e}" for s in servers for e in summ.get((w["id"], s), {}).get("errors", [])]
+    if errs:
+        L.append("\nErrors: " + "; ".join(sorted(set(errs))))
+    L.append("")
+    return L
 
 
 def floor_workers(res, summ):
@@ -206,12 +333,20 @@ def write_md(res, summ, path, png, max_busy=None):
     L.append("## Summary: requests/s (median)\n")
     hdr = ["workload"] + servers + (["floor workers"] if fw else [])
     rows = []
+    not_run = meta.get("not_run", {})
     for w in wls:
         rows.append([w["label"]] + [
+            "n/r" if s in not_run.get(w["id"], {}) else
             f(summ.get((w["id"], s), {}).get("rps"))
             + ("†" if s == "floor" and floor_fake(w) and (w["id"], s) in summ else "")
             for s in servers] + ([f(fw.get(w["id"]))] if fw else []))
     L.append(md_table(hdr, rows))
+    if any(s in not_run.get(w["id"], {}) for w in wls for s in servers):
+        L.append("\nn/r: not run in that cell (why: under the cell's table).")
+    if any(visitors(w) for w in wls):
+        L.append("\nIn the visitors cells the clients set the pace (think time), so "
+                 "req/s is about equal for every server that keeps up; their "
+                 "latencies are the measure (below).")
     if "floor" in servers:
         L.append("\n† floor answers every path with its fixed 1400-byte body, so "
                  "on the bigger files it is not doing the same work.")
@@ -220,6 +355,7 @@ def write_md(res, summ, path, png, max_busy=None):
                  "for one request per connection and one worker per connection "
                  "for wrk keep-alive (see Method).")
     L.append("")
+    L += p99_section(wls, summ, servers)
     L.append(f"![requests per second]({os.path.relpath(png, os.path.dirname(path))})\n")
 
     # ---- per workload ----------------------------------------------------
@@ -242,6 +378,10 @@ def write_md(res, summ, path, png, max_busy=None):
     L.append("")
     for w in wls:
         L.append(f"### {w['label']}\n")
+        if visitors(w):
+            L += visitors_table(w, summ, servers, has_pika, not_run.get(w["id"], {}),
+                                first=not any(visitors(x) for x in wls[:wls.index(w)]))
+            continue
         siege = w["tool"] == "siege"
         cold = bool(w.get("cold"))
         hdr = ["server", "req/s", "MB/s", "failed"]
@@ -407,6 +547,27 @@ def write_md(res, summ, path, png, max_busy=None):
     L.append("- **busybox httpd has no access log** (every other server except the "
              "floor writes one); it also forks a process per connection and does "
              "no keep-alive.")
+    if any(s.endswith("-buffered") for s in servers):
+        L.append("- **nginx-buffered** and **apache-buffered** are nginx and Apache with "
+                 "the same configs but their access log buffered, as production sites "
+                 "run them: nginx `access_log … combined buffer=32k flush=1s` (a "
+                 "worker writes its records when 32 KB are collected or a second has "
+                 "passed), Apache `BufferedLogs On` (a worker writes when its 4 KB "
+                 "buffer, PIPE_BUF, cannot take the next record, or when it exits). "
+                 "lighttpd needs no such twin: its mod_accesslog buffers by itself and "
+                 "writes when 8 KB are collected, on the first record of each new "
+                 "second, and every 4 s. pika buffers 8 KiB and flushes every 1 s by "
+                 "default (`[[access_log]] buffer`, `flush`).")
+    nf = meta.get("nofile")
+    if nf:
+        L.append(f"- Descriptors: the machine's hard RLIMIT_NOFILE is {nf['hard']} (the "
+                 f"harness and its children ran with {nf['soft']}); the configs use "
+                 f"{nf['configs']}: nginx `worker_rlimit_nofile {nf['configs']}` and "
+                 f"`worker_connections {max(1024, nf['configs'] - 1000)}` per worker, "
+                 f"lighttpd `server.max-fds {nf['configs']}` and "
+                 f"`server.max-connections {nf['configs'] // 2}` (lighttpd allows at "
+                 f"most max-fds / 2), pika `max_open_files = {nf['configs']}`; Apache "
+                 "prefork keeps its defaults (256 workers, a connection each).")
     L.append("- **floor** (`bench/floor.c`) answers every request, whatever the "
              "path, with the same 1400-byte body, so its MB/s on the 50 KB / "
              "200 KB / 1.7 MB files is not comparable; its req/s is the ceiling "
