@@ -58,7 +58,8 @@
 //! [`http::conditional`] and [`http::range`] → the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
 //! and more: the head with `MSG_MORE`, the body with `sendfile`) → one access-log
-//! record per log ([`log::access`], formatted by [`log::format`], chosen by
+//! record per log ([`log::access`], formatted by [`log::format`] (`format = "json"`
+//! by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive or close.
 //!
 //! # How a signal travels

@@ -541,3 +541,80 @@ fn rotated_logs_are_compressed_in_process_by_an_unprivileged_child() {
     assert!(log.contains("compressing a rotated log as uid 65534 gid 65534"), "{log}");
     assert!(!log.contains("cannot compress"), "{log}");
 }
+
+/// `format = "json"` read by a real consumer, jq: every line of every file (rotated
+/// by size mid-run) parses, one object per request, client bytes decode back, and a
+/// filter applies as it does to the text formats.
+#[test]
+fn json_logs_are_read_by_jq_across_rotations_and_filters() {
+    let Some(jq) = need_tool("jq") else { return };
+    let site = Site::new();
+    site.config(
+        "",
+        "[[access_log]]\npath = \"logs/access.json\"\nformat = \"json\"\nbuffer = 0\nrotate = { size = 2000, keep = 50 }\n\
+         [[access_log]]\npath = \"logs/errors.json\"\nformat = \"json\"\nbuffer = 0\ninclude = [{ status = \"4xx\" }]\n",
+    );
+    let p = Pika::start(&site, "-F");
+    // Quotes, a backslash, a byte that is not UTF-8 (obs-text, allowed in a header
+    // value), UTF-8, and text that looks like JSON.
+    let ua = b"evil \"agent\" \\ \xff caf\xc3\xa9 \"}{\"forged\":1}";
+    let mut hostile = b"GET /hostile?q=%22 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nUser-Agent: ".to_vec();
+    hostile.extend_from_slice(ua);
+    hostile.extend_from_slice(b"\r\nReferer: http://ref.example/\r\n\r\n");
+    assert_eq!(raw(p.addr, &hostile).status, 404);
+    // A control byte in a header: refused (400), and still one record of JSON.
+    assert_eq!(raw(p.addr, b"GET /bad HTTP/1.1\r\nHost: localhost\r\nX: a\x01\"b\r\n\r\n").status, 400);
+    let mut made = Vec::new();
+    for i in 0..60 {
+        let path = if i % 10 == 9 { format!("/missing-{i}") } else { format!("/?n={i}") };
+        get(p.addr, &path);
+        made.push(path);
+        if i == 29 {
+            wait_until(DEADLINE, "a size rotation", || site.path("logs/access.json.1").exists().then_some(()));
+        }
+    }
+    p.signal(3); // SIGQUIT: a graceful stop
+    let mut p = p;
+    assert!(p.wait_exit(DEADLINE).is_some());
+
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(site.path("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("access.json"))
+        .collect();
+    assert!(files.len() >= 2, "rotated: {files:?}");
+    let jq_lines = |filter: &str, files: &[std::path::PathBuf]| -> Vec<String> {
+        let o = std::process::Command::new(&jq).args(["-r", filter]).args(files).output().unwrap();
+        assert!(o.status.success(), "jq {filter}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect()
+    };
+    // One object per line, every line an object with every key.
+    let text: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    let keys = jq_lines("keys_unsorted | join(\",\")", &files);
+    assert_eq!(keys.len(), text.lines().count(), "one object per line");
+    let want = "time,client,request,method,path,query,protocol,status,bytes,bytes_sent,referer,user_agent,\
+                duration_us,vhost,host,request_id,tls";
+    assert!(keys.iter().all(|k| k == want), "{keys:?}");
+    let mut paths = jq_lines(
+        "select(.status != 400 and .path != \"/hostile\") | if .query then \"\\(.path)?\\(.query)\" else .path end",
+        &files,
+    );
+    paths.sort();
+    made.sort();
+    assert_eq!(paths, made, "every request once, across the rotated files");
+    let hostile = jq_lines("select(.path == \"/hostile\") | [.status, .query, .referer, .user_agent] | @json", &files);
+    assert_eq!(hostile.len(), 1, "the hostile request is one record");
+    let fields: serde_json::Value = serde_json::from_str(&hostile[0]).unwrap();
+    // The User-Agent as sent, its byte 0xff as U+00FF.
+    let want_ua = "evil \"agent\" \\ \u{ff} café \"}{\"forged\":1}";
+    assert_eq!(fields, serde_json::json!([404, "q=%22", "http://ref.example/", want_ua]));
+    assert_eq!(jq_lines("select(.status == 400) | .request", &files), ["GET /bad HTTP/1.1"]);
+    let times =
+        jq_lines(".time | test(\"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\\\.[0-9]{3}Z$\")", &files);
+    assert!(times.iter().all(|t| t == "true"), "{times:?}");
+    // Sorted: a record is written after its response, so two workers may swap two.
+    let mut errors = jq_lines(".status", &[site.path("logs/errors.json")]);
+    errors.sort();
+    assert_eq!(errors, [&["400"][..], &["404"; 7]].concat(), "the 4xx filter");
+}

@@ -46,6 +46,7 @@ enum Token {
     KeepaliveCount, // %k
     RequestId,      // %L
     Tls(TlsVar),    // %{SSL_PROTOCOL}x, %{SSL_CIPHER}x, %{SSL_TLS_SNI}x
+    Json,           // format = "json": the whole record (see json.rs)
 }
 
 /// The TLS variables of Apache's mod_ssl that a log may name.
@@ -116,7 +117,7 @@ pub struct TlsFields<'a> {
 impl LogFormat {
     /// True if the format logs the time a request took (`%D`, `%T`).
     pub fn is_timed(&self) -> bool {
-        self.tokens.iter().any(|t| matches!(t, Token::Micros | Token::Seconds))
+        self.tokens.iter().any(|t| matches!(t, Token::Micros | Token::Seconds | Token::Json))
     }
 
     /// The format as the config gave it.
@@ -124,8 +125,12 @@ impl LogFormat {
         &self.spec
     }
 
-    /// `common`, `combined`, `vhost_combined`, or a format string with Apache's tokens.
+    /// `common`, `combined`, `vhost_combined`, `json`, or a format string with
+    /// Apache's tokens.
     pub fn parse(given: &str) -> Result<LogFormat, String> {
+        if given == "json" {
+            return Ok(LogFormat { spec: given.to_string(), tokens: vec![Token::Json] });
+        }
         let spec = match given {
             "common" => COMMON,
             "combined" => COMBINED,
@@ -298,6 +303,7 @@ impl LogFormat {
                 Token::ConnStatus => out.push(r.conn_status as u8),
                 Token::KeepaliveCount => text::push_int(out, r.keepalive_count),
                 Token::RequestId => text::push_hex(out, r.request_id, 16),
+                Token::Json => super::json::render(r, out, &|out, b| super::json::escape_capped(out, b, cap)),
                 Token::Tls(var) => {
                     let value = r.tls.and_then(|t| match var {
                         TlsVar::Protocol => Some(t.protocol),
@@ -411,10 +417,11 @@ pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
+    /// A record with every field set, for the format tests here and in `json.rs`.
+    pub(crate) fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
         Record {
             client: "::ffff:127.0.0.1".parse().unwrap(),
             local_port: 8080,

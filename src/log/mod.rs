@@ -10,6 +10,7 @@ pub mod access;
 pub mod filter;
 pub mod format;
 pub mod held;
+mod json;
 pub mod rotate;
 
 /// Running out of file descriptors: said once when it starts, once when it ends.
