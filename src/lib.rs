@@ -97,6 +97,7 @@ pub mod log;
 pub mod master;
 pub mod pidfile;
 pub mod pod;
+pub mod safe_files;
 pub mod scoreboard;
 pub mod status;
 pub mod sys;

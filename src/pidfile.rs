@@ -4,9 +4,8 @@
 //! The lock, not the file's existence, says whether a server is running: a pid file
 //! left by a crash, or naming a pid the system has since reused, does not stop a start.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -21,16 +20,13 @@ pub struct PidFile {
 impl PidFile {
     /// Locks the pid file and writes our pid into it.
     pub fn acquire(path: &Path) -> Result<PidFile, String> {
+        // As root: not in a folder others may write, not through a link, not a file
+        // with other names (it is truncated below).
+        crate::safe_files::check_folder(path)?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(path)
+        let file = crate::safe_files::open_rewrite(path, 0o644)
             .map_err(|e| format!("cannot open pid file {}: {e}", path.display()))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,

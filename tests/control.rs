@@ -523,3 +523,111 @@ fn coredump_dir_makes_workers_dumpable_there() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("coredump_dir \"nowhere\""), "{}", text(&out));
 }
+
+/// A file root cares about, planted as the target of links in the log folder.
+fn victim(site: &Site) -> std::path::PathBuf {
+    let v = site.path("victim");
+    std::fs::write(&v, "precious\n").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    v
+}
+
+fn untouched(v: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(v).unwrap();
+    assert_eq!(std::fs::read_to_string(v).unwrap(), "precious\n");
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (0, 0, 0o600), "owner and mode unchanged");
+}
+
+#[test]
+fn the_master_follows_no_link_it_writes_through() {
+    let site = Site::new();
+    site.config("user = \"nobody\"", "");
+    open_up(&site);
+    let v = victim(&site);
+    // Should a start succeed after all (the bug), the daemon must not outlive the test.
+    let _guard = Daemon { site: &site };
+    // A link where the access log goes: pika must neither write to nor hand over
+    // the file it points at.
+    std::os::unix::fs::symlink(&v, site.path("logs/access.log")).unwrap();
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("logs/access.log is a symbolic link"), "{}", text(&o));
+    untouched(&v);
+    // A hard link there, the same.
+    std::fs::remove_file(site.path("logs/access.log")).unwrap();
+    std::fs::hard_link(&v, site.path("logs/access.log")).unwrap();
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("2 hard links"), "{}", text(&o));
+    untouched(&v);
+    std::fs::remove_file(site.path("logs/access.log")).unwrap();
+    // And a link where the pid file goes: not truncated, not written.
+    std::os::unix::fs::symlink(&v, site.path("logs/pika.pid")).unwrap();
+    let o = pika(&site, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("pika.pid is a symbolic link"), "{}", text(&o));
+    untouched(&v);
+}
+
+#[test]
+fn a_log_folder_others_may_write_is_refused_and_said_why() {
+    let site = Site::new();
+    site.config("user = \"nobody\"", "");
+    open_up(&site);
+    // The workers' user owns the log folder: it could plant a link there at any time.
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    nix::unistd::chown(&site.path("logs"), Some(nobody.uid), None).unwrap();
+    let _guard = Daemon { site: &site };
+    for args in [&["-t"][..], &[]] {
+        let o = pika(&site, args);
+        assert_eq!(o.status.code(), Some(1), "pika {args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.contains("users other than root may write the folder") && t.contains("belongs to a user other than root"),
+            "pika {args:?}: {t}"
+        );
+    }
+}
+
+#[test]
+fn logs_are_made_0640_keep_their_group_and_stdout_still_works() {
+    use std::os::unix::fs::MetadataExt;
+    let site = Site::new();
+    // logrotate's `create 0640 www-data adm` made the access log; the error log is new.
+    site.write("logs/access.log", "");
+    std::fs::set_permissions(site.path("logs/access.log"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    nix::unistd::chown(&site.path("logs/access.log"), None, Some(nix::unistd::Gid::from_raw(4))).unwrap();
+    site.config(
+        "user = \"nobody\"\ngroup = \"nogroup\"",
+        "[[access_log]]\npath = \"logs/access.log\"\n[[access_log]]\npath = \"/dev/stdout\"\nformat = \"%r %>s\"\nbuffer = 0\n",
+    );
+    open_up(&site);
+    std::fs::set_permissions(site.path("logs/access.log"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    // A container's way: the master's standard output is a pipe.
+    let mut child = std::process::Command::new(BIN)
+        .args(["-F", "-f"])
+        .arg(site.path("conf/pika.toml"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = wait_until(DEADLINE, "pika to listen", || listening_addr(&site.error_log()));
+    assert_eq!(get(addr, "/").status, 200);
+    let mut out = child.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\n") && std::io::Read::read(&mut out, &mut byte).unwrap_or(0) == 1 {
+        line.push(byte[0]);
+    }
+    assert_eq!(String::from_utf8_lossy(&line), "GET / HTTP/1.1 200\n");
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap().gid.as_raw();
+    let access = std::fs::metadata(site.path("logs/access.log")).unwrap();
+    assert_eq!((access.uid(), access.gid(), access.mode() & 0o777), (nobody, 4, 0o640), "the group kept");
+    let error = std::fs::metadata(site.path("logs/error.log")).unwrap();
+    assert_eq!((error.uid(), error.gid(), error.mode() & 0o777), (nobody, nogroup, 0o640), "made for the workers");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+}

@@ -496,6 +496,16 @@ impl Ctx<'_> {
             }
         };
 
+        // Files the master writes as root must not lie where others may plant a link.
+        let pid_file = at_root(&raw.server.pid_file);
+        crate::safe_files::check_folder(&pid_file).map_err(|e| self.error(self.table("server"), e))?;
+        if let ErrorLogTarget::File(p) = &error_log {
+            crate::safe_files::check_folder(p).map_err(|e| self.error(self.table("server"), e))?;
+        }
+        for a in &access_logs {
+            crate::safe_files::check_folder(&a.path).map_err(|e| self.error(self.table("access_log"), e))?;
+        }
+
         Ok(Config {
             chroot,
             coredump_dir,
@@ -503,7 +513,7 @@ impl Ctx<'_> {
             includes: included.iter().map(|i| i.file.clone()).collect(),
             listen,
             backlog: raw.server.backlog.max(1),
-            pid_file: at_root(&raw.server.pid_file),
+            pid_file,
             error_log,
             error_log_rotate,
             log_level,

@@ -43,9 +43,8 @@ pub mod shortage {
     }
 }
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -153,21 +152,21 @@ pub fn set_slot(slot: usize) {
 
 /// Makes sure a log file exists and that the workers' user owns it, so a worker that
 /// dropped root can reopen it after a rotation (the master calls this before it
-/// bumps the log epoch).
+/// opens the logs, and before it bumps the log epoch). See [`crate::safe_files`]:
+/// no link is followed, a hard-linked file or an unsafe folder is refused, and an
+/// existing file keeps its group.
 pub fn prepare_for_workers(path: &Path, owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>) -> std::io::Result<()> {
-    let file = open_append(path)?;
-    if let Some((uid, gid)) = owner {
-        nix::unistd::fchown(&file, Some(uid), Some(gid))?;
+    let opened = crate::safe_files::open_append(path)?;
+    if let Some(owner) = owner {
+        crate::safe_files::hand_over(path, &opened, owner)?;
     }
     Ok(())
 }
 
-/// Opens a log file for appending, creating it and its folder if needed.
+/// Opens a log file for appending, creating it (`0640`) and its folder if needed,
+/// never through a link at its name (see [`crate::safe_files::open_append`]).
 pub fn open_append(path: &Path) -> std::io::Result<File> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    OpenOptions::new().create(true).append(true).mode(0o644).open(path)
+    crate::safe_files::open_append(path).map(|o| o.file)
 }
 
 impl Log for ErrorLog {

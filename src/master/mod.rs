@@ -141,6 +141,9 @@ impl Master {
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
         let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
+        // Created for the workers before they are opened, so a new file gets their
+        // group (an existing one keeps its own).
+        prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = band(&config);
         scoreboard.header.min_spare.store(band.min_spare, Relaxed);
@@ -178,7 +181,7 @@ impl Master {
     /// The master loop. Returns when the server has stopped. `ready` is told once the
     /// first workers are serving (or could not start).
     pub fn run(mut self, ready: &mut Ready) -> ExitCode {
-        self.prepare_log_files();
+        prepare_log_files(&self.config);
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
         let mut last_look = Instant::now();
@@ -685,6 +688,7 @@ impl Master {
                 return;
             }
         };
+        prepare_log_files(&new);
         let logs = match AccessLogs::open(&new.access_logs) {
             Ok(l) => l,
             Err(e) => {
@@ -705,7 +709,7 @@ impl Master {
         self.logs = logs;
         self.rotations = rotations(&new, &self.rotations);
         self.config = new;
-        self.prepare_log_files();
+        prepare_log_files(&self.config);
         self.band = band(&self.config);
         self.scoreboard.header.min_spare.store(self.band.min_spare, Relaxed);
         self.spawn_rate = 1;
@@ -756,25 +760,11 @@ impl Master {
 
     /// USR1: reopen the logs by path (after logrotate renamed them).
     fn reopen_logs(&mut self) {
-        self.prepare_log_files();
+        prepare_log_files(&self.config);
         crate::log::reopen_error_log();
         self.logs.reopen();
         self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
         log::info!("logs reopened");
-    }
-
-    /// Creates every log file the workers write, owned by the workers' user.
-    fn prepare_log_files(&self) {
-        let owner = self.config.run_as.as_ref().map(|r| (r.uid, r.gid));
-        let error_log = match &self.config.error_log {
-            config::ErrorLogTarget::File(p) => Some(p),
-            _ => None,
-        };
-        for path in self.config.access_logs.iter().map(|a| &a.path).chain(error_log) {
-            if let Err(e) = crate::log::prepare_for_workers(path, owner) {
-                log::error!("cannot prepare log file {}: {e}", path.display());
-            }
-        }
     }
 
     fn adjust_band(&mut self, delta: i32) {
@@ -784,6 +774,20 @@ impl Master {
         self.band.max_spare = max;
         self.scoreboard.header.min_spare.store(min, Relaxed);
         log::info!("spare workers: min_spare {min}, max_spare {max}");
+    }
+}
+
+/// Creates every log file the workers write, owned by the workers' user.
+fn prepare_log_files(config: &Config) {
+    let owner = config.run_as.as_ref().map(|r| (r.uid, r.gid));
+    let error_log = match &config.error_log {
+        config::ErrorLogTarget::File(p) => Some(p),
+        _ => None,
+    };
+    for path in config.access_logs.iter().map(|a| &a.path).chain(error_log) {
+        if let Err(e) = crate::log::prepare_for_workers(path, owner) {
+            log::error!("cannot prepare log file {}: {e}", path.display());
+        }
     }
 }
 
