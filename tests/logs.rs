@@ -115,6 +115,13 @@ fn hostile_bytes_cannot_break_or_forge_a_line() {
     assert!(lines[2].contains("\\xff\\xfe\\\\\\\""), "{}", lines[2]);
 }
 
+/// A log that cannot be written: `/dev/full`'s device (every write fails with
+/// ENOSPC) made at `path`. Not a link to it: pika follows no link to a log.
+fn full_disk(path: &std::path::Path) {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    mknod(path, SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(1, 7)).unwrap();
+}
+
 #[test]
 fn a_failing_log_is_reported_once_and_recovers() {
     let site = Site::new();
@@ -125,7 +132,7 @@ fn a_failing_log_is_reported_once_and_recovers() {
         "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = 1\n\
          [[access_log]]\npath = \"logs/access.log\"\nbuffer = 0\n",
     );
-    std::os::unix::fs::symlink("/dev/full", site.path("logs/access.log")).unwrap();
+    full_disk(&site.path("logs/access.log"));
     let p = Pika::start(&site, "-F");
     let worker = children_of(p.pid);
     assert_eq!(worker.len(), 1);
@@ -391,7 +398,7 @@ fn syslog_lines_carry_each_processes_own_pid() {
         &format!("error_log = \"syslog:local3\"\nsyslog_socket = \"{}\"", sock_path.display()),
         "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n",
     );
-    std::os::unix::fs::symlink("/dev/full", site.path("logs/access.log")).unwrap();
+    full_disk(&site.path("logs/access.log"));
     let mut child = std::process::Command::new(BIN)
         .args(["-F", "-f"])
         .arg(site.path("conf/pika.toml"))
