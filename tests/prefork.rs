@@ -550,3 +550,245 @@ fn sequential_connections_stay_on_the_hot_workers() {
     assert!(top_two >= N / 2, "requests per worker: {counts:?}");
     assert_eq!(workers(&p).len(), 8);
 }
+
+/// Waits until the master has rewritten its status file `n` times (once a tick).
+fn wait_ticks(site: &Site, n: usize) {
+    let written = || std::fs::metadata(site.path("logs/pika.status")).and_then(|m| m.modified()).ok();
+    for _ in 0..n {
+        let before = written();
+        wait_until(DEADLINE, "a tick", || (written() != before).then_some(()));
+    }
+}
+
+#[test]
+fn graceful_timeout_cuts_what_outlasts_it_then_the_master_exits() {
+    let site = Site::new();
+    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    site.config("graceful_timeout = \"2s\"", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n");
+    let mut p = Pika::start(&site, "-F");
+    // Two downloads never read: each holds one of the two workers in sendfile.
+    let mut clients: Vec<TcpStream> = (0..2).map(|_| connect(p.addr)).collect();
+    for c in &mut clients {
+        c.write_all(BIG).unwrap();
+    }
+    let pids = wait_until(DEADLINE, "both workers stalled in sendfile", || {
+        let w = n_children(p.pid, 2);
+        w.iter().all(|&w| blocked_in(w, libc::SYS_sendfile)).then_some(w)
+    });
+    // One is stopped: TERM cannot end it, only the KILL that follows.
+    let (termed, stopped) = (pids[0], pids[1]);
+    send_signal(stopped, nix::sys::signal::Signal::SIGSTOP);
+    let quit = Instant::now();
+    p.signal(SIGQUIT);
+    let mut gone: [Option<Duration>; 2] = [None, None];
+    let status = wait_until(DEADLINE, "the master to exit", || {
+        for (i, w) in [termed, stopped].into_iter().enumerate() {
+            if gone[i].is_none() && !alive(w) {
+                gone[i] = Some(quit.elapsed());
+            }
+        }
+        p.child.try_wait().ok().flatten()
+    });
+    let took = quit.elapsed();
+    let (termed_at, killed_at) = (gone[0].expect("the first worker ended"), gone[1].expect("the stopped one ended"));
+    // Nothing is cut before graceful_timeout (2 s); the TERM follows it, and the KILL
+    // comes STOP_GRACE (3 s) after the TERM.
+    assert!(termed_at >= Duration::from_millis(1900), "a download cut after {termed_at:?}");
+    assert!(killed_at >= Duration::from_millis(4900), "the stopped worker was killed after {killed_at:?}");
+    assert!(took >= killed_at, "the master left before its workers ({took:?})");
+    assert_eq!(status.code(), Some(0), "{status}");
+    let log = site.error_log();
+    assert_eq!(log.matches("graceful stop timed out after 2s").count(), 1, "{log}");
+    // Each client got part of the file, then the end of the stream.
+    for mut c in clients {
+        let got = read_until_closed(&mut c, DEADLINE);
+        assert!(got.len() < 64 << 20, "a whole file arrived");
+    }
+}
+
+/// A worker of the old generation that stays idle after a reload (stopped here while
+/// it waits for work) is not one of the spares: counted as idle, it would make the
+/// pool look over `max_spare` and a new worker would be retired for it.
+#[test]
+fn idle_workers_are_counted_in_the_current_generation_only() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 6\n");
+    let p = Pika::start(&site, "-F");
+    let old = n_children(p.pid, 2);
+    send_signal(old[0], nix::sys::signal::Signal::SIGSTOP);
+    p.signal(SIGHUP);
+    let new = wait_until(DEADLINE, "two workers of the new generation, the other old one gone", || {
+        let w = children_of(p.pid);
+        let new: Vec<i32> = w.iter().copied().filter(|x| !old.contains(x)).collect();
+        (new.len() == 2 && !w.contains(&old[1])).then_some(new)
+    });
+    wait_status(&site, "the new generation ready", DEADLINE, |s| n(s, "current_generation_ready") == 2);
+    let retiring = || site.error_log().matches("maintenance: retiring").count();
+    let before = retiring();
+    // Three looks at the pool: 2 idle of the current generation is inside the band.
+    wait_ticks(&site, 3);
+    assert_eq!(retiring(), before, "a spare retired:\n{}", site.error_log());
+    let mut now = children_of(p.pid);
+    now.sort();
+    let mut want = [vec![old[0]], new].concat();
+    want.sort();
+    assert_eq!(now, want, "the pool changed");
+    // Let go, the old worker sees the new generation and leaves.
+    send_signal(old[0], nix::sys::signal::Signal::SIGCONT);
+    wait_until(DEADLINE, "the old worker gone", || (!alive(old[0])).then_some(()));
+}
+
+#[test]
+fn the_masters_dummy_requests_are_left_out_of_every_counter() {
+    let site = Site::new();
+    site.config(
+        "",
+        "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\n\
+         [[access_log]]\npath = \"logs/access.log\"\n\
+         [[access_log]]\npath = \"logs/internal.log\"\nbuffer = 0\nexclude = []\ninclude = [{ internal = true }]\n",
+    );
+    let p = Pika::start(&site, "-F");
+    // Five requests on one connection; the bytes each answer took on the wire.
+    let mut s = connect(p.addr);
+    let mut bytes = 0;
+    for _ in 0..5 {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let r = read_response(&mut s, false).expect("a response");
+        assert_eq!(r.status, 200);
+        bytes += r.head.len() + r.body.len();
+    }
+    drop(s);
+    // Reloads wake the old generation's idle workers with dummy requests.
+    for generation in 1..=2 {
+        p.signal(SIGHUP);
+        wait_status(&site, "the reload", DEADLINE, |s| n(s, "generation") == generation);
+    }
+    wait_until(DEADLINE, "dummy requests answered", || {
+        (site.read("logs/internal.log").matches("internal dummy connection").count() >= 2).then_some(())
+    });
+    wait_ticks(&site, 1);
+    let status = site.read("logs/pika.status");
+    assert_eq!(n(&status, "requests"), 5, "{status}");
+    assert_eq!(n(&status, "bytes"), bytes as u64, "{status}");
+    // Nor does the access log of traffic show them.
+    let lines = wait_until(DEADLINE, "five access-log lines", || {
+        let l = site.access_lines();
+        (l.len() >= 5).then_some(l)
+    });
+    assert_eq!(lines.len(), 5, "{lines:?}");
+}
+
+/// A worker that dies young (here: killed as soon as it appears) is not replaced at
+/// once but by the spawn rate, which starts at one a tick: a worker that cannot
+/// live must not become a fork loop.
+#[test]
+fn workers_that_die_young_are_replaced_at_the_spawn_rate_not_at_once() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 4\nmax = 64\n");
+    let p = Pika::start(&site, "-F");
+    let mut killed = std::collections::HashSet::new();
+    let end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < end {
+        for w in children_of(p.pid) {
+            if killed.insert(w) {
+                send_signal(w, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("{} workers forked in 4 s, each killed at once", killed.len());
+    // At most 5 ticks in 4 s, forking 1, 2, 4, 8, 16 while short: 31, and the first 2.
+    // Replaced at once, every kill would have forked again: hundreds.
+    assert!(killed.len() <= 40, "{} workers forked in 4 s", killed.len());
+    assert!(killed.len() >= 4, "the pool was not refilled: {} workers", killed.len());
+    // Left alone, the pool comes back and serves.
+    wait_status(&site, "two ready workers", DEADLINE, |s| in_state(s, "ready") >= 2);
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
+fn winch_retires_every_worker_and_hup_brings_the_pool_back() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    let p = Pika::start(&site, "-F");
+    p.signal(28); // SIGWINCH
+    wait_status(&site, "no worker", DEADLINE, |s| n(s, "workers") == 0);
+    assert_eq!(n_children(p.pid, 0), Vec::<i32>::new());
+    // Paused: no look at the pool forks one.
+    wait_ticks(&site, 2);
+    assert!(children_of(p.pid).is_empty(), "a worker was forked while paused");
+    p.signal(SIGHUP);
+    let started = n_children(p.pid, 2);
+    wait_status(&site, "two ready workers", DEADLINE, |s| n(s, "current_generation_ready") == 2);
+    assert_eq!(get(p.addr, "/").status, 200);
+    // Maintenance runs again: a worker that dies (past its first second) is replaced.
+    std::thread::sleep(Duration::from_millis(1100));
+    send_signal(started[0], nix::sys::signal::Signal::SIGKILL);
+    wait_until(DEADLINE, "a replacement", || {
+        let w = children_of(p.pid);
+        (w.len() == 2 && !w.contains(&started[0])).then_some(())
+    });
+}
+
+/// Writes the site's config with these `listen` addresses (and the defaults of
+/// `Site::config` otherwise).
+fn config_listening(site: &Site, listen: &[&str]) {
+    let list: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
+    let text =
+        site.read("conf/pika.toml").replace("listen = [\"127.0.0.1:0\"]", &format!("listen = [{}]", list.join(", ")));
+    std::fs::write(site.path("conf/pika.toml"), text).unwrap();
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn reloads_add_and_remove_listen_addresses_and_keep_them_when_one_cannot_be_bound() {
+    let site = Site::new();
+    let first = "127.0.0.1:0";
+    config_listening(&site, &[first]);
+    let p = Pika::start(&site, "-F");
+    let a = p.addr;
+    let reload = |generation: u64| {
+        p.signal(SIGHUP);
+        wait_status(&site, "the new generation", DEADLINE, |s| n(s, "generation") == generation);
+    };
+    // Added: bound at the reload, served by the new generation; the first stays.
+    let b: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    config_listening(&site, &[first, &b.to_string()]);
+    reload(1);
+    assert!(site.error_log().contains(&format!("listening on {b}")), "{}", site.error_log());
+    assert_eq!(get(b, "/").status, 200);
+    assert_eq!(get(a, "/").status, 200);
+    // Removed: once the old generation is gone nobody holds the socket any more.
+    config_listening(&site, &[&b.to_string()]);
+    reload(2);
+    assert!(site.error_log().contains(&format!("no longer listening on {a}")), "{}", site.error_log());
+    wait_status(&site, "the old generation gone", DEADLINE, |s| n(s, "old_generation") == 0);
+    wait_until(DEADLINE, "the removed address to refuse connections", || TcpStream::connect(a).err());
+    assert_eq!(get(b, "/").status, 200);
+    // An address that cannot be bound (this test holds it): the reload fails, said
+    // once, and the server goes on as it was.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = taken.local_addr().unwrap();
+    config_listening(&site, &[&b.to_string(), &c.to_string()]);
+    p.signal(SIGHUP);
+    wait_until(DEADLINE, "the reload error", || site.error_log().contains("reload failed").then_some(()));
+    wait_ticks(&site, 2);
+    let log = site.error_log();
+    assert_eq!(log.matches("reload failed").count(), 1, "{log}");
+    assert!(log.contains(&format!("cannot listen on {c}")), "{log}");
+    assert_eq!(n(&status(&site), "generation"), 2, "a failed reload starts no generation");
+    assert_eq!(get(b, "/").status, 200);
+    // It kept its listener: the next good reload reuses it (binding it again would
+    // fail while the workers hold it) and serves on it.
+    drop(taken);
+    config_listening(&site, &[&b.to_string()]);
+    reload(3);
+    wait_status(&site, "the old generation gone", DEADLINE, |s| n(s, "old_generation") == 0);
+    assert_eq!(get(b, "/").status, 200);
+    assert_eq!(site.error_log().matches("reload failed").count(), 1);
+}
