@@ -631,3 +631,76 @@ fn logs_are_made_0640_keep_their_group_and_stdout_still_works() {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
     let _ = child.wait();
 }
+
+/// The text of an HTML page's `<td>` cells, with the entities pika writes decoded.
+fn html_cells(html: &str) -> Vec<String> {
+    html.split("<td>")
+        .skip(1)
+        .filter_map(|c| c.split_once("</td>").map(|(cell, _)| cell))
+        .map(|c| {
+            c.replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&#39;", "'")
+                .replace("&amp;", "&")
+        })
+        .collect()
+}
+
+/// Every string value of `"key":` in a JSON text, decoded; panics on a string that
+/// does not end where JSON says it ends.
+fn json_values(json: &str, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for rest in json.split(&format!("\"{key}\":\"")).skip(1) {
+        let mut value = String::new();
+        let mut chars = rest.chars();
+        loop {
+            match chars.next().unwrap_or_else(|| panic!("an unterminated string in {json}")) {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('"') => value.push('"'),
+                    Some('\\') => value.push('\\'),
+                    Some('/') => value.push('/'),
+                    Some('n') => value.push('\n'),
+                    Some('r') => value.push('\r'),
+                    Some('t') => value.push('\t'),
+                    Some('u') => {
+                        let hex: String = chars.by_ref().take(4).collect();
+                        value.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+                    }
+                    other => panic!("escape \\{other:?} in {json}"),
+                },
+                c if (c as u32) < 0x20 => panic!("a raw control character in a string: {json}"),
+                c => value.push(c),
+            }
+        }
+        // The string ends where the value does: a comma or the object's end follows.
+        assert!(matches!(chars.next(), Some(',' | '}')), "{key} does not end its value: {json}");
+        out.push(value);
+    }
+    out
+}
+
+#[test]
+fn server_status_escapes_what_clients_sent_in_html_and_json() {
+    let site = Site::new();
+    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 4\n[status]\nenabled = true\n");
+    let p = Pika::start(&site, "-F");
+    // Markup, quotes, an entity, a backslash and non-ASCII in the request line: kept
+    // alive, the worker shows it in its row while the status page is asked of another.
+    let line = "GET /<b>\"x'&amp;</b>\\é?q=<i>\"</i> HTTP/1.1";
+    let mut held = connect(p.addr);
+    held.write_all(format!("{line}\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let r = read_response(&mut held, false).expect("an answer");
+    assert_eq!(r.header("connection"), None, "kept alive");
+
+    let html = get(p.addr, "/server-status").text();
+    assert!(!html.contains("<b>") && !html.contains("<i>") && !html.contains("\"x'"), "{html}");
+    assert!(html_cells(&html).iter().any(|c| c == line), "no cell reads {line:?}:\n{html}");
+    let json = get(p.addr, "/server-status?json").text();
+    assert!(json_values(&json, "request").iter().any(|v| v == line), "no request reads {line:?}:\n{json}");
+    for client in json_values(&json, "client") {
+        assert!(client.is_empty() || client.parse::<std::net::SocketAddr>().is_ok(), "{client:?}");
+    }
+    drop(held);
+}

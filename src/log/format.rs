@@ -610,6 +610,97 @@ pub(crate) mod tests {
         }
     }
 
+    /// Apache's log escapes undone; None for a byte or an escape `escape_into` never
+    /// writes (so a raw control byte or a lone backslash fails the round trip).
+    fn unescape(text: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < text.len() {
+            let b = text[i];
+            i += 1;
+            if !(0x20..=0x7e).contains(&b) || b == b'"' {
+                return None;
+            }
+            if b != b'\\' {
+                out.push(b);
+                continue;
+            }
+            let e = *text.get(i)?;
+            i += 1;
+            out.push(match e {
+                b'"' | b'\\' => e,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                b'b' => 0x08,
+                b'v' => 0x0b,
+                b'x' => {
+                    let hex = std::str::from_utf8(text.get(i..i + 2)?).ok()?;
+                    i += 2;
+                    u8::from_str_radix(hex, 16).ok()?
+                }
+                _ => return None,
+            });
+        }
+        Some(out)
+    }
+
+    /// A response header's value: one line of a head, without its CR and LF.
+    fn header_value() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::strategy::Strategy;
+        let byte = proptest::num::u8::ANY.prop_filter("a line end", |b| *b != b'\r' && *b != b'\n');
+        proptest::collection::vec(byte, 0..64)
+    }
+
+    proptest::proptest! {
+        /// Every token a client controls, fed arbitrary bytes: the record is one line
+        /// of printable ASCII with no bare quote, and the field reads back as exactly
+        /// the bytes the client sent (cut by `render_within` only at a whole escape).
+        #[test]
+        fn every_client_token_is_escaped(
+            field: Vec<u8>,
+            out_value in header_value(),
+            limit in 16usize..256,
+        ) {
+            let head = [&b"HTTP/1.1 200 OK\r\nX-Out: "[..], &out_value, b"\r\n\r\n"].concat();
+            let headers = |n: &str| (n == "X-In").then_some(&field[..]);
+            let mut r = record(&headers);
+            r.request_line = &field;
+            r.method = &field;
+            r.path = &field;
+            r.query = Some(&field);
+            r.host = Some(&field);
+            r.response_head = &head;
+            let question = [&b"?"[..], &field].concat();
+            let trimmed = out_value.trim_ascii();
+            let tokens: [(&str, &[u8]); 7] = [
+                ("%r", &field),
+                ("%m", &field),
+                ("%U", &field),
+                ("%q", &question),
+                ("%V", &field),
+                ("%{X-In}i", &field),
+                ("%{X-Out}o", trimmed),
+            ];
+            for (token, sent) in tokens {
+                let f = LogFormat::parse(&format!("\"{token}\"")).unwrap();
+                let mut out = Vec::new();
+                f.render(&r, "", &mut out);
+                proptest::prop_assert_eq!(out.pop(), Some(b'\n'));
+                let inner = &out[1..out.len() - 1];
+                let back = unescape(inner);
+                proptest::prop_assert_eq!(back.as_deref(), Some(sent), "{} gave {:?}", token, String::from_utf8_lossy(&out));
+                // Within a limit: still one whole line, the field a prefix of what was sent.
+                let mut cut = Vec::new();
+                f.render_within(&r, "", &mut cut, limit);
+                proptest::prop_assert!(cut.len() <= limit && cut.ends_with(b"\n") && cut.iter().filter(|&&b| b == b'\n').count() == 1);
+                let inner = &cut[1..cut.len() - 2];
+                let back = unescape(inner);
+                proptest::prop_assert!(back.as_deref().is_some_and(|b| sent.starts_with(b)), "{} cut to {:?}", token, String::from_utf8_lossy(&cut));
+            }
+        }
+    }
+
     #[test]
     fn zero_bytes_is_a_dash_in_clf() {
         let h = |_: &str| None;
