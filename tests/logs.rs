@@ -625,3 +625,74 @@ fn json_logs_are_read_by_jq_across_rotations_and_filters() {
     errors.sort();
     assert_eq!(errors, [&["400"][..], &["404"; 7]].concat(), "the 4xx filter");
 }
+
+/// The rotated files of `logs/NAME` (not the live one), by name.
+fn rotated(site: &Site, name: &str) -> Vec<String> {
+    let prefix = format!("{name}.");
+    let mut out: Vec<String> = std::fs::read_dir(site.path("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `keep` bounds the old files of every kind of rotation, compressed or not: numbered
+/// (rotated by size) and named from a time pattern (rotated every second).
+#[test]
+fn keep_bounds_the_rotated_files_of_every_naming_compressed_or_not() {
+    const KEEP: usize = 2;
+    let logs = [
+        ("num.log", "size = \"1\", naming = \"numbered\""),
+        ("numgz.log", "size = \"1\", naming = \"numbered\", compress = true"),
+        ("pat.log", "interval = \"1s\", naming = \"%H%M%S\", local_time = false"),
+        ("patgz.log", "interval = \"1s\", naming = \"%H%M%S\", local_time = false, compress = true"),
+    ];
+    let site = Site::new();
+    let tables: String = logs
+        .iter()
+        .map(|(name, rotate)| {
+            format!("[[access_log]]\npath = \"logs/{name}\"\nbuffer = 0\nrotate = {{ {rotate}, keep = {KEEP} }}\n")
+        })
+        .collect();
+    site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n{tables}"));
+    let p = Pika::start(&site, "-F");
+    // A request every 200 ms: each log has a line in every one-second period, and
+    // is over its one-byte size at every tick, so each rotates once a tick.
+    let mut made = 0;
+    let enough = |site: &Site| site.error_log().matches("logs rotated").count() >= 2 * KEEP + 2;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !enough(&site) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rotations: {}",
+            site.error_log().matches("logs rotated").count()
+        );
+        made += 1;
+        assert_eq!(get(p.addr, &format!("/?n={made}")).status, 200);
+        for (name, _) in &logs {
+            // An old file being compressed is there twice for a moment (FILE and
+            // FILE.gz); counted once, old files never exceed keep.
+            let old: HashSet<String> =
+                rotated(&site, name).into_iter().map(|n| n.trim_end_matches(".gz").to_string()).collect();
+            assert!(old.len() <= KEEP, "{name}: {old:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Once the last compression is done, exactly `keep` old files, compressed where
+    // asked and only there.
+    for (name, rotate) in &logs {
+        let compress = rotate.contains("compress");
+        let old = wait_until(DEADLINE, &format!("{KEEP} old {name} files"), || {
+            let old = rotated(&site, name);
+            (old.len() == KEEP && old.iter().all(|n| n.ends_with(".gz") == compress)).then_some(old)
+        });
+        if rotate.contains("numbered") {
+            let want: Vec<String> =
+                (1..=KEEP).map(|i| format!("{name}.{i}{}", if compress { ".gz" } else { "" })).collect();
+            assert_eq!(old, want);
+        }
+    }
+}
