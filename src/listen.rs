@@ -9,7 +9,11 @@ use std::time::Duration;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use socket2::{Domain, Socket, Type};
 
-pub use crate::http::connection::WAIT_SLICE;
+/// The longest single wait of a worker: for a connection in `accept` (then it looks at
+/// the pipe of death and the generation), and for a request's bytes (the receive
+/// timeout every accepted socket inherits; then the HTTP code looks at its deadline
+/// and at the pressure on the pool).
+pub const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// One bound listener: the address as configured (the key across reloads), the
 /// address actually bound (port 0 picks one), the socket, and whether its

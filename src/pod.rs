@@ -24,8 +24,11 @@ use std::time::Duration;
 use nix::fcntl::OFlag;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::http::connection::INTERNAL_HEADER;
 use crate::scoreboard::Header;
+
+/// Header carrying the master's per-boot token on an internal dummy request (the
+/// worker that answers it recognises it by the token).
+pub const INTERNAL_HEADER: &str = "Pika-Internal";
 
 /// How long the master waits to connect to its own listener. Apache uses 3 s; a
 /// loopback connect that takes longer means the backlog is full, and then a worker

@@ -19,8 +19,10 @@ use super::request::{self, Framing, HttpError, Limits, Method, Request};
 use super::response::{self, ALLOW, Body, Reply};
 use crate::config::{Config, ServerTokens};
 use crate::handlers::static_file::{self, Env, Site};
+use crate::listen::WAIT_SLICE;
 use crate::log::access::AccessLogs;
 use crate::log::format::Record;
+use crate::pod::INTERNAL_HEADER;
 use crate::text;
 use crate::vhost;
 
@@ -72,9 +74,6 @@ pub struct Outcome {
     /// The connection carried the master's internal dummy request.
     pub internal: bool,
 }
-
-/// Header carrying the master's per-boot token on an internal dummy request.
-pub const INTERNAL_HEADER: &str = "Pika-Internal";
 
 /// How long a closing connection is drained so the client reads our response
 /// instead of a reset (Apache's lingering close).
@@ -132,10 +131,6 @@ const INPUT_START: usize = 4096;
 
 /// Header slots on the stack: the default `http.max_headers`.
 const FEW_HEADERS: usize = 100;
-
-/// The longest single wait for input: after each, the deadline and the pressure on
-/// the pool are looked at again.
-pub const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// Under pressure (no idle worker left and the pool at its maximum), how long an idle
 /// kept-alive connection or a trickling head may keep its worker. Long enough for any
