@@ -46,8 +46,10 @@
 //! # How a request travels
 //!
 //! [`listen::Acceptor::accept`] hands a socket (options inherited from the listener) to
-//! [`http::connection::Server::serve`]: read the head into a fixed buffer within its
-//! timeout → [`http::request::parse`] (httparse plus our own checks: Host, framing,
+//! [`http::connection::Server::serve`], the keep-alive loop: read the head into a
+//! buffer within its timeout ([`http::input::Input`], over an
+//! [`http::transport::Transport`]) → [`http::connection::Server::serve_request`]:
+//! [`http::request::parse`] (httparse plus our own checks: Host, framing,
 //! limits; every failure is an [`http::request::HttpError`] mapped to its status in one
 //! place) → read and discard any body → [`vhost::select`] by Host →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) →
@@ -57,9 +59,9 @@
 //! file, index, listing ([`handlers::listing`]), redirect or error →
 //! [`http::conditional`] and [`http::range`] → the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
-//! and more: the head with `MSG_MORE`, the body with `sendfile`) → one access-log
-//! record per log ([`log::access`], formatted by [`log::format`] (`format = "json"`
-//! by `log/json.rs`), chosen by
+//! and more: the head with `MSG_MORE`, the body with `sendfile`;
+//! [`http::response::send`]) → one access-log record per log ([`log::access`],
+//! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive or close.
 //!
 //! # How a signal travels

@@ -1,18 +1,28 @@
-//! Body framing as the head decides it: `Content-Length` and `Transfer-Encoding`.
+//! Body framing as the head decides it (`Content-Length` and `Transfer-Encoding`),
+//! and the reader that acts on it.
 //!
-//! The chunked reader itself lives in the private connection code, so this target
-//! attacks the decision it acts on. Heads are built from fragments that matter to
-//! framing (spellings of the two fields, lists, huge and zero-padded numbers, codings
-//! in every order) plus raw bytes, and every head `parse` accepts is checked against
-//! the fields httparse actually saw: never both a length and chunked, a length is
-//! exactly what each Content-Length said, chunked only when it is the final coding.
+//! Heads are built from fragments that matter to framing (spellings of the two
+//! fields, lists, huge and zero-padded numbers, codings in every order) plus raw
+//! bytes, and every head `parse` accepts is checked against the fields httparse
+//! actually saw: never both a length and chunked, a length is exactly what each
+//! Content-Length said, chunked only when it is the final coding.
+//!
+//! Then the connection's read side runs on the head and a body, delivered in pieces
+//! of a size the input picks ([`Input`] over a [`Memory`] transport): either a body
+//! encoded as the head says (chunk sizes with leading zeros and extensions,
+//! trailers) followed by the next request, which must be exactly what is left
+//! unread; or raw bytes, which must never make the reader panic, hang, or take more
+//! than it was given.
 #![no_main]
 
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use pika::http::input::Input;
 use pika::http::request::{self, Framing, Limits, MAX_HEADERS, Request};
+use pika::http::transport::Memory;
 
 /// The server's defaults, so that only framing decides what is refused.
 const LIMITS: Limits = Limits { max_request_line: 8190, max_header_size: 16384, max_headers: 100 };
@@ -164,12 +174,79 @@ fn check(req: &Request<'_>) {
     }
 }
 
+/// What follows a body that was read to its end.
+const NEXT: &[u8] = b"GET /next HTTP/1.1\r\n";
+/// The largest body the reader accepts here.
+const MAX_BODY: u64 = 1 << 16;
+
+/// A body encoded as `framing` says, then [`NEXT`]; None when the framing has no
+/// body or one too long to build.
+fn encoded_body(u: &mut Unstructured<'_>, framing: Framing) -> Result<Option<Vec<u8>>> {
+    let mut body = Vec::new();
+    match framing {
+        Framing::None => return Ok(None),
+        Framing::Length(n) if n > 4096 => return Ok(None),
+        Framing::Length(n) => body.extend_from_slice(u.bytes(n as usize)?),
+        Framing::Chunked => {
+            for _ in 0..u.int_in_range(0..=4)? {
+                let size = u.int_in_range(1..=64)?;
+                let zeros = u.int_in_range(0..=3)?;
+                body.extend(std::iter::repeat_n(b'0', zeros));
+                body.extend_from_slice(format!("{size:x}").as_bytes());
+                if u.ratio(1, 4)? {
+                    body.extend_from_slice(b";ext=\"v\"");
+                }
+                body.extend_from_slice(b"\r\n");
+                body.extend_from_slice(u.bytes(size)?);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(b"0\r\n");
+            for _ in 0..u.int_in_range(0..=2)? {
+                body.extend_from_slice(b"X-Trailer: 1\r\n");
+            }
+            body.extend_from_slice(b"\r\n");
+        }
+    }
+    body.extend_from_slice(NEXT);
+    Ok(Some(body))
+}
+
+/// Reads `head` and `body` through the connection's read side in pieces of `piece`
+/// bytes. A body built by [`encoded_body`] must be read to exactly its end.
+fn read(head: &[u8], body: &[u8], piece: usize, encoded: bool) {
+    let stream = [head, body].concat();
+    let mut t = Memory::new(&stream, piece);
+    let mut input = Input::new(LIMITS);
+    input.begin(Duration::from_secs(1));
+    let long = Duration::from_secs(60);
+    let Ok(end) = input.read_head(&mut t, long, long, false, &mut || false, &mut || {}) else {
+        panic!("the head find_head_end found was not read");
+    };
+    let head = input.take_head(end).to_vec();
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let req = request::parse(&head, &mut headers, &LIMITS).expect("parsed once already");
+    let result = input.discard_body(&mut t, &req, MAX_BODY, long, 0);
+    assert!(input.bytes_in() <= stream.len() as u64, "counted more bytes than were sent");
+    if encoded {
+        assert!(result.is_ok(), "a well-formed body was refused: {result:?}");
+        let mut rest = input.unread().to_vec();
+        rest.extend(t.pieces.iter().flatten());
+        assert_eq!(rest, NEXT, "the body was not read to exactly its end");
+        assert_eq!(input.bytes_in(), (stream.len() - NEXT.len()) as u64, "bytes in are the head and the body");
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(buf) = build(&mut Unstructured::new(data)) else { return };
+    let mut u = Unstructured::new(data);
+    let Ok(buf) = build(&mut u) else { return };
     // The connection parses exactly up to the end `find_head_end` finds.
     let Some(end) = request::find_head_end(&buf, 0) else { return };
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-    if let Ok(req) = request::parse(&buf[..end], &mut headers, &LIMITS) {
-        check(&req);
+    let Ok(req) = request::parse(&buf[..end], &mut headers, &LIMITS) else { return };
+    check(&req);
+    let Ok(piece) = u.int_in_range(1..=64) else { return };
+    match encoded_body(&mut u, req.framing) {
+        Ok(Some(body)) => read(&buf[..end], &body, piece, true),
+        _ => read(&buf[..end], u.take_rest(), piece, false),
     }
 });

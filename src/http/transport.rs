@@ -1,0 +1,266 @@
+//! What a connection reads from and writes to: the one place the HTTP code meets a
+//! socket.
+//!
+//! Today every connection is a plain TCP socket ([`TcpStream`]). A TLS session would
+//! be another [`Transport`]: it cannot hand file pages to the kernel with `sendfile`,
+//! so its [`Transport::send_head_and_file`] would `pread` the file into a buffer and
+//! encrypt that (our code may read a file's bytes only that way, never through a
+//! mapping: DESIGN §3). [`Memory`] serves unit tests and the fuzz targets: the read
+//! side and the chunked decoder run on bytes in memory, cut where a test says.
+//!
+//! The connection code is generic over the transport, so the TCP path costs what
+//! direct calls on the socket cost.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+use crate::listen::WAIT_SLICE;
+
+/// A connection's byte stream.
+pub trait Transport {
+    /// Reads what has arrived, waiting at most the read timeout: `Ok(0)` is the end of
+    /// the stream, `WouldBlock` or `TimedOut` a wait that ran out.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// How long the next reads may wait.
+    fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()>;
+
+    /// Writes some of `bufs` (at least one byte, or an error), waiting at most the
+    /// send timeout.
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
+
+    /// Sends `head`, then bytes `start..end` of `file`, at most `chunk` bytes per
+    /// call, telling `pacer` how each call went. Returns the bytes sent.
+    fn send_head_and_file(
+        &mut self,
+        head: &[u8],
+        file: &File,
+        start: u64,
+        end: u64,
+        chunk: usize,
+        pacer: &mut Pacer<'_>,
+    ) -> io::Result<u64>;
+
+    /// Ends our side of the stream; reads still work.
+    fn shutdown_write(&mut self);
+
+    /// Writes all of `bytes`.
+    fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            match self.write_vectored(&[IoSlice::new(bytes)]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a long write goes. Each call that moved bytes is progress (the stuck-worker
+/// watchdog reads the heartbeat). The socket's send timeout is a slice
+/// ([`WAIT_SLICE`] at most, set on the listener): a call that ran out of it sent
+/// nothing for a slice. After the first such slice the worker writes out the
+/// access-log records it holds (`waiting`: a kill or crash while a slow client holds
+/// it would lose them); once `send_timeout` has gone by with nothing sent, the write
+/// fails.
+pub struct Pacer<'a> {
+    heartbeat: &'a mut dyn FnMut(),
+    waiting: &'a mut dyn FnMut(),
+    /// Slices in a row with nothing sent, and how many make the send timeout.
+    slices: u32,
+    max: u32,
+}
+
+impl<'a> Pacer<'a> {
+    pub fn new(send_timeout: Duration, heartbeat: &'a mut dyn FnMut(), waiting: &'a mut dyn FnMut()) -> Pacer<'a> {
+        let max = send_timeout.as_millis().div_ceil(WAIT_SLICE.as_millis()).max(1);
+        Pacer { heartbeat, waiting, slices: 0, max: u32::try_from(max).unwrap_or(u32::MAX) }
+    }
+
+    /// Bytes went out.
+    pub fn sent(&mut self) {
+        (self.heartbeat)();
+        self.slices = 0;
+    }
+
+    /// A write call failed with `e`: if a slice went by with nothing sent and the
+    /// send timeout has not, go on (`Ok`); else the write fails with `e`.
+    pub fn stalled(&mut self, e: io::Error) -> io::Result<()> {
+        if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+            return Err(e);
+        }
+        self.slices += 1;
+        if self.slices >= self.max {
+            return Err(e);
+        }
+        if self.slices == 1 {
+            (self.waiting)();
+        }
+        Ok(())
+    }
+}
+
+/// A TCP connection: blocking reads and writes with the socket's timeouts.
+impl Transport for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Read::read(self, buf)
+    }
+
+    fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, Some(timeout))
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        Write::write_vectored(self, bufs)
+    }
+
+    /// The head with `MSG_MORE` (it leaves with the first body bytes), then the body
+    /// with `sendfile`: the kernel hands the page-cache pages to the socket, our code
+    /// never touches them.
+    fn send_head_and_file(
+        &mut self,
+        head: &[u8],
+        file: &File,
+        start: u64,
+        end: u64,
+        chunk: usize,
+        pacer: &mut Pacer<'_>,
+    ) -> io::Result<u64> {
+        use std::os::fd::{AsFd, AsRawFd};
+        // nix names no MSG_MORE.
+        let more = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_MORE | libc::MSG_NOSIGNAL);
+        let mut sent = 0;
+        while sent < head.len() {
+            match nix::sys::socket::send(self.as_raw_fd(), &head[sent..], more) {
+                Ok(n) => {
+                    sent += n;
+                    pacer.sent();
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => pacer.stalled(e.into())?,
+            }
+        }
+        let mut offset = start as i64;
+        while (offset as u64) < end {
+            let count = ((end - offset as u64) as usize).min(chunk);
+            match nix::sys::sendfile::sendfile64(self.as_fd(), file.as_fd(), Some(&mut offset), count) {
+                // The file shrank under us: the response cannot be finished.
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => pacer.sent(),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => pacer.stalled(e.into())?,
+            }
+        }
+        Ok(head.len() as u64 + end - start)
+    }
+
+    fn shutdown_write(&mut self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+/// A connection in memory: reads come from a script of pieces (each read returns
+/// at most one piece; an empty piece is a wait that ran out; after the last piece,
+/// the end of the stream), writes go to `written`.
+#[derive(Debug, Default)]
+pub struct Memory {
+    pub pieces: VecDeque<Vec<u8>>,
+    pub written: Vec<u8>,
+    pub shut: bool,
+}
+
+impl Memory {
+    /// A stream that delivers `bytes` in pieces of at most `piece` bytes.
+    pub fn new(bytes: &[u8], piece: usize) -> Memory {
+        Memory { pieces: bytes.chunks(piece.max(1)).map(<[u8]>::to_vec).collect(), ..Memory::default() }
+    }
+}
+
+impl Transport for Memory {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(piece) = self.pieces.front_mut() else { return Ok(0) };
+        if piece.is_empty() {
+            self.pieces.pop_front();
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = piece.len().min(buf.len());
+        buf[..n].copy_from_slice(&piece[..n]);
+        piece.drain(..n);
+        if piece.is_empty() {
+            self.pieces.pop_front();
+        }
+        Ok(n)
+    }
+
+    fn set_read_timeout(&mut self, _: Duration) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.shut {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let before = self.written.len();
+        for b in bufs {
+            self.written.extend_from_slice(b);
+        }
+        Ok(self.written.len() - before)
+    }
+
+    /// Reads the file with `pread`, as a transport that cannot use `sendfile` would.
+    fn send_head_and_file(
+        &mut self,
+        head: &[u8],
+        file: &File,
+        start: u64,
+        end: u64,
+        chunk: usize,
+        pacer: &mut Pacer<'_>,
+    ) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        self.write_all(head)?;
+        let mut buf = vec![0; chunk.min((end - start) as usize)];
+        let mut at = start;
+        while at < end {
+            let want = ((end - at) as usize).min(buf.len());
+            let n = file.read_at(&mut buf[..want], at)?;
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            self.write_all(&buf[..n])?;
+            at += n as u64;
+            pacer.sent();
+        }
+        Ok(head.len() as u64 + end - start)
+    }
+
+    fn shutdown_write(&mut self) {
+        self.shut = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_waits_in_slices_up_to_the_send_timeout() {
+        let (mut beats, mut waits) = (0, 0);
+        let (mut beat, mut wait) = (|| beats += 1, || waits += 1);
+        {
+            let mut pacer = Pacer::new(WAIT_SLICE * 3, &mut beat, &mut wait);
+            let slice = || io::Error::from(io::ErrorKind::WouldBlock);
+            assert!(pacer.stalled(slice()).is_ok() && pacer.stalled(slice()).is_ok());
+            pacer.sent();
+            assert!(pacer.stalled(slice()).is_ok() && pacer.stalled(slice()).is_ok(), "bytes sent start over");
+            assert!(pacer.stalled(slice()).is_err(), "three slices with nothing sent are the send timeout");
+            assert!(pacer.stalled(io::ErrorKind::BrokenPipe.into()).is_err(), "another error ends the write at once");
+        }
+        assert_eq!((beats, waits), (1, 2), "held records are written once per stall");
+    }
+}
