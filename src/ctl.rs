@@ -13,17 +13,12 @@ use nix::unistd::Pid;
 
 use crate::cli::fail;
 use crate::config::{self, Config};
-use crate::pidfile;
+use crate::{pidfile, statusfile};
 
 /// How long `stop` waits beyond the graceful timeout before giving up.
 const STOP_SLACK: Duration = Duration::from_secs(10);
 /// How long `reload` waits for the new generation.
 const RELOAD_WAIT: Duration = Duration::from_secs(30);
-
-/// The status file the master rewrites every tick, beside the pid file.
-pub fn status_file(pid_file: &Path) -> PathBuf {
-    pid_file.with_extension("status")
-}
 
 pub fn run(command: &str, config_path: &Path) -> ExitCode {
     let config = match config::load(config_path) {
@@ -125,14 +120,16 @@ fn stop(config: &Target, sig: Signal, what: &str) -> ExitCode {
 
 fn reload(config: &Target) -> ExitCode {
     let Some(pid) = master_pid(config) else { return fail("not running") };
-    let before = read_status(&config.pid_file).and_then(|s| field(&s, "generation"));
+    let before = statusfile::read(&config.pid_file).and_then(|s| statusfile::field(&s, "generation"));
     if let Err(e) = kill(pid, Signal::SIGHUP) {
         return fail(format!("cannot signal pid {pid}: {e}"));
     }
     let ok = wait_for(RELOAD_WAIT, || {
-        let Some(s) = read_status(&config.pid_file) else { return false };
-        let generation = field(&s, "generation");
-        generation.is_some() && generation != before && field(&s, "current_generation_ready").unwrap_or(0) > 0
+        let Some(s) = statusfile::read(&config.pid_file) else { return false };
+        let generation = statusfile::field(&s, "generation");
+        generation.is_some()
+            && generation != before
+            && statusfile::field(&s, "current_generation_ready").unwrap_or(0) > 0
     });
     if ok {
         println!("pika (pid {pid}) reloaded");
@@ -148,18 +145,10 @@ fn status(config: &Target) -> ExitCode {
         return ExitCode::from(3);
     };
     println!("pika is running (pid {pid})");
-    if let Some(s) = read_status(&config.pid_file) {
+    if let Some(s) = statusfile::read(&config.pid_file) {
         print!("{s}");
     }
     ExitCode::SUCCESS
-}
-
-fn read_status(pid_file: &Path) -> Option<String> {
-    std::fs::read_to_string(status_file(pid_file)).ok()
-}
-
-fn field(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse().ok())
 }
 
 fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {

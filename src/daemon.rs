@@ -6,12 +6,13 @@
 //! and the workers are up, and otherwise prints why the server did not start.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 
 use crate::config::Config;
 use crate::master::Master;
+use crate::master::ready::{self, Ready};
 use crate::pidfile::PidFile;
 use crate::sys::{self, Forked};
 
@@ -77,22 +78,9 @@ pub fn start_daemon(config: Config) -> ExitCode {
         Ok(Forked::Parent(child)) => {
             drop(write);
             let _ = nix::sys::wait::waitpid(child, None);
-            // One line: "ok" or the reason. Not until EOF: the workers inherit the
-            // write end, and they outlive this command.
-            let mut msg = Vec::new();
-            let mut byte = [0u8; 1];
-            let mut f = File::from(read);
-            while let Ok(1) = f.read(&mut byte) {
-                if byte[0] == b'\n' {
-                    break;
-                }
-                msg.push(byte[0]);
-            }
-            let msg = String::from_utf8_lossy(&msg).into_owned();
-            match msg.trim() {
-                "ok" => ExitCode::SUCCESS,
-                "" => crate::cli::fail("the server exited before it was ready (see the error log)"),
-                m => crate::cli::fail(m),
+            match ready::wait(File::from(read)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(why) => crate::cli::fail(why),
             }
         }
         Ok(Forked::Child) => {
@@ -116,30 +104,9 @@ pub fn start_daemon(config: Config) -> ExitCode {
     }
 }
 
-/// Tells the launching command how the start went (daemon mode only).
-pub struct Ready(Option<File>);
-
-impl Ready {
-    pub fn ok(&mut self) {
-        if let Some(mut f) = self.0.take() {
-            let _ = f.write_all(b"ok\n");
-        }
-    }
-
-    pub fn fail(&mut self, msg: &str) {
-        if let Some(mut f) = self.0.take() {
-            let _ = f.write_all(format!("{msg}\n").as_bytes());
-        }
-    }
-
-    pub fn pending(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
 fn boot(config: Config, ready: Option<File>) -> ExitCode {
     let daemon = ready.is_some();
-    let mut ready = Ready(ready);
+    let mut ready = Ready::new(ready);
     let fail = |ready: &mut Ready, msg: String| {
         ready.fail(&msg);
         if !daemon {

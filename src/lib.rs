@@ -102,6 +102,7 @@ pub mod pod;
 pub mod safe_files;
 pub mod scoreboard;
 pub mod status;
+pub mod statusfile;
 pub mod sys;
 pub mod text;
 pub mod tls;

@@ -88,6 +88,42 @@ impl Listeners {
         Ok(Listeners { list })
     }
 
+    /// The listeners for a new config (a reload): sockets this set already has are
+    /// kept (never closed and bound again, so no connection is refused), new
+    /// addresses are bound, the rest are closed with this set. When an address
+    /// cannot be bound, this set is left as it was.
+    pub fn rebind(&mut self, new: &crate::config::Config) -> Result<Listeners, String> {
+        let mut old: Vec<Listener> = std::mem::take(&mut self.list);
+        let mut result = Vec::new();
+        for entry in &new.listen {
+            // The same address and kind first: entries with port 0 may repeat.
+            let same = |l: &Listener| l.configured == entry.addr;
+            let at = old.iter().position(|l| same(l) && l.tls == entry.tls).or_else(|| old.iter().position(same));
+            if let Some(i) = at {
+                let mut l = old.swap_remove(i);
+                l.tls = entry.tls;
+                result.push(l);
+            } else {
+                match bind(*entry, new.backlog, defer(new)) {
+                    Ok(l) => {
+                        log::info!("listening on {}", l.bound);
+                        result.push(l);
+                    }
+                    Err(e) => {
+                        // Put everything back as it was.
+                        old.extend(result);
+                        self.list = old;
+                        return Err(format!("cannot listen on {}: {e}", entry.addr));
+                    }
+                }
+            }
+        }
+        for l in &old {
+            log::info!("no longer listening on {}", l.bound);
+        }
+        Listeners::new(result, new.http.send_timeout).map_err(|e| e.to_string())
+    }
+
     /// Connections accepted by the kernel and waiting for a worker, over every
     /// listener (0 where the kernel does not say).
     pub fn queued(&self) -> u32 {

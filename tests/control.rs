@@ -64,7 +64,7 @@ fn daemon_lifecycle_through_the_control_command() {
     assert_eq!(get(addr(&site), "/").status, 200);
 
     wait_until(DEADLINE, "the status file to count the request", || {
-        site.read("logs/pika.status").contains("requests: 1\n").then_some(())
+        site.status().contains("requests: 1\n").then_some(())
     });
     let st = pika(&site, &["-k", "status"]);
     assert_eq!(st.status.code(), Some(0));

@@ -121,7 +121,7 @@ fn sysv_script_drives_the_daemon_with_lsb_exit_codes() {
     assert_code(&o, 0, "status with PIKA_BIN from the defaults file");
 
     assert_code(&init(&site, "reload"), 0, "reload");
-    let s = site.read("logs/pika.status");
+    let s = site.status();
     assert!(s.contains("generation: 1\n"), "{s}");
     assert_eq!(guard.pid(), Some(pid), "a reload keeps the master");
     assert_eq!(get(serving_addr(&site), "/").status, 200);

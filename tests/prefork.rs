@@ -14,7 +14,7 @@ const SIGHUP: i32 = 1;
 const SIGQUIT: i32 = 3;
 
 fn status(site: &Site) -> String {
-    site.read("logs/pika.status")
+    site.status()
 }
 
 fn workers(p: &Pika) -> Vec<i32> {
@@ -108,7 +108,7 @@ fn a_burst_between_ticks_gets_its_workers_before_the_next_tick() {
     wait_status(&site, "one ready worker", DEADLINE, |s| s.contains("states: ready 1"));
     // The status file is rewritten on every tick: once it changes, the next tick is
     // a second away, and the pool is inside its band (nothing to look at till then).
-    let written = || std::fs::metadata(site.path("logs/pika.status")).and_then(|m| m.modified()).ok();
+    let written = || std::fs::metadata(site.status_file()).and_then(|m| m.modified()).ok();
     let before = written();
     wait_until(DEADLINE, "a tick", || (written() != before).then_some(()));
     let clients: Vec<TcpStream> = (0..4).map(|_| slow_client(p.addr)).collect();
@@ -553,7 +553,7 @@ fn sequential_connections_stay_on_the_hot_workers() {
 
 /// Waits until the master has rewritten its status file `n` times (once a tick).
 fn wait_ticks(site: &Site, n: usize) {
-    let written = || std::fs::metadata(site.path("logs/pika.status")).and_then(|m| m.modified()).ok();
+    let written = || std::fs::metadata(site.status_file()).and_then(|m| m.modified()).ok();
     for _ in 0..n {
         let before = written();
         wait_until(DEADLINE, "a tick", || (written() != before).then_some(()));
@@ -667,7 +667,7 @@ fn the_masters_dummy_requests_are_left_out_of_every_counter() {
         (site.read("logs/internal.log").matches("internal dummy connection").count() >= 2).then_some(())
     });
     wait_ticks(&site, 1);
-    let status = site.read("logs/pika.status");
+    let status = site.status();
     assert_eq!(n(&status, "requests"), 5, "{status}");
     assert_eq!(n(&status, "bytes"), bytes as u64, "{status}");
     // Nor does the access log of traffic show them.

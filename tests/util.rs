@@ -122,6 +122,15 @@ impl Site {
         p
     }
 
+    /// The master's status file (`pika -k status`), as the master writes it.
+    pub fn status(&self) -> String {
+        pika::statusfile::read(&self.path("logs/pika.pid")).unwrap_or_default()
+    }
+
+    pub fn status_file(&self) -> PathBuf {
+        pika::statusfile::path(&self.path("logs/pika.pid"))
+    }
+
     pub fn error_log(&self) -> String {
         self.read("logs/error.log")
     }
@@ -166,7 +175,7 @@ impl Pika {
         });
         if mode == "-F" {
             wait_until(DEADLINE, "first workers ready", || {
-                let s = site.read("logs/pika.status");
+                let s = site.status();
                 (field(&s, "workers")? > 0 && field(&s, "current_generation_ready")? == field(&s, "workers")?)
                     .then_some(())
             });
@@ -213,9 +222,7 @@ pub fn listening_addr(log: &str) -> Option<SocketAddr> {
 }
 
 /// A `key: number` field of the status file.
-pub fn field(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(": ")?.trim().parse().ok())
-}
+pub use pika::statusfile::field;
 
 /// Pids of the direct children of `pid`, from /proc.
 pub fn children_of(pid: i32) -> Vec<i32> {

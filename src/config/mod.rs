@@ -805,6 +805,16 @@ impl Ctx<'_> {
 }
 
 impl Config {
+    /// The logs pika rotates by itself: access logs with a `rotate`, then the error
+    /// log if it is a file with `error_log_rotate`.
+    pub fn rotated_logs(&self) -> impl Iterator<Item = (&Path, &Rotate)> {
+        let error_log = match (&self.error_log, &self.error_log_rotate) {
+            (ErrorLogTarget::File(p), Some(r)) => Some((p.as_path(), r)),
+            _ => None,
+        };
+        self.access_logs.iter().filter_map(|a| Some((a.path.as_path(), a.rotate.as_ref()?))).chain(error_log)
+    }
+
     /// The same config as seen from inside `chroot`: docroots and log paths without
     /// the jail's prefix. Workers switch to it after they `chroot`.
     pub fn jailed(&self, jail: &Path) -> Config {

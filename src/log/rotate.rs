@@ -250,6 +250,77 @@ fn gzip_unprivileged(mut src: std::fs::File, dst: std::fs::File, uid: Uid, gid: 
     gz.finish()?.sync_all()
 }
 
+/// The logs the master rotates by itself, each with when its current period ends.
+#[derive(Debug, Default)]
+pub struct Schedule {
+    logs: Vec<Scheduled>,
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    path: PathBuf,
+    rotate: Rotate,
+    /// When the current time period ends (time-based rotation).
+    next_at: Option<i64>,
+}
+
+impl Schedule {
+    /// The schedule for `logs` at `now` (Unix seconds), keeping the period of every
+    /// log `old` already had with the same interval: a reload does not move a
+    /// rotation.
+    pub fn new<'a>(logs: impl Iterator<Item = (&'a Path, &'a Rotate)>, old: &Schedule, now: i64) -> Schedule {
+        let logs = logs
+            .map(|(path, rotate)| {
+                let next_at = match old.logs.iter().find(|o| o.path == path && o.rotate.interval == rotate.interval) {
+                    Some(o) => o.next_at,
+                    None => rotate.interval.map(|i| next_boundary(now, i, offset_at(now, rotate.local_time))),
+                };
+                Scheduled { path: path.to_path_buf(), rotate: rotate.clone(), next_at }
+            })
+            .collect();
+        Schedule { logs }
+    }
+
+    /// Rotates every log that is due at `now` (its period ended, or it reached its
+    /// size): rename, create its successor for the workers (owned by `owner`),
+    /// compress the old file if asked. True if any was rotated: the caller then has
+    /// every process reopen its logs.
+    pub fn rotate_due(&mut self, now: i64, owner: Option<(Uid, Gid)>) -> bool {
+        let mut rotated = false;
+        for r in &mut self.logs {
+            let time_due = r.next_at.is_some_and(|t| now >= t);
+            let size_due =
+                r.rotate.size.is_some_and(|limit| std::fs::metadata(&r.path).is_ok_and(|m| m.len() >= limit));
+            if !time_due && !size_due {
+                continue;
+            }
+            let offset = offset_at(now, r.rotate.local_time);
+            // The old file is named for the period it holds.
+            let period = match (r.next_at, r.rotate.interval) {
+                (Some(t), Some(i)) if time_due => period_start(t - 1, i, offset),
+                (_, Some(i)) => period_start(now, i, offset),
+                (_, None) => now,
+            };
+            match rotate(&r.path, &r.rotate, period) {
+                Ok(old) => {
+                    if let Err(e) = super::prepare_for_workers(&r.path, owner) {
+                        log::error!("cannot create {} after rotation: {e}", r.path.display());
+                    }
+                    if r.rotate.compress {
+                        compress(&old, owner);
+                    }
+                    rotated = true;
+                }
+                Err(e) => log::error!("cannot rotate {}: {e}", r.path.display()),
+            }
+            if let Some(i) = r.rotate.interval {
+                r.next_at = Some(next_boundary(now, i, offset));
+            }
+        }
+        rotated
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -307,5 +378,38 @@ mod tests {
         assert_eq!(rotate(&log, &r, 1_700_000_000).unwrap(), dir.path().join("access.log.20231114"));
         std::fs::write(&log, "2").unwrap();
         assert_eq!(rotate(&log, &r, 1_700_000_000).unwrap(), dir.path().join("access.log.20231114.1"));
+    }
+
+    #[test]
+    fn the_schedule_rotates_what_is_due_and_a_reload_keeps_its_periods() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        let timed = Rotate {
+            interval: Some(Interval::Every(Duration::from_secs(60))),
+            size: None,
+            keep: 5,
+            naming: Naming::Numbered,
+            local_time: false,
+            compress: false,
+        };
+        let sized = Rotate { interval: None, size: Some(3), ..timed.clone() };
+        let t = 1_699_999_990; // 10 s into a minute
+        let mut s = Schedule::new([(a.as_path(), &timed), (b.as_path(), &sized)].into_iter(), &Schedule::default(), t);
+        std::fs::write(&a, "a").unwrap();
+        std::fs::write(&b, "bb").unwrap();
+        assert!(!s.rotate_due(t + 5, None), "nothing due");
+        std::fs::write(&b, "bbb").unwrap();
+        assert!(s.rotate_due(t + 5, None), "b reached its size");
+        assert!(dir.path().join("b.log.1").exists() && !dir.path().join("a.log.1").exists());
+        assert_eq!(std::fs::read(&b).unwrap(), b"", "a new, empty b.log for the workers");
+        // A reload 30 s later keeps a.log's period (it ends at t + 50), a new
+        // interval starts a new one.
+        let s2 = Schedule::new([(a.as_path(), &timed)].into_iter(), &s, t + 30);
+        assert_eq!(s2.logs[0].next_at, Some(t + 50));
+        let hourly = Rotate { interval: Some(Interval::Hourly), ..timed.clone() };
+        let s3 = Schedule::new([(a.as_path(), &hourly)].into_iter(), &s, t + 30);
+        assert_eq!(s3.logs[0].next_at, Some(1_700_002_800));
+        assert!(s.rotate_due(t + 50, None), "a's minute is over");
+        assert!(dir.path().join("a.log.1").exists());
     }
 }

@@ -12,8 +12,17 @@
 //! short, it does not wait for the next tick to look again: every [`QUICK_LOOK`]
 //! it forks for the connections waiting then ([`quick`]), so a burst has its
 //! workers within a fraction of a second rather than at the next tick.
+//!
+//! What a worker's end means for the pool ([`on_exit`]) is decided here too, from its
+//! exit code or signal: the protocol of [`ChildExit`] codes (Apache's
+//! `APEXIT_CHILDFATAL` and `APEXIT_CHILDSICK`).
 
 use std::time::Duration;
+
+use log::Level;
+use nix::sys::signal::Signal;
+
+use crate::worker::ChildExit;
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a
 /// few seconds, few enough that forking does not starve the workers already serving.
@@ -92,6 +101,73 @@ pub fn decide(c: Counts, band: Band, rate: &mut u32) -> Decision {
     Decision::Nothing
 }
 
+/// How a worker ended, as `waitpid` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal { signal: Signal, core: bool },
+}
+
+/// What a worker's end means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The slot wants a new worker at once (a crash or a recycle, not a retirement).
+    pub replace: bool,
+    pub then: Then,
+    /// What the error log says about it, if anything.
+    pub say: Option<(Level, String)>,
+}
+
+/// What else the master does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    Nothing,
+    /// A worker of the current generation could not start: stop the server (and
+    /// exit with failure) rather than fork it again and again.
+    StopServer,
+    /// A worker ran short of a resource: spawn slowly again.
+    SlowDown,
+}
+
+/// Decides what the end of worker `pid` in `slot` means. `current`: it belonged to
+/// the current generation; `killed`: the master had already decided its fate (it
+/// was stuck, or the server stops), so its death by signal is no news.
+pub fn on_exit(pid: i32, slot: usize, exit: Exit, current: bool, killed: bool) -> Verdict {
+    let verdict = |replace, then, say: Option<(Level, String)>| Verdict { replace, then, say };
+    let code = match exit {
+        Exit::Signal { signal, core } => {
+            if killed {
+                return verdict(false, Then::Nothing, None);
+            }
+            let hint = if signal == Signal::SIGKILL { " (perhaps out of memory?)" } else { "" };
+            let dump = if core { ", core dumped" } else { "" };
+            let say = format!("worker {pid} (slot {slot}) killed by signal {signal}{dump}{hint}");
+            return verdict(true, Then::Nothing, Some((Level::Error, say)));
+        }
+        Exit::Code(code) => code,
+    };
+    match ChildExit::from_code(code) {
+        Some(ChildExit::Retired) => verdict(false, Then::Nothing, None),
+        Some(ChildExit::Recycle) => verdict(true, Then::Nothing, None),
+        Some(ChildExit::Fatal) if current => {
+            let say = format!("worker {pid} (slot {slot}) could not start; stopping the server");
+            verdict(false, Then::StopServer, Some((Level::Error, say)))
+        }
+        Some(ChildExit::Fatal) => {
+            let say = format!("ignoring a fatal error in worker {pid} of an older generation");
+            verdict(false, Then::Nothing, Some((Level::Warn, say)))
+        }
+        Some(ChildExit::Sick) => {
+            let say = format!("worker {pid} (slot {slot}) exited short of resources");
+            verdict(false, Then::SlowDown, Some((Level::Warn, say)))
+        }
+        None => {
+            let say = format!("worker {pid} (slot {slot}) exited with code {code}");
+            verdict(true, Then::Nothing, Some((Level::Error, say)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +244,58 @@ mod tests {
         let band = Band { max: 10, ..BAND };
         // 8 slots held by a retiring generation, none of the new one idle yet.
         assert_eq!(decide(Counts { idle: 0, used_slots: 8, queued: 0 }, band, &mut rate), Decision::Spawn(2));
+    }
+
+    fn exit(code: ChildExit) -> Exit {
+        Exit::Code(code as i32)
+    }
+
+    #[test]
+    fn a_retired_worker_is_not_replaced_a_recycled_one_is() {
+        assert_eq!(
+            on_exit(7, 1, exit(ChildExit::Retired), true, false),
+            Verdict { replace: false, then: Then::Nothing, say: None }
+        );
+        assert_eq!(
+            on_exit(7, 1, exit(ChildExit::Recycle), true, false),
+            Verdict { replace: true, then: Then::Nothing, say: None }
+        );
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_stops_the_server_unless_it_is_old() {
+        let v = on_exit(7, 2, exit(ChildExit::Fatal), true, false);
+        assert_eq!((v.replace, v.then), (false, Then::StopServer));
+        assert_eq!(v.say, Some((Level::Error, "worker 7 (slot 2) could not start; stopping the server".into())));
+        let v = on_exit(7, 2, exit(ChildExit::Fatal), false, false);
+        assert_eq!((v.replace, v.then), (false, Then::Nothing));
+        assert_eq!(v.say.unwrap().0, Level::Warn);
+    }
+
+    #[test]
+    fn a_sick_worker_slows_the_spawning() {
+        let v = on_exit(7, 3, exit(ChildExit::Sick), true, false);
+        assert_eq!((v.replace, v.then), (false, Then::SlowDown));
+        assert_eq!(v.say, Some((Level::Warn, "worker 7 (slot 3) exited short of resources".into())));
+    }
+
+    #[test]
+    fn an_unknown_code_or_a_signal_is_a_crash_said_and_replaced() {
+        let v = on_exit(7, 4, Exit::Code(101), true, false);
+        assert_eq!((v.replace, v.then), (true, Then::Nothing));
+        assert_eq!(v.say, Some((Level::Error, "worker 7 (slot 4) exited with code 101".into())));
+        let v = on_exit(7, 4, Exit::Signal { signal: Signal::SIGSEGV, core: true }, true, false);
+        assert!(v.replace);
+        assert_eq!(v.say, Some((Level::Error, "worker 7 (slot 4) killed by signal SIGSEGV, core dumped".into())));
+        let v = on_exit(7, 4, Exit::Signal { signal: Signal::SIGKILL, core: false }, false, false);
+        assert!(v.say.unwrap().1.ends_with("killed by signal SIGKILL (perhaps out of memory?)"));
+    }
+
+    #[test]
+    fn a_worker_the_master_killed_dies_quietly() {
+        for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+            let v = on_exit(7, 5, Exit::Signal { signal, core: false }, true, true);
+            assert_eq!(v, Verdict { replace: false, then: Then::Nothing, say: None });
+        }
     }
 }

@@ -8,8 +8,18 @@
 //!
 //! Only pids from the master's own table are ever signalled; the scoreboard (which
 //! workers write) is read for states, never for pids to kill.
+//!
+//! This file is the loop, forking, reaping and reloading; beside it: [`signals`]
+//! (signal → [`signals::Control`]), [`maintenance`] (the pure policies: how many
+//! workers to fork or retire, what a worker's exit means), `pool` (counting the pool
+//! and forking into free slots), `retire` (the pipe of death, waking old
+//! generations, the stuck-worker watchdog, the stops) and [`ready`] (telling the
+//! launching command that the server is up).
 
 pub mod maintenance;
+mod pool;
+pub mod ready;
+mod retire;
 pub mod signals;
 
 use std::collections::HashMap;
@@ -18,21 +28,23 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::config::{self, Config};
-use crate::daemon::Ready;
-use crate::listen::{self, Listener, Listeners};
+use crate::listen::{self, Listeners};
 use crate::log::access::AccessLogs;
-use crate::log::rotate::{self as rotation, Rotate, next_boundary, offset_at, period_start};
+use crate::log::rotate::Schedule;
 use crate::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
+use crate::statusfile;
 use crate::sys::{self, Forked};
 use crate::tls::tickets::TicketKeys;
-use crate::worker::{self, ChildExit, WorkerCtx};
-use maintenance::{Band, Counts, Decision};
+use crate::worker::{self, WorkerCtx};
+use maintenance::{Band, Exit, Then};
+use pool::band;
+use ready::Ready;
 use signals::{Control, Signals};
 
 /// The maintenance period (Apache's: one second).
@@ -45,36 +57,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// not at once: a worker that crashes on start must not become a fork loop.
 const MIN_LIFETIME_FOR_RESPAWN: Duration = Duration::from_secs(1);
 
-/// A log the master rotates by itself.
-struct Rotation {
-    path: std::path::PathBuf,
-    rotate: Rotate,
-    /// When the current time period ends (time-based rotation).
-    next_at: Option<i64>,
-}
-
 fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
-
-/// The logs of `config` that rotate, keeping the schedule of those already known.
-fn rotations(config: &Config, old: &[Rotation]) -> Vec<Rotation> {
-    let error_log = match (&config.error_log, &config.error_log_rotate) {
-        (config::ErrorLogTarget::File(p), Some(r)) => Some((p.clone(), r.clone())),
-        _ => None,
-    };
-    let access = config.access_logs.iter().filter_map(|a| Some((a.path.clone(), a.rotate.clone()?)));
-    let now = unix_now();
-    access
-        .chain(error_log)
-        .map(|(path, rotate)| {
-            let next_at = match old.iter().find(|o| o.path == path && o.rotate.interval == rotate.interval) {
-                Some(o) => o.next_at,
-                None => rotate.interval.map(|i| next_boundary(now, i, offset_at(now, rotate.local_time))),
-            };
-            Rotation { path, rotate, next_at }
-        })
-        .collect()
 }
 
 struct Child {
@@ -109,7 +93,7 @@ pub struct Master {
     next_cert_check: i64,
     signals: Signals,
     logs: AccessLogs,
-    rotations: Vec<Rotation>,
+    rotations: Schedule,
     children: HashMap<Pid, Child>,
     generation: u32,
     band: Band,
@@ -147,7 +131,7 @@ impl Master {
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = band(&config);
         scoreboard.header.min_spare.store(band.min_spare, Relaxed);
-        let rotations = rotations(&config, &[]);
+        let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
         Ok(Master {
             rotations,
             config,
@@ -223,7 +207,7 @@ impl Master {
                 break;
             }
         }
-        let _ = std::fs::remove_file(crate::ctl::status_file(&self.config.pid_file));
+        statusfile::remove(&self.config.pid_file);
         log::info!("pika stopped");
         if self.fatal { ExitCode::FAILURE } else { ExitCode::SUCCESS }
     }
@@ -290,43 +274,12 @@ impl Master {
         }
     }
 
-    /// Built-in rotation: rename each due log, create its successor for the workers,
-    /// then bump the log epoch once so every worker reopens before its next write.
+    /// Built-in rotation ([`Schedule`]): rename each due log, create its successor
+    /// for the workers, then bump the log epoch once so every worker reopens before
+    /// its next write.
     fn rotate_logs(&mut self) {
-        let now = unix_now();
         let owner = self.config.run_as.as_ref().map(|r| (r.uid, r.gid));
-        let mut rotated = false;
-        for r in &mut self.rotations {
-            let time_due = r.next_at.is_some_and(|t| now >= t);
-            let size_due =
-                r.rotate.size.is_some_and(|limit| std::fs::metadata(&r.path).is_ok_and(|m| m.len() >= limit));
-            if !time_due && !size_due {
-                continue;
-            }
-            let offset = offset_at(now, r.rotate.local_time);
-            // The old file is named for the period it holds.
-            let period = match (r.next_at, r.rotate.interval) {
-                (Some(t), Some(i)) if time_due => period_start(t - 1, i, offset),
-                (_, Some(i)) => period_start(now, i, offset),
-                (_, None) => now,
-            };
-            match rotation::rotate(&r.path, &r.rotate, period) {
-                Ok(old) => {
-                    if let Err(e) = crate::log::prepare_for_workers(&r.path, owner) {
-                        log::error!("cannot create {} after rotation: {e}", r.path.display());
-                    }
-                    if r.rotate.compress {
-                        rotation::compress(&old, owner);
-                    }
-                    rotated = true;
-                }
-                Err(e) => log::error!("cannot rotate {}: {e}", r.path.display()),
-            }
-            if let Some(i) = r.rotate.interval {
-                r.next_at = Some(next_boundary(now, i, offset));
-            }
-        }
-        if rotated {
+        if self.rotations.rotate_due(unix_now(), owner) {
             crate::log::reopen_error_log();
             self.logs.reopen();
             self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
@@ -334,106 +287,10 @@ impl Master {
         }
     }
 
-    /// Rewrites the status file `pika -k status` and `-k reload` read (write, then
-    /// rename, so a reader never sees half a file).
+    /// Rewrites the status file `pika -k status` and `-k reload` read.
     fn write_status_file(&self) {
-        let path = crate::ctl::status_file(&self.config.pid_file);
-        let tmp = path.with_extension("status.tmp");
         let text = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32).summary();
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-    }
-
-    /// Counts the pool for a look; workers may ring the doorbell again from here on.
-    fn counts(&self) -> Counts {
-        self.doorbell.rearm(self.scoreboard.header);
-        Counts {
-            idle: self
-                .children
-                .values()
-                .filter(|c| c.generation == self.generation && self.scoreboard.slots[c.slot].state().is_idle())
-                .count() as u32,
-            used_slots: self.children.len() as u32,
-            queued: self.listeners.queued(),
-        }
-    }
-
-    /// Between ticks, while short of idle workers: fork for the connections waiting.
-    fn quick_look(&mut self) {
-        self.short = false;
-        if self.stopping.is_some() || self.workers_paused {
-            return;
-        }
-        let counts = self.counts();
-        self.short = maintenance::short(counts, self.band);
-        if let Decision::Spawn(n) = maintenance::quick(counts, self.band) {
-            log::debug!(
-                "maintenance: spawning {n} workers now ({} idle, {} total, {} connections waiting)",
-                counts.idle,
-                counts.used_slots,
-                counts.queued
-            );
-            self.startup_children(n);
-        }
-    }
-
-    fn perform_idle_server_maintenance(&mut self) {
-        let counts = self.counts();
-        self.short = maintenance::short(counts, self.band);
-        let before = self.spawn_rate;
-        match maintenance::decide(counts, self.band, &mut self.spawn_rate) {
-            Decision::Nothing => {}
-            Decision::Spawn(n) => {
-                log::debug!(
-                    "maintenance: spawning {n} workers ({} idle, {} total, {} connections waiting)",
-                    counts.idle,
-                    counts.used_slots,
-                    counts.queued
-                );
-                if before >= 8 {
-                    log::info!(
-                        "server seems busy (you may need to increase workers.start or min_spare/max_spare): spawning {n} workers, there are {} idle and {} total",
-                        counts.idle,
-                        counts.used_slots
-                    );
-                }
-                self.startup_children(n);
-            }
-            Decision::RetireOne => {
-                log::debug!("maintenance: retiring one idle worker ({} idle)", counts.idle);
-                self.retire_one();
-            }
-            Decision::Full => {
-                if !self.full_reported {
-                    log::error!("server reached workers.max ({}); consider raising it", self.band.max);
-                    self.full_reported = true;
-                }
-            }
-        }
-    }
-
-    /// Forks up to `n` workers into free slots, lowest first.
-    fn startup_children(&mut self, n: u32) {
-        for _ in 0..n {
-            let Some(slot) = self.free_slot() else { break };
-            if let Err(e) = self.make_child(slot) {
-                log::error!("fork failed: {e}");
-                self.spawn_rate = 1;
-                break;
-            }
-        }
-    }
-
-    fn free_slot(&self) -> Option<usize> {
-        let limit = (self.band.max as usize).min(self.scoreboard.slots.len());
-        let mut used = vec![false; limit];
-        for c in self.children.values() {
-            if c.slot < limit {
-                used[c.slot] = true;
-            }
-        }
-        used.iter().position(|u| !u)
+        let _ = statusfile::write(&self.config.pid_file, &text);
     }
 
     fn make_child(&mut self, slot: usize) -> std::io::Result<()> {
@@ -481,9 +338,9 @@ impl Master {
     /// Reaps every exited worker and decides what each death means.
     fn reap(&mut self) {
         loop {
-            let (pid, status) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => (pid, Ok(code)),
-                Ok(WaitStatus::Signaled(pid, sig, core)) => (pid, Err((sig, core))),
+            let (pid, exit) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
+                Ok(WaitStatus::Signaled(pid, signal, core)) => (pid, Exit::Signal { signal, core }),
                 Ok(WaitStatus::StillAlive) | Err(_) => return, // ECHILD: none left
                 Ok(_) => continue,
             };
@@ -495,42 +352,21 @@ impl Master {
             slot.pid.store(0, Relaxed);
             slot.set_state(State::Dead);
             let current = child.generation == self.generation;
-            let replace = match status {
-                Ok(code) => match ChildExit::from_code(code) {
-                    Some(ChildExit::Retired) => false,
-                    Some(ChildExit::Recycle) => true,
-                    Some(ChildExit::Fatal) if current => {
-                        log::error!("worker {pid} (slot {}) could not start; stopping the server", child.slot);
-                        self.fatal = true;
-                        self.fast_stop();
-                        false
-                    }
-                    Some(ChildExit::Fatal) => {
-                        log::warn!("ignoring a fatal error in worker {pid} of an older generation");
-                        false
-                    }
-                    Some(ChildExit::Sick) => {
-                        log::warn!("worker {pid} (slot {}) exited short of resources", child.slot);
-                        self.spawn_rate = 1;
-                        false
-                    }
-                    None => {
-                        log::error!("worker {pid} (slot {}) exited with code {code}", child.slot);
-                        true
-                    }
-                },
-                Err((sig, core)) => {
-                    if !child.killed {
-                        let hint = if sig == Signal::SIGKILL { " (perhaps out of memory?)" } else { "" };
-                        let dump = if core { ", core dumped" } else { "" };
-                        log::error!("worker {pid} (slot {}) killed by signal {sig}{dump}{hint}", child.slot);
-                    }
-                    !child.killed
+            let verdict = maintenance::on_exit(pid.as_raw(), child.slot, exit, current, child.killed);
+            if let Some((level, line)) = &verdict.say {
+                log::log!(*level, "{line}");
+            }
+            match verdict.then {
+                Then::Nothing => {}
+                Then::StopServer => {
+                    self.fatal = true;
+                    self.fast_stop();
                 }
-            };
+                Then::SlowDown => self.spawn_rate = 1,
+            }
             // A crashed or recycled worker of the current generation is replaced in its
             // own slot at once, unless it died young (then maintenance paces it).
-            if replace
+            if verdict.replace
                 && current
                 && self.stopping.is_none()
                 && !self.workers_paused
@@ -541,124 +377,6 @@ impl Master {
                 }
             }
         }
-    }
-
-    /// Asks one idle worker of the current generation to exit: a byte on the pipe of
-    /// death, then a dummy connection to wake a worker blocked in `accept()`.
-    fn retire_one(&mut self) {
-        self.pod.signal(self.scoreboard.header);
-        self.dummy_connections(1);
-    }
-
-    /// Idle workers of an older generation (or all, when stopping) sit in `accept()`:
-    /// a dummy connection each wakes them to notice they must go. Sent every tick until
-    /// none is left (a dummy may be taken by a current worker instead).
-    fn wake_retiring_workers(&mut self) {
-        let stopping = self.stopping.is_some() || self.workers_paused;
-        let idle_retiring = self
-            .children
-            .values()
-            .filter(|c| {
-                (stopping || c.generation != self.generation) && self.scoreboard.slots[c.slot].state() == State::Ready
-            })
-            .count();
-        self.dummy_connections(idle_retiring);
-    }
-
-    fn dummy_connections(&self, n: usize) {
-        // A plain listener if there is one: its worker needs no handshake to read it.
-        let list = &self.listeners.list;
-        let Some(listener) = list.iter().find(|l| !l.tls).or(list.first()) else { return };
-        let target = pod::dummy_target(listener.bound);
-        for _ in 0..n {
-            if let Err(e) = pod::dummy_connection(target, &self.token) {
-                // The backlog is full or nobody accepts: the workers are busy and will
-                // check the pipe and generation when they finish.
-                log::debug!("dummy connection to {target}: {e}");
-                break;
-            }
-        }
-    }
-
-    /// A worker showing no progress in one request for longer than
-    /// `http.request_timeout` is stopped: TERM first, so its handler writes the
-    /// access-log records the worker holds, then KILL after [`STOP_GRACE`] if it is
-    /// still there (each read and write has its own timeout, so only a bug, a kernel
-    /// stall or a client slower than the timeouts allow gets here).
-    fn kill_stuck_workers(&mut self) {
-        let now = crate::scoreboard::now_ms();
-        let limit = self.config.http.request_timeout.as_millis() as u64;
-        let at = Instant::now();
-        for (pid, child) in self.children.iter_mut() {
-            if child.kill_at.is_some_and(|t| at >= t) {
-                log::error!("worker {pid} (slot {}) is still there {STOP_GRACE:?} after TERM; killing it", child.slot);
-                child.kill_at = None;
-                let _ = kill(*pid, Signal::SIGKILL);
-                continue;
-            }
-            let slot = &self.scoreboard.slots[child.slot];
-            let busy = matches!(slot.state(), State::Writing | State::Logging | State::Reading | State::Closing);
-            if busy && !child.killed && now.saturating_sub(slot.heartbeat_ms.load(Relaxed)) > limit {
-                // The client's bytes, escaped as in the access log: no control, C1
-                // or bidi character reaches an operator's terminal.
-                let mut line = Vec::new();
-                crate::log::format::escape_into(&mut line, &slot.request_bytes());
-                log::error!(
-                    "worker {pid} (slot {}) made no progress on \"{}\" for over {:?}; terminating it",
-                    child.slot,
-                    String::from_utf8_lossy(&line),
-                    self.config.http.request_timeout
-                );
-                child.killed = true;
-                child.kill_at = Some(at + STOP_GRACE);
-                let _ = kill(*pid, Signal::SIGTERM);
-            }
-        }
-    }
-
-    /// Tells workers whether idle workers are scarce, so keep-alive can yield.
-    fn update_busy_flag(&self) {
-        let idle = self.children.values().filter(|c| self.scoreboard.slots[c.slot].state().is_idle()).count() as u32;
-        let scarce = self.children.len() as u32 >= self.band.max && idle == 0;
-        self.scoreboard.header.busy.store(u32::from(scarce), Relaxed);
-    }
-
-    fn signal_all(&mut self, sig: Signal) {
-        for (pid, child) in self.children.iter_mut() {
-            child.killed = true;
-            let _ = kill(*pid, sig);
-        }
-    }
-
-    fn fast_stop(&mut self) {
-        if matches!(self.stopping, Some(Stopping::Fast { .. })) {
-            return;
-        }
-        log::info!("fast stop: terminating {} workers", self.children.len());
-        self.scoreboard.header.stopping.store(1, SeqCst);
-        self.signal_all(Signal::SIGTERM);
-        self.stopping = Some(Stopping::Fast { deadline: Instant::now() + STOP_GRACE });
-    }
-
-    fn graceful_stop(&mut self) {
-        if self.stopping.is_some() {
-            return;
-        }
-        log::info!(
-            "graceful stop: waiting up to {:?} for {} workers to finish",
-            self.config.graceful_timeout,
-            self.children.len()
-        );
-        self.scoreboard.header.stopping.store(1, SeqCst);
-        self.stopping = Some(Stopping::Graceful { deadline: Instant::now() + self.config.graceful_timeout });
-        self.wake_retiring_workers();
-    }
-
-    fn pause_workers(&mut self) {
-        log::info!("SIGWINCH: retiring all workers gracefully; HUP starts them again");
-        self.workers_paused = true;
-        self.new_generation();
-        self.wake_retiring_workers();
     }
 
     fn new_generation(&mut self) {
@@ -674,23 +392,8 @@ impl Master {
         if self.stopping.is_some() {
             return;
         }
-        let new = match config::load(&self.config.file) {
-            Ok(c) => c,
-            Err(e) => {
-                log::error!("reload failed, still serving the previous configuration: {e}");
-                return;
-            }
-        };
-        let listeners = match self.rebind(&new) {
-            Ok(l) => l,
-            Err(e) => {
-                log::error!("reload failed, still serving the previous configuration: {e}");
-                return;
-            }
-        };
-        prepare_log_files(&new);
-        let logs = match AccessLogs::open(&new.access_logs) {
-            Ok(l) => l,
+        let (new, logs, listeners) = match self.prepare_reload() {
+            Ok(ready) => ready,
             Err(e) => {
                 log::error!("reload failed, still serving the previous configuration: {e}");
                 return;
@@ -707,7 +410,7 @@ impl Master {
         }
         self.listeners = listeners;
         self.logs = logs;
-        self.rotations = rotations(&new, &self.rotations);
+        self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());
         self.config = new;
         prepare_log_files(&self.config);
         self.band = band(&self.config);
@@ -724,38 +427,15 @@ impl Master {
         self.write_status_file();
     }
 
-    /// The listeners for a new config: existing sockets are kept (never closed and
-    /// rebound, so no connection is refused), new addresses are bound.
-    fn rebind(&mut self, new: &Config) -> Result<Listeners, String> {
-        let mut old: Vec<Listener> = std::mem::take(&mut self.listeners.list);
-        let mut result = Vec::new();
-        for entry in &new.listen {
-            // The same address and kind first: entries with port 0 may repeat.
-            let same = |l: &Listener| l.configured == entry.addr;
-            let at = old.iter().position(|l| same(l) && l.tls == entry.tls).or_else(|| old.iter().position(same));
-            if let Some(i) = at {
-                let mut l = old.swap_remove(i);
-                l.tls = entry.tls;
-                result.push(l);
-            } else {
-                match listen::bind(*entry, new.backlog, listen::defer(new)) {
-                    Ok(l) => {
-                        log::info!("listening on {}", l.bound);
-                        result.push(l);
-                    }
-                    Err(e) => {
-                        // Put everything back as it was.
-                        old.extend(result);
-                        self.listeners.list = old;
-                        return Err(format!("cannot listen on {}: {e}", entry.addr));
-                    }
-                }
-            }
-        }
-        for l in &old {
-            log::info!("no longer listening on {}", l.bound);
-        }
-        Listeners::new(result, new.http.send_timeout).map_err(|e| e.to_string())
+    /// What a reload needs that can fail: the config, its logs, its listeners. In
+    /// this order, so that a failure leaves the running state as it was (`rebind`
+    /// puts the old listeners back when it fails, and it comes last).
+    fn prepare_reload(&mut self) -> Result<(Config, AccessLogs, Listeners), String> {
+        let new = config::load(&self.config.file).map_err(|e| e.to_string())?;
+        prepare_log_files(&new);
+        let logs = AccessLogs::open(&new.access_logs).map_err(|e| e.to_string())?;
+        let listeners = self.listeners.rebind(&new)?;
+        Ok((new, logs, listeners))
     }
 
     /// USR1: reopen the logs by path (after logrotate renamed them).
@@ -765,15 +445,6 @@ impl Master {
         self.logs.reopen();
         self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
         log::info!("logs reopened");
-    }
-
-    fn adjust_band(&mut self, delta: i32) {
-        let min = (self.band.min_spare as i32 + delta).max(0) as u32;
-        let max = (self.band.max_spare as i32 + delta).max(min as i32 + 1) as u32;
-        self.band.min_spare = min;
-        self.band.max_spare = max;
-        self.scoreboard.header.min_spare.store(min, Relaxed);
-        log::info!("spare workers: min_spare {min}, max_spare {max}");
     }
 }
 
@@ -789,8 +460,4 @@ fn prepare_log_files(config: &Config) {
             log::error!("cannot prepare log file {}: {e}", path.display());
         }
     }
-}
-
-fn band(config: &Config) -> Band {
-    Band { min_spare: config.workers.min_spare, max_spare: config.workers.max_spare, max: config.workers.max }
 }
