@@ -27,6 +27,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// the 5 s keep-alive timeout, so a connection merely kept alive fails the check.
 const CLOSE_WITHIN: Duration = Duration::from_secs(3);
 
+/// The run stops at this many mismatches (each may have waited `ANSWER_WITHIN`).
+const MAX_MISMATCHES: usize = 20;
+
 /// Most bytes read while waiting for the close or the sentinel's answer (the rest of
 /// the case's response bodies).
 const MAX_DRAIN: usize = 4 << 20;
@@ -272,14 +275,21 @@ fn corpus() {
 
     let cases = load_cases();
     let mut failures: Vec<String> = Vec::new();
+    let mut tried = 0;
     for case in &cases {
+        // A server broken for every case would make each one wait out its time:
+        // enough mismatches say what is wrong.
+        if failures.len() == MAX_MISMATCHES {
+            break;
+        }
+        tried += 1;
         let answer = send(pika.addr, &case.request, case.expect.close);
         if !case.expect.met_by(&answer) {
             failures.push(format!("{}: expected {}, got {answer}", case.name, case.expect));
         }
     }
     let mismatches = failures.len();
-    println!("corpus: {} cases, {mismatches} mismatches", cases.len());
+    println!("corpus: {} cases, {tried} tried, {mismatches} mismatches", cases.len());
 
     // A case that crashed a worker would have been answered by its replacement.
     for w in workers {
@@ -293,7 +303,7 @@ fn corpus() {
     }
     assert!(
         failures.is_empty(),
-        "{mismatches} of {} corpus cases differ:\n  {}\nerror log warnings:\n{}",
+        "{mismatches} of {tried} corpus cases tried (of {}) differ:\n  {}\nerror log warnings:\n{}",
         cases.len(),
         failures.join("\n  "),
         site.error_log()
