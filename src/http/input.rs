@@ -19,6 +19,9 @@ use crate::listen::WAIT_SLICE;
 /// The buffer's first size: more than nearly every request head.
 const INPUT_START: usize = 4096;
 
+/// The largest trailer section of a chunked body: 431 beyond it, as for a head.
+const MAX_TRAILER_SECTION: usize = 8192;
+
 /// Room beyond `http.max_header_size` for the start of a pipelined request.
 pub const PIPELINE_ROOM: usize = 4096;
 
@@ -368,18 +371,19 @@ impl Input {
             }
             self.consume(len);
         }
-        // Trailer fields, then the empty line.
-        let mut trailer = 0;
+        // The trailer section, read as a head is, so the message ends where a front
+        // end reading it as a head ends it (see request::trailer_end).
+        let max = MAX_TRAILER_SECTION.min(self.limit - 1);
         loop {
-            let len = self.line(t, 8192)?;
-            let blank = &self.buf[self.start..self.start + len] == b"\r\n";
-            self.consume(len);
-            trailer += len;
-            if blank {
-                return Ok(());
-            }
-            if trailer > 8192 {
-                return Err(BodyError::Http(HttpError::HeadersTooLarge));
+            match request::trailer_end(&self.buf[self.start..self.end], max) {
+                Ok(Some(n)) => {
+                    self.consume(n);
+                    return Ok(());
+                }
+                Ok(None) => {
+                    self.fill_body(t)?;
+                }
+                Err(e) => return Err(BodyError::Http(e)),
             }
         }
     }

@@ -172,6 +172,40 @@ pub fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     }
 }
 
+/// Most fields a trailer section may have; more is a 431, as for a head.
+const MAX_TRAILERS: usize = 100;
+
+/// The end of a chunked body's trailer section, read with the rules of a head, so that
+/// pika ends the message where any front end that reads it as a head does: `buf`
+/// starts right after the last chunk (`0\r\n`); the section ends at its first empty
+/// line, `\r\n` or a bare `\n` as in a head (with the last chunk's line, `0\r\n\n`
+/// ends the message); every line before it must be a field httparse takes in a head
+/// (a token, a colon, a value without a bare CR or a control byte). Returns the index
+/// just past the empty line, or `None` while the section has not fully arrived.
+pub fn trailer_end(buf: &[u8], max_size: usize) -> Result<Option<usize>, HttpError> {
+    let mut line_start = 0;
+    let mut end = None;
+    for nl in memchr::memchr_iter(b'\n', buf) {
+        if matches!(&buf[line_start..nl], b"" | b"\r") {
+            end = Some(nl + 1);
+            break;
+        }
+        line_start = nl + 1;
+    }
+    let Some(end) = end else {
+        return if buf.len() > max_size { Err(HttpError::HeadersTooLarge) } else { Ok(None) };
+    };
+    if end > max_size {
+        return Err(HttpError::HeadersTooLarge);
+    }
+    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
+    match httparse::parse_headers(&buf[..end], &mut fields) {
+        Ok(httparse::Status::Complete((n, _))) if n == end => Ok(Some(end)),
+        Err(httparse::Error::TooManyHeaders) => Err(HttpError::HeadersTooLarge),
+        _ => Err(HttpError::BadRequest("malformed trailer section")),
+    }
+}
+
 /// Parses and validates a complete head (`buf` ends with the blank line).
 pub fn parse<'b>(
     buf: &'b [u8],
@@ -533,6 +567,29 @@ mod tests {
         assert_eq!((host.unwrap(), target), (b"Example.COM:80".to_vec(), b"/p?q".to_vec()));
         assert_eq!(status("GET https://x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
         assert_eq!(status("GET http://u@x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn trailers_follow_the_head_rules() {
+        let end = |b: &[u8]| trailer_end(b, 8192);
+        assert_eq!(end(b"\r\nGET / HTTP/1.1\r\n"), Ok(Some(2)), "no trailers");
+        assert_eq!(end(b"\nGET / HTTP/1.1\r\n"), Ok(Some(1)), "a bare LF ends the section, as in a head");
+        assert_eq!(end(b"X-A: 1\r\nX-B: 2\r\n\r\nNEXT"), Ok(Some(18)));
+        assert_eq!(end(b"X-A: 1\nX-B: 2\n\nNEXT"), Ok(Some(15)), "LF-ended fields, as a head may have");
+        assert_eq!(end(b"X-A: 1\r\n"), Ok(None), "more to come");
+        assert_eq!(end(b""), Ok(None));
+        let bad = Err(HttpError::BadRequest("malformed trailer section"));
+        assert_eq!(end(b"not a field\r\n\r\n"), bad, "no colon");
+        assert_eq!(end(b"X-T: a\rb\r\n\r\n"), bad, "a bare CR");
+        assert_eq!(end(b"X T: a\r\n\r\n"), bad, "a space in the name");
+        assert_eq!(end(b": a\r\n\r\n"), bad, "no name");
+        assert_eq!(end(b"X-T: a\x00b\r\n\r\n"), bad, "a NUL");
+        assert_eq!(end(b"X-A: one\r\n two\r\n\r\n"), bad, "obs-fold, refused in a head too");
+        let big = [b"X-T: ".as_slice(), &[b't'; 9000], b"\r\n\r\n"].concat();
+        assert_eq!(end(&big), Err(HttpError::HeadersTooLarge));
+        assert_eq!(end(&big[..8500]), Err(HttpError::HeadersTooLarge), "too large before its end came");
+        let many: Vec<u8> = (0..200).flat_map(|i| format!("a{i}:\r\n").into_bytes()).chain(*b"\r\n").collect();
+        assert_eq!(end(&many), Err(HttpError::HeadersTooLarge));
     }
 
     #[test]

@@ -521,10 +521,15 @@ INVALID = [
     ("last-chunk-lf-only", chunked(b"5\r\nhello\r\n0\n\r\n"), 400, True),
     ("chunk-over-body-limit", chunked(b"%x\r\n" % (MAX_BODY + 1) + b"x" * 16), 413, True),
     ("chunk-flood", chunked(b"1\r\nx\r\n" * 5000 + b"0\r\n\r\n"), 200, False),
-    # Trailer fields may be discarded unread (RFC 9110 §6.5.1), and pika does: a
-    # malformed one does not change where the message ends.
-    ("chunk-trailer-no-colon", chunked(b"5\r\nhello\r\n0\r\nnot a field\r\n\r\n"), 200, False),
-    ("chunk-trailer-bare-cr", chunked(b"5\r\nhello\r\n0\r\nX-T: a\rb\r\n\r\n"), 200, False),
+    # The trailer section is read with a head's rules (RFC 9112 §7.1.2: it is a
+    # field section like the head's), so pika ends the message where a front end
+    # that reads it as a head does: a line that is not a field, or a bare CR, is a
+    # 400 as it would be in a head, and an empty line ends the section, a bare LF
+    # too (a front end that ends the message at "0\r\n\n" must not find pika reading
+    # its next request as trailer fields).
+    ("chunk-trailer-no-colon", chunked(b"5\r\nhello\r\n0\r\nnot a field\r\n\r\n"), 400, True),
+    ("chunk-trailer-bare-cr", chunked(b"5\r\nhello\r\n0\r\nX-T: a\rb\r\n\r\n"), 400, True),
+    # (More trailer cases at the end of this list, which keeps the numbers above.)
     # Trailer section larger than pika's 8 KiB cap: 431, as for a header section.
     ("chunk-trailer-flood", chunked(b"0\r\n" + b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 40) for i in range(200))
                                     + b"\r\n"), 431, True),
@@ -661,6 +666,10 @@ INVALID = [
     ("range-negative-first", get("/file.txt", "Range: bytes=-5-10"), 200, False),
     ("range-no-equals", get("/file.txt", "Range: bytes 0-10"), 200, False),
     ("range-one-bad-spec", get("/file.txt", "Range: bytes=0-0,x-1"), 200, False),
+    # --- The trailer section, read as a head (see chunk-trailer-no-colon above).
+    ("chunk-trailer-obs-fold", chunked(b"5\r\nhello\r\n0\r\nX-T: a\r\n b\r\n\r\n"), 400, True),
+    ("chunk-trailers-end-at-bare-lf", chunked(b"5\r\nhello\r\n0\r\n\n"), 200, False),
+    ("chunk-trailer-then-bare-lf", chunked(b"5\r\nhello\r\n0\r\nX-T: a\r\n\n"), 200, False),
 ]
 
 
