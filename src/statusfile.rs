@@ -15,10 +15,29 @@ pub fn path(pid_file: &Path) -> PathBuf {
 }
 
 /// Replaces the status file with `text`: written beside it, then renamed over it.
+///
+/// The master does this as root every second, so the temporary file is made anew
+/// each time (`O_CREAT|O_EXCL`, after removing any left by a crash: neither step
+/// follows a link), and the rename replaces whatever has the status file's name
+/// without following it: nothing planted beside the pid file is ever written
+/// through. (The folder itself is checked like the pid file's, `safe_files`.)
 pub fn write(pid_file: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = path(pid_file);
     let tmp = path.with_extension("status.tmp");
-    std::fs::write(&tmp, text)?;
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
     std::fs::rename(&tmp, &path)
 }
 
@@ -55,5 +74,19 @@ mod tests {
         assert!(!dir.path().join("pika.status.tmp").exists());
         remove(&pid_file);
         assert_eq!(read(&pid_file), None);
+    }
+
+    #[test]
+    fn links_planted_beside_the_pid_file_are_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pika.pid");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("pika.status.tmp")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("pika.status")).unwrap();
+        write(&pid_file, "pid: 1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!std::fs::symlink_metadata(path(&pid_file)).unwrap().file_type().is_symlink(), "replaced");
+        assert_eq!(read(&pid_file).as_deref(), Some("pid: 1\n"));
     }
 }
