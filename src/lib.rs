@@ -88,6 +88,7 @@
 //! `TERM` first, `KILL` only after a grace).
 #![deny(unsafe_code)]
 
+pub mod cidr;
 pub mod cli;
 pub mod config;
 pub mod ctl;

@@ -5,9 +5,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::handlers::listing::json_string;
-use crate::http::path::html_escape;
 use crate::scoreboard::{Scoreboard, State, now_ms};
+use crate::text::{html_escape, json_string};
 use crate::tls::expiry::Expiry;
 
 /// A Unix time as `2027-03-01T12:00:00Z`.

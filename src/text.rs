@@ -1,10 +1,11 @@
-//! Formatting for the per-request path, straight into byte buffers.
-//!
+//! Text helpers. For the per-request path, formatting straight into byte buffers:
 //! `core::fmt` costs more per small field than everything else a request does in
 //! user space (callgrind, 2026-11-30: `fmt::write` and friends were 38% of a keep-alive
 //! request's instructions). Integers go through `itoa`, IPv4 addresses are written by
-//! hand; anything rarer keeps `core::fmt`.
+//! hand; anything rarer keeps `core::fmt`. For the pages pika makes (error pages,
+//! listings, the status page): escaping for HTML and JSON.
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 /// Appends `n` in decimal.
@@ -72,6 +73,43 @@ pub fn push_socket_addr(out: &mut Vec<u8>, addr: SocketAddr) {
     push_int(out, addr.port());
 }
 
+/// Escape text for HTML element content and attribute values (& < > " ').
+pub fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON string literal (RFC 8259 escaping).
+pub fn json_string(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '<' || c == '>' => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +146,18 @@ mod tests {
             let sa = SocketAddr::from((ip, port));
             prop_assert_eq!(text(|o| push_socket_addr(o, sa)), sa.to_string());
         }
+    }
+
+    #[test]
+    fn html_escape_escapes_the_five() {
+        assert_eq!(html_escape("a&b<c>d\"e'f"), "a&amp;b&lt;c&gt;d&quot;e&#39;f");
+        assert_eq!(html_escape("café"), "café");
+        assert_eq!(html_escape(""), "");
+        assert_eq!(html_escape("&amp;"), "&amp;amp;");
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_controls_and_angle_brackets() {
+        assert_eq!(json_string("q\"<\\\n\u{1}é"), "\"q\\\"\\u003c\\\\\\n\\u0001é\"");
     }
 }

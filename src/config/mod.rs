@@ -8,7 +8,6 @@
 //! resolved against `server.root`, which defaults to the folder above the config file's
 //! folder (`conf/pika.toml` → the folder holding `conf/`, `htdocs/`, `logs/`).
 
-mod cidr;
 mod include;
 mod raw;
 pub mod show;
@@ -20,13 +19,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cidr::Cidr;
 use log::LevelFilter;
 use nix::unistd::{Gid, Group, Uid, User};
 use raw::{RawAccessLog, RawCondition, RawConfig, RawInclude, RawListen, RawRotate, RawVhost, StatusSpec};
 use toml::Spanned;
 
+use crate::cidr::Cidr;
 use crate::http::mime::MimeTypes;
+pub use crate::log::ErrorLogTarget;
 use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
 use crate::log::rotate::{Interval, Naming, Rotate};
@@ -39,16 +39,6 @@ pub enum ConfigError {
     Read { path: String, source: std::io::Error },
     #[error("{path}:{line}:{column}: {message}")]
     Invalid { path: String, line: usize, column: usize, message: String },
-}
-
-/// Where the error log goes.
-#[derive(Debug, Clone)]
-pub enum ErrorLogTarget {
-    File(PathBuf),
-    Stderr,
-    /// `syslog` or `syslog:FACILITY`, sent to `server.syslog_socket` (or the usual
-    /// `/dev/log`).
-    Syslog(syslog::Facility, Option<PathBuf>),
 }
 
 /// The identity workers run as.

@@ -12,9 +12,10 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::{SFlag, fstatat};
 
 use super::static_file::Site;
-use crate::http::path::{CleanPath, encode_path, html_escape};
+use crate::http::path::{CleanPath, encode_path};
 use crate::http::request::Request;
 use crate::http::response::{Body, Reply};
+use crate::text::{html_escape, json_string};
 
 struct Entry {
     name: Vec<u8>,
@@ -160,27 +161,6 @@ fn json(entries: &[Entry]) -> String {
         );
     }
     s.push_str("]\n");
-    s
-}
-
-/// A JSON string literal (RFC 8259 escaping).
-pub fn json_string(v: &str) -> String {
-    let mut s = String::with_capacity(v.len() + 2);
-    s.push('"');
-    for c in v.chars() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            '\n' => s.push_str("\\n"),
-            '\r' => s.push_str("\\r"),
-            '\t' => s.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '<' || c == '>' => {
-                let _ = write!(s, "\\u{:04x}", c as u32);
-            }
-            c => s.push(c),
-        }
-    }
-    s.push('"');
     s
 }
 

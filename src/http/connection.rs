@@ -25,7 +25,7 @@ use crate::config::{Config, ServerTokens};
 use crate::handlers::static_file::{self, Env, Site};
 use crate::listen::WAIT_SLICE;
 use crate::log::access::AccessLogs;
-use crate::log::format::Record;
+use crate::log::record::Record;
 use crate::pod::INTERNAL_HEADER;
 use crate::vhost;
 

@@ -108,22 +108,6 @@ pub fn encode_path(decoded: &[u8]) -> String {
     out
 }
 
-/// Escape text for HTML element content and attribute values (& < > " ').
-pub fn html_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// Bytes [`encode_path`] may emit as themselves.
@@ -458,15 +442,7 @@ mod tests {
         let encoded = encode_path(&all);
         assert!(encoded.is_ascii());
         assert!(!encoded.contains(['&', '\'', '"', '<', '>', ' ', '?', '#']));
-        assert_eq!(html_escape(&encoded), encoded);
-    }
-
-    #[test]
-    fn html_escape_escapes_the_five() {
-        assert_eq!(html_escape("a&b<c>d\"e'f"), "a&amp;b&lt;c&gt;d&quot;e&#39;f");
-        assert_eq!(html_escape("café"), "café");
-        assert_eq!(html_escape(""), "");
-        assert_eq!(html_escape("&amp;"), "&amp;amp;");
+        assert_eq!(crate::text::html_escape(&encoded), encoded);
     }
 
     /// A tiny LCG (no proptest): random targets must never panic, and

@@ -97,7 +97,7 @@ pub fn error_page(status: u16, detail: &str) -> Vec<u8> {
     let reason = reason(status);
     format!(
         "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head>\n<body><h1>{status} {reason}</h1>\n<p>{}</p>\n</body></html>\n",
-        super::path::html_escape(detail)
+        crate::text::html_escape(detail)
     )
     .into_bytes()
 }

@@ -17,8 +17,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::filter::{Facts, Filter};
-use super::format::{LogFormat, Record};
+use super::format::LogFormat;
 use super::held::{self, Held};
+use super::record::Record;
 use crate::config::AccessLog;
 
 /// No record is longer than this: the client's fields are cut to fit (see

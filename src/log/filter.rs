@@ -12,8 +12,8 @@ use std::net::IpAddr;
 
 use regex_lite::Regex;
 
-use super::format::Record;
-use crate::config::Cidr;
+use super::record::Record;
+use crate::cidr::Cidr;
 
 /// One condition; every key that is set must match.
 #[derive(Debug, Clone, Default)]

@@ -6,10 +6,10 @@
 //! `mod_log_config`, and every byte that came from a client is escaped the way Apache
 //! escapes it (`\"`, `\\`, `\n`, `\xHH`): a client cannot end a line or forge a field.
 
-use std::net::IpAddr;
+use std::time::SystemTime;
 
+use super::record::Record;
 use crate::text;
-use std::time::{Duration, SystemTime};
 
 /// The named formats, as Apache ships them.
 const COMMON: &str = "%h %l %u %t \"%r\" %>s %b";
@@ -73,45 +73,6 @@ pub struct LogFormat {
     /// The format as the config gave it (`combined`, or the string), for `pika -T`.
     spec: String,
     tokens: Vec<Token>,
-}
-
-/// Everything a format may ask about one request. Byte fields are raw client input.
-pub struct Record<'a> {
-    pub client: IpAddr,
-    pub local_port: u16,
-    pub request_line: &'a [u8],
-    pub method: &'a [u8],
-    pub path: &'a [u8],
-    pub query: Option<&'a [u8]>,
-    pub protocol: &'a str,
-    pub status: u16,
-    pub body_bytes: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub start: SystemTime,
-    pub duration: Duration,
-    pub vhost: &'a str,
-    pub host: Option<&'a [u8]>,
-    pub headers_in: &'a dyn Fn(&str) -> Option<&'a [u8]>,
-    /// The response head as sent, for `%{NAME}o`.
-    pub response_head: &'a [u8],
-    /// `+` kept alive, `-` closed, `X` aborted.
-    pub conn_status: char,
-    pub keepalive_count: u64,
-    pub request_id: u64,
-    /// The TLS session of an HTTPS request (`None`: plain HTTP, logged as `-`).
-    pub tls: Option<TlsFields<'a>>,
-}
-
-/// What a TLS session says of itself, named as Apache's mod_ssl names it.
-#[derive(Debug, Clone, Copy)]
-pub struct TlsFields<'a> {
-    /// `TLSv1.3`, `TLSv1.2`.
-    pub protocol: &'static str,
-    /// OpenSSL's name of the cipher suite (`TLS_AES_128_GCM_SHA256`).
-    pub cipher: &'static str,
-    /// The server name the client sent (SNI), if any.
-    pub sni: Option<&'a str>,
 }
 
 impl LogFormat {
@@ -418,7 +379,10 @@ pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::log::record::TlsFields;
 
     /// A record with every field set, for the format tests here and in `json.rs`.
     pub(crate) fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {

@@ -15,7 +15,7 @@
 
 use std::time::SystemTime;
 
-use super::format::Record;
+use super::record::Record;
 use crate::text;
 
 /// Appends the record's JSON object (no newline). `escape` writes a client field's
@@ -164,8 +164,9 @@ fn civil_from_days(days: i64) -> (i64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::format::LogFormat;
     use crate::log::format::tests::record;
-    use crate::log::format::{LogFormat, TlsFields};
+    use crate::log::record::TlsFields;
     use std::time::Duration;
 
     fn time(t: SystemTime) -> String {

@@ -11,6 +11,7 @@ pub mod filter;
 pub mod format;
 pub mod held;
 mod json;
+pub mod record;
 pub mod rotate;
 
 /// Running out of file descriptors: said once when it starts, once when it ends.
@@ -45,13 +46,21 @@ pub mod shortage {
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
-use crate::config::ErrorLogTarget;
+/// Where the error log goes.
+#[derive(Debug, Clone)]
+pub enum ErrorLogTarget {
+    File(PathBuf),
+    Stderr,
+    /// `syslog` or `syslog:FACILITY`, sent to `server.syslog_socket` (or the usual
+    /// `/dev/log`).
+    Syslog(syslog::Facility, Option<PathBuf>),
+}
 
 /// The scoreboard slot of this process, shown in every error-log line (-1: the master).
 static SLOT: AtomicI32 = AtomicI32::new(-1);
@@ -59,7 +68,7 @@ static SLOT: AtomicI32 = AtomicI32::new(-1);
 /// Where error-log lines go right now.
 enum Sink {
     Stderr,
-    File(File, std::path::PathBuf),
+    File(File, PathBuf),
     Syslog(Box<syslog::Logger<syslog::LoggerBackend, syslog::Formatter3164>>),
 }
 

@@ -1,5 +1,5 @@
-//! Client address ranges (`127.0.0.0/8`, `::1`, `10.1.2.3`) for access rules: who may
-//! read `server-status`, which clients a log filter matches.
+//! Client address ranges (`127.0.0.0/8`, `::1`, `10.1.2.3`), a plain value type: who
+//! may read `server-status`, which clients a log filter matches.
 
 use std::net::IpAddr;
 
