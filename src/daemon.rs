@@ -23,6 +23,7 @@ pub fn run_foreground(config: Config) -> ExitCode {
 
 /// Serves in this one process (`-X`): no master, no fork; for debugging.
 pub fn run_single(config: Config) -> ExitCode {
+    raise_nofile(config.max_open_files);
     let mut listeners = Vec::new();
     for entry in &config.listen {
         match crate::listen::bind(*entry, config.backlog, crate::listen::defer(&config)) {
@@ -58,6 +59,7 @@ pub fn run_single(config: Config) -> ExitCode {
         generation: 0,
         pod: None,
         doorbell: None,
+        handover: None,
         token: &token,
         logs,
         log_epoch: scoreboard.header.log_epoch.load(std::sync::atomic::Ordering::SeqCst),
@@ -115,9 +117,7 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
         log::error!("{msg}");
         ExitCode::FAILURE
     };
-    if let Some(n) = config.max_open_files {
-        raise_nofile(n);
-    }
+    raise_nofile(config.max_open_files);
     let pid_file = match PidFile::acquire(&config.pid_file) {
         Ok(p) => p,
         Err(e) => return fail(&mut ready, e),
@@ -177,10 +177,13 @@ fn redirect_stdio(config: &Config) {
     }
 }
 
-/// Raises the descriptor limit as far as allowed (`server.max_open_files`).
-fn raise_nofile(want: u64) {
+/// Raises the descriptor limit as far as allowed: to `server.max_open_files`, or
+/// without it to the hard limit (a worker holds its kept-alive connections, up to
+/// `workers.max_connections`; the soft limit's usual 1024 would cap that).
+fn raise_nofile(want: Option<u64>) {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
+    let want = want.unwrap_or(hard);
     let target = want.min(hard.max(want));
     if setrlimit(Resource::RLIMIT_NOFILE, target, hard.max(target)).is_err() {
         // Not root: only up to the hard limit.

@@ -23,20 +23,27 @@
 //!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
 //!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
 //!   which would clear that request; an idle worker also retires when the pipe of
-//!   death reads end of file), then loops: accept
-//!   ([`listen::Acceptor::accept`]: idle workers sleep in `epoll` with
-//!   `EPOLLEXCLUSIVE`, the oldest woken first; ring the master's
-//!   doorbell if fewer than `min_spare` others stay idle) → serve the connection
-//!   ([`http::connection`]) → check the pipe of death ([`pod`]) and the generation.
-//!   Its scoreboard slot is updated through the [`http::connection::Observer`] it hands
-//!   to the HTTP code, which knows nothing about processes.
+//!   death reads end of file), then runs its event loop (`worker::events`, design and
+//!   measurements in `docs/keepalive.md`): one `epoll` set holds the listeners
+//!   (`EPOLLEXCLUSIVE`: a new connection wakes one sleeping worker), the
+//!   [`handover`] socket and every connection the worker holds between requests; it
+//!   serves whichever has a whole request head, one request at a time with blocking
+//!   writes, then parks the connection again. An idle kept-alive connection costs no
+//!   worker; a worker holding `workers.max_connections` takes no new ones. After an
+//!   accept it rings the master's doorbell if fewer than `min_spare` others stay
+//!   idle. It looks at the pipe of death ([`pod`]) and the generation on every turn;
+//!   when it must leave it stops accepting, hands its idle connections to a worker
+//!   that stays ([`handover`], `SCM_RIGHTS`), finishes the rest with
+//!   `Connection: close`, and exits. Its scoreboard slot is updated through the
+//!   [`http::connection::Observer`] it hands to the HTTP code, which knows nothing
+//!   about processes.
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs), the session-ticket key chain
 //!   the master makes before the first fork and every worker steps by itself
 //!   ([`tls::tickets`]), and expiry warnings ([`tls::expiry`]). `listen` entries
-//!   marked `tls = true` are refused until the TLS transport comes with the workers'
-//!   event loop (issue #19).
+//!   marked `tls = true` are refused until the TLS transport is built into the
+//!   workers' event loop (issue #20).
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
@@ -45,13 +52,15 @@
 //!
 //! # How a request travels
 //!
-//! [`listen::Acceptor::accept`] hands a socket (options inherited from the listener) to
-//! [`http::connection::Server::serve`], the keep-alive loop: read the head into a
-//! buffer within its timeout ([`http::input::Input`], over an
-//! [`http::transport::Transport`]) → [`http::connection::Server::serve_request`]:
-//! [`http::request::parse`] (httparse plus our own checks: Host, framing,
-//! limits; every failure is an [`http::request::HttpError`] mapped to its status in one
-//! place) → read and discard any body → [`vhost::select`] by Host →
+//! The worker's event loop accepts a socket (options inherited from the listener) or
+//! finds input on one it holds ([`http::connection::Held`]) and calls
+//! [`http::connection::Server::serve_ready`]: take what has arrived without waiting
+//! ([`http::input::Input`], over an [`http::transport::Transport`]); no whole head yet
+//! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
+//! ([`http::request::parse`]: httparse plus our own checks: Host, framing, limits;
+//! every failure is an [`http::request::HttpError`] mapped to its status in one
+//! place) → drop a body that is all there ([`http::body`]), or answer with
+//! `Connection: close` and linger → [`vhost::select`] by Host →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) →
 //! [`handlers::static_file::serve`]: a cached mapping ([`handlers::file_cache`],
 //! revalidated by one `fstatat`, with its whole-file header lines ready) or
@@ -62,7 +71,9 @@
 //! and more: the head with `MSG_MORE`, the body with `sendfile`;
 //! [`http::response::send`]) → one access-log record per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
-//! [`log::filter`]) → keep alive or close.
+//! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until
+//! the next one or `keepalive_timeout`) or close (lingering in the set when the client
+//! may still be sending).
 //!
 //! # How a signal travels
 //!
@@ -90,10 +101,12 @@
 
 pub mod cidr;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod handlers;
+pub mod handover;
 pub mod http;
 pub mod listen;
 pub mod log;

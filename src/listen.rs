@@ -2,17 +2,15 @@
 //! every reload, so a reload never refuses a connection.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use socket2::{Domain, Socket, Type};
 
-/// The longest single wait of a worker: for a connection in `accept` (then it looks at
-/// the pipe of death and the generation), and for a request's bytes (the receive
-/// timeout every accepted socket inherits; then the HTTP code looks at its deadline
-/// and at the pressure on the pool).
+/// The longest a blocked write waits before the connection looks again (the send
+/// timeout every accepted socket inherits): it counts these slices up to
+/// `send_timeout`, and writes the log records its worker holds after the first.
 pub const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// One bound listener: the address as configured (the key across reloads), the
@@ -51,24 +49,24 @@ pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>)
     Ok(Listener { configured: addr, bound, socket, tls: entry.tls })
 }
 
-/// The listeners, set up for the workers' [`Acceptor`]s.
+/// The listeners, set up for the workers' event loops.
 pub struct Listeners {
     pub list: Vec<Listener>,
 }
 
 impl Listeners {
-    /// Prepares bound listeners for [`Acceptor::accept`] and for the connections
-    /// they hand out.
+    /// Prepares bound listeners for the workers' event loops (`worker::events`) and
+    /// for the connections they hand out.
     ///
     /// The listeners are non-blocking (a worker sleeps in `epoll_wait`, not in
     /// `accept`). Options a connection needs are set once on the listener, which
     /// every accepted socket inherits on Linux: `TCP_NODELAY` (a response goes out
-    /// in one `writev`, nothing to coalesce), `SO_SNDTIMEO` and `SO_RCVTIMEO`
-    /// ([`WAIT_SLICE`] at most: a write or read waits that long, then the connection
-    /// looks at its deadlines, counting slices up to `send_timeout` for writes,
-    /// and writes its held log records). That spares three
+    /// in one `writev`, nothing to coalesce) and `SO_SNDTIMEO` ([`WAIT_SLICE`] at
+    /// most: a blocked write waits that long, then the connection counts slices up
+    /// to `send_timeout` and writes its held log records). That spares two
     /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
-    /// sockets block, with those timeouts.
+    /// sockets block on writes; reads never wait (`MSG_DONTWAIT`,
+    /// `http::transport`).
     pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
         // The TLS transport comes with the event loop of issue #19: until then a TLS
         // listener would answer in plain text, so it is refused.
@@ -83,7 +81,6 @@ impl Listeners {
             let s = socket2::SockRef::from(&l.socket);
             s.set_tcp_nodelay(true)?;
             s.set_write_timeout(Some(send_timeout.min(WAIT_SLICE)))?;
-            s.set_read_timeout(Some(WAIT_SLICE))?;
         }
         Ok(Listeners { list })
     }
@@ -128,47 +125,6 @@ impl Listeners {
     /// listener (0 where the kernel does not say).
     pub fn queued(&self) -> u32 {
         self.list.iter().map(|l| crate::sys::accept_queue_len(l.socket.as_fd()).unwrap_or(0)).sum()
-    }
-}
-
-/// How one worker waits for connections: its own epoll instance with every listener
-/// registered `EPOLLEXCLUSIVE`.
-///
-/// A new connection wakes one sleeping worker, and the kernel tries the workers in
-/// the order they registered: the oldest idle worker that is asleep gets it. Under a
-/// steady load the same few workers serve everything and the rest stay asleep (the
-/// master retires them past `max_spare`). Blocking `accept()` instead wakes its
-/// waiters first-in, first-out, so every worker of a large pool takes turns and
-/// all of them run cold (the commit that brought this in has the figures).
-pub struct Acceptor<'l> {
-    listeners: &'l [Listener],
-    ready: Epoll,
-}
-
-impl<'l> Acceptor<'l> {
-    pub fn new(listeners: &'l Listeners) -> io::Result<Acceptor<'l>> {
-        let ready = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-        for (i, l) in listeners.list.iter().enumerate() {
-            let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
-            ready.add(l.socket.as_fd(), EpollEvent::new(flags, i as u64))?;
-        }
-        Ok(Acceptor { listeners: &listeners.list, ready })
-    }
-
-    /// Accepts a connection, waiting for one at most [`WAIT_SLICE`]. A slice without
-    /// a connection (or one another worker took first) is `WouldBlock`, so the
-    /// worker can look at the pipe of death and the generation.
-    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr, u16)> {
-        let mut events = [EpollEvent::empty()];
-        let timeout = EpollTimeout::try_from(WAIT_SLICE).unwrap_or(EpollTimeout::NONE);
-        if self.ready.wait(&mut events, timeout)? == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
-        }
-        let Some(l) = self.listeners.get(events[0].data() as usize) else {
-            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
-        };
-        let (s, peer) = l.socket.accept()?;
-        Ok((s, peer, l.bound.port()))
     }
 }
 

@@ -33,6 +33,9 @@ fn main() -> ExitCode {
                         eprintln!("pika: warning: {text}");
                     }
                 }
+                for note in &config.notes {
+                    eprintln!("pika: warning: {note}");
+                }
                 println!("pika: {}: syntax is ok", args.config.display());
                 ExitCode::SUCCESS
             }

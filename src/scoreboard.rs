@@ -90,12 +90,13 @@ pub struct Header {
     pub pod_pending: AtomicU32,
     /// Non-zero once a stop began: every worker finishes and exits.
     pub stopping: AtomicU32,
-    /// Non-zero when few workers are idle: keep-alive yields (shorter waits).
-    pub busy: AtomicU32,
     /// The master's `min_spare` (it changes with TTIN/TTOU and reloads).
     pub min_spare: AtomicU32,
     /// Non-zero while a worker's ring of the master's doorbell is unanswered.
     pub look_wanted: AtomicU32,
+    /// Non-zero while workers of the current generation adopt the kept-alive
+    /// connections of retiring ones (not while stopping or paused by WINCH).
+    pub handover_open: AtomicU32,
     /// When the master started (seconds since the epoch).
     pub started: AtomicU64,
     /// When the current generation started.
@@ -118,6 +119,13 @@ pub struct Slot {
     pub connections: AtomicU64,
     /// Requests served by the worker now in the slot.
     pub worker_requests: AtomicU64,
+    /// Connections the worker holds between requests, waiting for their next one
+    /// (Apache event's "keep-alive" async connections), and closing (lingering).
+    pub conns_waiting: AtomicU32,
+    pub conns_closing: AtomicU32,
+    /// Non-zero while the worker holds `workers.max_connections` and takes no new
+    /// connection: not a spare, however idle it looks.
+    pub full: AtomicU32,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
     /// Monotonic milliseconds of the last sign of progress (state change or write).
@@ -131,14 +139,7 @@ pub struct Slot {
 #[allow(unsafe_code)]
 unsafe impl sys::SharedAtomic for Slot {}
 
-/// Milliseconds on the monotonic clock, shared by all processes of the machine. The
-/// coarse clock (a few milliseconds' resolution) is read from memory, without the
-/// cycle counter: a worker stamps its slot several times per request.
-pub fn now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
-        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
     let mut chunks = text.chunks(8);
@@ -194,11 +195,19 @@ impl Slot {
         load_text(&self.client)
     }
 
+    /// Idle and able to take a new connection: what the spare-worker count counts.
+    pub fn is_spare(&self) -> bool {
+        self.state().is_idle() && self.full.load(Relaxed) == 0
+    }
+
     /// Prepares the slot for a new worker (called by the master before the fork).
     pub fn claim(&self, generation: u32) {
         self.pid.store(0, Relaxed);
         self.generation.store(generation, Relaxed);
         self.worker_requests.store(0, Relaxed);
+        self.conns_waiting.store(0, Relaxed);
+        self.conns_closing.store(0, Relaxed);
+        self.full.store(0, Relaxed);
         store_text(&self.request, b"");
         store_text(&self.client, b"");
         self.set_state(State::Starting);
@@ -234,7 +243,7 @@ impl Scoreboard {
             .slots
             .iter()
             .enumerate()
-            .filter(|&(i, s)| i != me && s.state().is_idle() && s.generation.load(Relaxed) == generation);
+            .filter(|&(i, s)| i != me && s.is_spare() && s.generation.load(Relaxed) == generation);
         idle.take(want).count() < want
     }
 }

@@ -26,6 +26,9 @@ pub struct Row {
     pub request: String,
     pub client: String,
     pub seconds_in_state: f64,
+    /// Connections the worker holds between requests, and those closing.
+    pub conns_waiting: u32,
+    pub conns_closing: u32,
 }
 
 /// The scoreboard at one moment.
@@ -68,6 +71,8 @@ impl Snapshot {
                 request: s.request_line(),
                 client: s.client(),
                 seconds_in_state: now.saturating_sub(s.since_ms.load(Relaxed)) as f64 / 1000.0,
+                conns_waiting: s.conns_waiting.load(Relaxed),
+                conns_closing: s.conns_closing.load(Relaxed),
             });
         }
         // Trailing open slots say nothing; Apache prints the whole board, which for
@@ -100,6 +105,22 @@ impl Snapshot {
         self.rows.iter().filter(|r| r.state.is_idle()).count()
     }
 
+    /// Kept-alive connections held by workers, waiting for their next request
+    /// (Apache event's "async connections: keep-alive"): no worker is busy with them.
+    pub fn conns_waiting(&self) -> u32 {
+        self.rows.iter().map(|r| r.conns_waiting).sum()
+    }
+
+    /// Connections in a lingering close.
+    pub fn conns_closing(&self) -> u32 {
+        self.rows.iter().map(|r| r.conns_closing).sum()
+    }
+
+    /// Every connection open: those being served and those held.
+    pub fn conns_total(&self) -> u32 {
+        self.busy() as u32 + self.conns_waiting() + self.conns_closing()
+    }
+
     fn req_per_sec(&self) -> f64 {
         if self.uptime == 0 { 0.0 } else { self.total_requests as f64 / self.uptime as f64 }
     }
@@ -119,6 +140,11 @@ impl Snapshot {
         let _ = writeln!(s, "BytesPerReq: {bpr:.6}");
         let _ = writeln!(s, "BusyWorkers: {}", self.busy());
         let _ = writeln!(s, "IdleWorkers: {}", self.idle());
+        // Apache event's names, so its monitoring templates read these too.
+        let _ = writeln!(s, "ConnsTotal: {}", self.conns_total());
+        let _ = writeln!(s, "ConnsAsyncWriting: 0");
+        let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_waiting());
+        let _ = writeln!(s, "ConnsAsyncClosing: {}", self.conns_closing());
         let _ = writeln!(s, "Generation: {}", self.generation);
         let _ = writeln!(s, "Scoreboard: {}", self.letters);
         if let Some(min) = self.certificates.iter().map(|c| c.days_left).min() {
@@ -143,7 +169,7 @@ impl Snapshot {
         let mut s = String::new();
         let _ = write!(
             s,
-            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"scoreboard\":{},\"workers\":[",
+            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"conns_total\":{},\"conns_keepalive\":{},\"conns_closing\":{},\"scoreboard\":{},\"workers\":[",
             env!("CARGO_PKG_VERSION"),
             self.master_pid,
             self.generation,
@@ -153,6 +179,9 @@ impl Snapshot {
             self.req_per_sec(),
             self.busy(),
             self.idle(),
+            self.conns_total(),
+            self.conns_waiting(),
+            self.conns_closing(),
             json_string(&self.letters)
         );
         for (i, r) in self.rows.iter().enumerate() {
@@ -161,7 +190,7 @@ impl Snapshot {
             }
             let _ = write!(
                 s,
-                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3}}}",
+                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_closing\":{}}}",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -171,7 +200,9 @@ impl Snapshot {
                 r.bytes,
                 json_string(&r.request),
                 json_string(&r.client),
-                r.seconds_in_state
+                r.seconds_in_state,
+                r.conns_waiting,
+                r.conns_closing
             );
         }
         s.push_str("],\"certificates\":[");
@@ -198,7 +229,7 @@ impl Snapshot {
         );
         let _ = writeln!(
             s,
-            "<p>Master pid {} &middot; generation {} &middot; uptime {} s &middot; {} requests &middot; {} kB &middot; {:.2} requests/s &middot; {} busy, {} idle workers</p>",
+            "<p>Master pid {} &middot; generation {} &middot; uptime {} s &middot; {} requests &middot; {} kB &middot; {:.2} requests/s &middot; {} busy, {} idle workers</p>\n<p>Connections: {} in all, {} kept alive waiting for a request (held by a worker that serves others meanwhile), {} closing</p>",
             self.master_pid,
             self.generation,
             self.uptime,
@@ -206,15 +237,20 @@ impl Snapshot {
             self.total_bytes / 1024,
             self.req_per_sec(),
             self.busy(),
-            self.idle()
+            self.idle(),
+            self.conns_total(),
+            self.conns_waiting(),
+            self.conns_closing()
         );
         let _ = writeln!(s, "<pre>{}</pre>", html_escape(&self.letters));
-        s.push_str("<p>_ ready, S starting, R reading, W writing, K keep-alive, L logging, C closing, G finishing, . open slot</p>\n");
-        s.push_str("<table border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Client</th><th>Request</th></tr>\n");
+        s.push_str(
+            "<p>_ ready, S starting, R reading, W writing, L logging, C closing, G finishing, . open slot</p>\n",
+        );
+        s.push_str("<table border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Kept alive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -223,6 +259,8 @@ impl Snapshot {
                 r.worker_requests,
                 r.bytes,
                 r.seconds_in_state,
+                r.conns_waiting,
+                r.conns_closing,
                 html_escape(&r.client),
                 html_escape(&r.request)
             );

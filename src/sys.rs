@@ -407,3 +407,12 @@ impl Drop for TermBlocked {
         let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.0), None);
     }
 }
+
+/// Takes ownership of a descriptor the kernel just installed in this process (one
+/// received with `SCM_RIGHTS`).
+pub fn own_fd(raw: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `raw` was installed by recvmsg for this call alone: nothing else in the
+    // process knows the number, so the OwnedFd is its only owner.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) }
+}

@@ -1,10 +1,13 @@
-//! A worker process: after the fork, set itself up (signals, privileges), then loop:
-//! accept one connection, serve it to the end, check whether it must retire.
+//! A worker process: after the fork, set itself up (signals, privileges), then serve
+//! from its event loop (`events`): new connections, and requests on the kept-alive
+//! connections it holds, one request at a time, until it must retire.
 //!
 //! A worker leaves only through [`ChildExit`] codes and `_exit`: the master reads the
 //! code to tell a normal retirement from a worker that could not even start (which
 //! stops the server instead of forking again and again, as Apache's
 //! `APEXIT_CHILDFATAL` does).
+
+mod events;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,10 +16,11 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::config::{Config, RunAs};
+use crate::handover::Handover;
 use crate::http::connection::{ConnState, Observer, Server};
 use crate::http::request::Request;
 use crate::http::response::Reply;
-use crate::listen::{Acceptor, Listeners};
+use crate::listen::Listeners;
 use crate::log::access::AccessLogs;
 use crate::pod::{Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, Slot, State};
@@ -48,9 +52,6 @@ impl ChildExit {
     }
 }
 
-/// How long a worker out of descriptors waits before it tries `accept()` again.
-const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// Everything a worker gets from the master.
 pub struct WorkerCtx<'a> {
     pub config: &'a Config,
@@ -61,6 +62,8 @@ pub struct WorkerCtx<'a> {
     pub pod: Option<&'a mut Pod>,
     /// Rung when this worker takes a connection and too few others are idle.
     pub doorbell: Option<&'a Doorbell>,
+    /// Where a leaving worker sends its idle connections and others adopt them.
+    pub handover: Option<&'a Handover>,
     pub token: &'a str,
     pub logs: AccessLogs,
     /// The log epoch `logs` (and the error log) were opened under. Read by the master
@@ -162,72 +165,12 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     };
-    let acceptor = match Acceptor::new(ctx.listeners) {
-        Ok(a) => a,
+    let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
+    match events::Loop::new(&ctx, &mut server, &mut obs) {
+        Ok(l) => l.run(),
         Err(e) => {
             log::error!("worker cannot wait for connections: {e}");
-            return ChildExit::Fatal;
-        }
-    };
-    let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64) };
-    let mut served: u64 = 0;
-    loop {
-        if slot.state() != State::Ready {
-            slot.set_state(State::Ready);
-        }
-        let (stream, peer, local_port) = match acceptor.accept() {
-            Ok(c) => c,
-            Err(e) => match e.raw_os_error() {
-                // Out of descriptors: the connection waits in the backlog while this
-                // worker backs off (said once), as nginx pauses accepting.
-                Some(libc::EMFILE) | Some(libc::ENFILE) => {
-                    crate::log::shortage::report(crate::log::shortage::Op::Accept, &e);
-                    std::thread::sleep(ACCEPT_BACKOFF);
-                    continue;
-                }
-                Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                    log::error!("accept: {e}; the worker exits to be replaced");
-                    return ChildExit::Sick;
-                }
-                // The accept timeout (one wait slice) passed: a chance to notice a
-                // retirement even if no dummy connection reached this worker.
-                Some(libc::EAGAIN) | Some(libc::EINTR) => {
-                    server.idle();
-                    // Also reads when no byte is pending: end of file there means the
-                    // master is gone (a third way to notice, beside the death signal
-                    // and the parent pid).
-                    if ctx.pod.as_deref().is_some_and(|p| p.check_idle(ctx.scoreboard.header)) || must_retire(&ctx) {
-                        return ChildExit::Retired;
-                    }
-                    continue;
-                }
-                _ => continue, // ECONNABORTED and friends: the client gave up.
-            },
-        };
-        crate::log::shortage::recovered(crate::log::shortage::Op::Accept);
-        if let Some(bell) = ctx.doorbell
-            && ctx.scoreboard.short_of_idle(ctx.generation, ctx.slot)
-        {
-            bell.ring(ctx.scoreboard.header);
-        }
-        // Rotation: reopen before the next write (DESIGN §4); the access logs also
-        // look before each record, for connections that outlive a rotation.
-        server.sync_logs();
-        slot.connections.fetch_add(1, Relaxed);
-        let outcome = server.serve(stream, peer, local_port, &mut obs);
-        served += outcome.requests;
-
-        // Check the pod and the generation after every connection, so a worker retires
-        // as soon as it is free (Apache's child_main does the same).
-        if ctx.pod.as_deref().is_some_and(|p| p.check(ctx.scoreboard.header)) {
-            return ChildExit::Retired;
-        }
-        if must_retire(&ctx) {
-            slot.set_state(State::Graceful);
-            return ChildExit::Retired;
-        }
-        if ctx.config.workers.max_requests > 0 && served >= ctx.config.workers.max_requests {
-            return ChildExit::Recycle;
+            ChildExit::Fatal
         }
     }
 }
@@ -241,6 +184,7 @@ fn kept_descriptors(ctx: &WorkerCtx<'_>) -> Vec<i32> {
     keep.extend(crate::log::error_log_fd());
     keep.extend(ctx.pod.as_deref().map(|p| p.read_fd().as_raw_fd()));
     keep.extend(ctx.doorbell.map(|d| d.fd().as_raw_fd()));
+    keep.extend(ctx.handover.map(|h| h.fds()).into_iter().flatten());
     keep
 }
 
@@ -271,13 +215,14 @@ struct SlotObserver<'a> {
     client: Option<SocketAddr>,
     /// Reused to format the client for the slot.
     scratch: Vec<u8>,
+    /// The worker is leaving: every answer says `Connection: close`.
+    retiring: bool,
 }
 
 impl Observer for SlotObserver<'_> {
     fn state(&mut self, state: ConnState) {
         self.slot.set_state(match state {
             ConnState::Reading => State::Reading,
-            ConnState::KeepAlive => State::KeepAlive,
             ConnState::Writing => State::Writing,
             ConnState::Logging => State::Logging,
             ConnState::Closing => State::Closing,
@@ -306,18 +251,9 @@ impl Observer for SlotObserver<'_> {
     }
 
     fn must_close(&self) -> bool {
-        let max = self.ctx.config.workers.max_requests;
-        // The last request before recycling says `Connection: close`, so no client
-        // finds its kept-alive connection closed under it.
-        must_retire(self.ctx) || (max > 0 && self.slot.worker_requests.load(Relaxed) + 1 >= max)
-    }
-
-    fn under_pressure(&mut self) -> bool {
-        self.ctx.scoreboard.header.busy.load(Relaxed) != 0
-    }
-
-    fn clients_waiting(&mut self) -> bool {
-        self.ctx.listeners.queued() > 0
+        // A leaving worker hands its idle connections over (`events`); those it
+        // cannot, it closes only after an answer that said so.
+        self.retiring || must_retire(self.ctx)
     }
 
     fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {

@@ -465,6 +465,7 @@ fn a_worker_holds_only_its_own_descriptors_and_cannot_be_attached_to() {
     let master = d.pid().unwrap();
     let workers = wait_until(DEADLINE, "two workers", || Some(children_of(master)).filter(|w| w.len() == 2));
     let listener = format!("socket:[{}]", listener_inode(addr(&site).port()));
+    let listener_fd = listener.clone();
     let real = |rel: &str| std::fs::canonicalize(site.path(rel)).unwrap().display().to_string();
     let master_fds = descriptors(master);
     let mut want = vec![
@@ -476,6 +477,9 @@ fn a_worker_holds_only_its_own_descriptors_and_cannot_be_attached_to() {
         listener,
         "the pipe of death".to_string(),
         "anon_inode:[eventfd]".to_string(), // the doorbell
+        // Both ends of the handover socket (kept-alive connections of leaving workers).
+        "a handover socket".to_string(),
+        "a handover socket".to_string(),
         // What the worker opens itself: its docroot and its epoll instance.
         real("htdocs"),
         "anon_inode:[eventpoll]".to_string(),
@@ -486,8 +490,15 @@ fn a_worker_holds_only_its_own_descriptors_and_cannot_be_attached_to() {
         let mut got: Vec<String> = descriptors(w)
             .into_iter()
             .map(|d| {
-                // The master holds both ends of the pipe of death.
-                if d.starts_with("pipe:") && master_fds.contains(&d) { "the pipe of death".to_string() } else { d }
+                // The master holds both ends of the pipe of death and of the handover
+                // socket pair.
+                if d.starts_with("pipe:") && master_fds.contains(&d) {
+                    "the pipe of death".to_string()
+                } else if d.starts_with("socket:") && d != listener_fd && master_fds.contains(&d) {
+                    "a handover socket".to_string()
+                } else {
+                    d
+                }
             })
             .collect();
         got.sort();
@@ -684,7 +695,12 @@ fn json_values(json: &str, key: &str) -> Vec<String> {
 #[test]
 fn server_status_escapes_what_clients_sent_in_html_and_json() {
     let site = Site::new();
-    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 4\n[status]\nenabled = true\n");
+    // One connection per worker: the worker holding the kept-alive connection takes
+    // no other, so the status page is asked of another and the row keeps the line.
+    site.config(
+        "",
+        "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 4\nmax_connections = 1\n[status]\nenabled = true\n",
+    );
     let p = Pika::start(&site, "-F");
     // Markup, quotes, an entity, a backslash and non-ASCII in the request line: kept
     // alive, the worker shows it in its row while the status page is asked of another.

@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use crate::util::*;
 
 /// The longest a normal client may wait while the pool is flooded. Silent
-/// connections never reach a worker (TCP_DEFER_ACCEPT); each slowloris gives its
-/// worker back after `PRESSURE_GRACE` (1 s) once the master has flagged the pressure
-/// (at its next 1 s tick): 8 of them on 4 workers is about 3 s, plus scheduling on a
-/// loaded 2-core machine.
-const FLOODED_BOUND: Duration = Duration::from_secs(8);
+/// connections never reach a worker (TCP_DEFER_ACCEPT) and a slowloris holds none
+/// (its half head waits in the worker's set, docs/keepalive.md): a normal client is
+/// served at once; the bound is for scheduling on a loaded 2-core machine.
+const FLOODED_BOUND: Duration = Duration::from_secs(2);
 
 #[test]
 fn a_real_client_is_served_through_slowloris_and_silent_connections() {
     let site = Site::new();
-    site.config("", "[workers]\nstart = 4\nmin_spare = 1\nmax_spare = 4\nmax = 4\n[http]\nheader_timeout = \"60s\"\n");
+    site.config("", "[workers]\nstart = 4\nmin_spare = 1\nmax_spare = 4\nmax = 4\n[http]\nheader_timeout = \"4s\"\n");
     let p = Pika::start(&site, "-F");
     let stop = Arc::new(AtomicBool::new(false));
     // 2 x workers.max slowloris connections: one header byte every 1.5 s.
@@ -53,27 +52,29 @@ fn a_real_client_is_served_through_slowloris_and_silent_connections() {
         waits.push(waited);
     }
     eprintln!("flooded pool: a normal client waited {waits:?}");
-    assert!(site.error_log().contains("reached workers.max"), "the full pool is reported");
+    assert!(!site.error_log().contains("reached workers.max"), "slow heads took workers:\n{}", site.error_log());
+    // The slowloris heads are cut with 408s at header_timeout, not served.
+    wait_until(DEADLINE, "408s for the slow heads", || {
+        (site.access_lines().iter().filter(|l| l.contains("\" 408 ")).count() == 8).then_some(())
+    });
     stop.store(true, Ordering::Relaxed);
     drop(silent);
     for t in trickle {
         t.join().unwrap();
     }
-    // The slowloris heads were cut with 408s, not served.
-    assert!(site.access_lines().iter().any(|l| l.contains("\" 408 ")), "{:?}", site.access_lines());
 }
 
 #[test]
-fn idle_keepalive_connections_yield_under_pressure() {
+fn idle_keepalive_connections_leave_the_pool_free() {
     let site = Site::new();
     site.config(
         "",
         "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nkeepalive_timeout = \"60s\"\n",
     );
     let p = Pika::start(&site, "-F");
-    // Two clients take both workers and keep their connections open, idle.
+    // More idle kept-alive connections than workers.
     let mut held = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..6 {
         let mut s = connect(p.addr);
         s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
         assert_eq!(read_response(&mut s, false).unwrap().status, 200);
@@ -83,9 +84,11 @@ fn idle_keepalive_connections_yield_under_pressure() {
     let r = get(p.addr, "/");
     assert_eq!(r.status, 200);
     assert!(t.elapsed() < FLOODED_BOUND, "waited {:?} behind idle keep-alive connections", t.elapsed());
-    // The yielded connections were closed cleanly, not reset mid-response.
+    // None was closed to make room: each is answered again on the same connection.
     for mut s in held {
-        assert_closed(&mut s, "a yielded keep-alive connection");
+        s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let r = read_response(&mut s, false).expect("answered on the kept connection");
+        assert_eq!((r.status, r.header("connection")), (200, None));
     }
 }
 
@@ -138,43 +141,35 @@ fn busy_keepalive_clients_beyond_max_take_turns() {
 }
 
 #[test]
-fn busy_keepalive_connections_hand_their_worker_on_when_clients_wait() {
+fn busy_keepalive_clients_beyond_max_are_served_side_by_side() {
     let site = Site::new();
     // max_keepalive_requests left at its default (1000).
     site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n");
     let p = Pika::start(&site, "-F");
     let addr = p.addr;
-    // Four busy clients on two workers, 300 requests each: two always wait in the
-    // backlog. Each counts its connections (a closed one is opened again).
+    // Eight busy clients on two workers, 300 requests each. Each worker serves the
+    // connections it holds in turn: nobody waits in the backlog for another client
+    // to finish, and no connection is closed to make room.
     const EACH: usize = 300;
-    let clients: Vec<_> = (0..4)
+    let clients: Vec<_> = (0..8)
         .map(|_| {
             std::thread::spawn(move || {
-                let mut conn: Option<TcpStream> = None;
-                let mut lengths = vec![0];
+                let mut s = connect(addr);
+                let mut slowest = Duration::ZERO;
                 for _ in 0..EACH {
-                    let s = conn.get_or_insert_with(|| connect(addr));
+                    let t = Instant::now();
                     s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-                    let r = read_response(s, false).expect("a response");
-                    assert_eq!(r.status, 200);
-                    *lengths.last_mut().unwrap() += 1;
-                    if r.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
-                        conn = None;
-                        lengths.push(0);
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
+                    let r = read_response(&mut s, false).expect("a response on the same connection");
+                    assert_eq!((r.status, r.header("connection")), (200, None));
+                    slowest = slowest.max(t.elapsed());
                 }
-                lengths
+                slowest
             })
         })
         .collect();
     for c in clients {
-        let lengths = c.join().unwrap();
-        // A connection looks at the backlog after every 100th request and, with
-        // clients waiting, closes: nobody keeps a worker for all 300 requests (1000
-        // is the cap), and connections end only at those looks.
-        assert!(lengths.len() >= 2, "one connection for all {EACH} requests: {lengths:?}");
-        assert!(lengths[..lengths.len() - 1].iter().all(|&n| n % 100 == 0), "{lengths:?}");
+        let slowest = c.join().unwrap();
+        assert!(slowest < FLOODED_BOUND, "a request waited {slowest:?}");
     }
 }
 
@@ -212,35 +207,6 @@ fn a_slow_download_is_not_taken_for_a_stuck_worker() {
         assert!(got.len() > body_at_least, "cut off after {} bytes ({range:?})", got.len());
     }
     assert!(!site.error_log().contains("made no progress"), "{}", site.error_log());
-}
-
-#[test]
-fn a_body_must_keep_a_minimum_rate() {
-    let site = Site::new();
-    site.config("", "[http]\nbody_timeout = \"2s\"\nbody_min_rate = 1000\n");
-    let p = Pika::start(&site, "-X");
-    let mut s = connect(p.addr);
-    s.write_all(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n").unwrap();
-    let t = Instant::now();
-    let writer = {
-        let mut w = s.try_clone().unwrap();
-        std::thread::spawn(move || {
-            // 100 bytes a second: far below the minimum rate, but never silent
-            // long enough for a plain per-read timeout.
-            for _ in 0..100 {
-                if w.write_all(&[b'x'; 100]).is_err() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(1000));
-            }
-        })
-    };
-    let r = read_response(&mut s, false).expect("a 408");
-    assert_eq!(r.status, 408);
-    let took = t.elapsed();
-    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(8), "{took:?}");
-    drop(s);
-    writer.join().unwrap();
 }
 
 /// Sets a process's soft open-file limit from outside (util-linux prlimit; the hard

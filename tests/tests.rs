@@ -11,6 +11,7 @@ mod corpus;
 mod hostile;
 mod http_engine;
 mod init_scripts;
+mod keepalive;
 mod logs;
 mod man;
 mod package;

@@ -93,6 +93,10 @@ pub struct Config {
     pub access_logs: Vec<AccessLog>,
     /// The certificates by SNI name; `None` when no vhost has one.
     pub tls: Option<Arc<crate::tls::Certificates>>,
+    /// What the operator should hear about this config that is not an error (keys
+    /// that no longer do anything): said by `pika -t` and in the error log at start
+    /// and reload.
+    pub notes: Vec<String>,
 }
 
 /// One `listen` entry: an address and how its connections speak.
@@ -110,6 +114,9 @@ pub struct Workers {
     pub max_spare: u32,
     pub max: u32,
     pub max_requests: u64,
+    /// Connections one worker holds at once, busy or idle (nginx's
+    /// `worker_connections`); a worker holding this many takes no new ones.
+    pub max_connections: u32,
     /// Address-space limit for each worker (`RLIMIT_AS`), if any.
     pub max_memory: Option<u64>,
     /// Workers run under `SCHED_BATCH` (no wake-up preemption).
@@ -119,9 +126,6 @@ pub struct Workers {
 #[derive(Debug, Clone)]
 pub struct Http {
     pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    /// Bytes per second a body must keep up (0: no rate, only body_timeout per read).
-    pub body_min_rate: u64,
     pub keepalive_timeout: Duration,
     pub send_timeout: Duration,
     pub request_timeout: Duration,
@@ -349,8 +353,6 @@ impl Ctx<'_> {
         let h = &raw.http;
         let http = Http {
             header_timeout: h.header_timeout.0,
-            body_timeout: h.body_timeout.0,
-            body_min_rate: h.body_min_rate.0,
             keepalive_timeout: h.keepalive_timeout.0,
             send_timeout: h.send_timeout.0,
             request_timeout: h.request_timeout.0,
@@ -366,7 +368,6 @@ impl Ctx<'_> {
         };
         for (name, d) in [
             ("header_timeout", http.header_timeout),
-            ("body_timeout", http.body_timeout),
             ("keepalive_timeout", http.keepalive_timeout),
             ("send_timeout", http.send_timeout),
             ("request_timeout", http.request_timeout),
@@ -520,7 +521,21 @@ impl Ctx<'_> {
             access_logs,
             tls,
             root,
+            notes: self.notes(&raw),
         })
+    }
+
+    /// Keys that are read but no longer apply.
+    fn notes(&self, raw: &RawConfig) -> Vec<String> {
+        let mut notes = Vec::new();
+        if raw.http.body_timeout.is_some() || raw.http.body_min_rate.is_some() {
+            notes.push(format!(
+                "{}: http.body_timeout and http.body_min_rate no longer apply and can be removed: \
+                 pika answers without reading request bodies (docs/keepalive.md)",
+                self.file.display()
+            ));
+        }
+        notes
     }
 
     /// The content-type table: the file `mime_types` names (it must be readable), or
@@ -677,6 +692,7 @@ impl Ctx<'_> {
             max_spare: w.max_spare.max(min_spare.saturating_add(1)),
             max: w.max,
             max_requests: w.max_requests,
+            max_connections: w.max_connections.max(1),
             max_memory: w.max_memory.map(|b| b.0),
             sched_batch: w.sched_batch,
         })
@@ -917,6 +933,7 @@ mod tests {
                 max_spare: 3,
                 max: 64,
                 max_requests: 0,
+                max_connections: 1024,
                 max_memory: None,
                 sched_batch: true
             }
@@ -924,7 +941,7 @@ mod tests {
         assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
         assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
         assert_eq!(c.vhosts[0].index, vec!["index.html".to_string()]);
-        assert_eq!(c.http.keepalive_timeout, Duration::from_secs(5));
+        assert_eq!(c.http.keepalive_timeout, Duration::from_secs(60));
         assert_eq!(c.backlog, 511);
     }
 

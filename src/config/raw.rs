@@ -115,6 +115,7 @@ pub(crate) struct RawWorkers {
     pub(crate) max_spare: u32,
     pub(crate) max: u32,
     pub(crate) max_requests: u64,
+    pub(crate) max_connections: u32,
     pub(crate) max_memory: Option<Bytes>,
     pub(crate) sched_batch: bool,
 }
@@ -138,6 +139,9 @@ impl Default for RawWorkers {
             max_spare: 3,
             max: 64,
             max_requests: 0,
+            // nginx's worker_connections is 512 (768 in Debian's config); a pika
+            // worker holds its idle connections the way an nginx worker does.
+            max_connections: 1024,
             max_memory: None,
             sched_batch: true,
         }
@@ -148,8 +152,9 @@ impl Default for RawWorkers {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawHttp {
     pub(crate) header_timeout: Secs,
-    pub(crate) body_timeout: Secs,
-    pub(crate) body_min_rate: Bytes,
+    /// No longer used (pika reads no request bodies): accepted so old configs load.
+    pub(crate) body_timeout: Option<Secs>,
+    pub(crate) body_min_rate: Option<Bytes>,
     pub(crate) keepalive_timeout: Secs,
     pub(crate) send_timeout: Secs,
     pub(crate) request_timeout: Secs,
@@ -169,11 +174,12 @@ impl Default for RawHttp {
         RawHttp {
             // mod_reqtimeout's default: the head within 20 s.
             header_timeout: Secs(std::time::Duration::from_secs(20)),
-            body_timeout: Secs(std::time::Duration::from_secs(20)),
-            // mod_reqtimeout's MinRate: 500 bytes/s buys one more second.
-            body_min_rate: Bytes(500),
-            // Apache's KeepAliveTimeout: a worker held by an idle client is a worker lost.
-            keepalive_timeout: Secs(std::time::Duration::from_secs(5)),
+            body_timeout: None,
+            body_min_rate: None,
+            // nginx's is 75 s. An idle connection holds no worker (it waits in its
+            // worker's epoll set), so a browser may keep it while its user reads;
+            // Apache's 5 s is short because there an idle connection holds a worker.
+            keepalive_timeout: Secs(std::time::Duration::from_secs(60)),
             send_timeout: Secs(std::time::Duration::from_secs(60)),
             request_timeout: Secs(std::time::Duration::from_secs(300)),
             // lighttpd's stat cache holds for a second too.

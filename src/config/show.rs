@@ -36,6 +36,7 @@ pub fn show(c: &Config) -> String {
     t.key("max_spare", int(w.max_spare));
     t.key("max", int(w.max));
     t.key("max_requests", int(w.max_requests));
+    t.key("max_connections", int(w.max_connections));
     if let Some(m) = w.max_memory {
         t.key("max_memory", size(m));
     }
@@ -44,8 +45,6 @@ pub fn show(c: &Config) -> String {
     let h = &c.http;
     t.table("http");
     t.key("header_timeout", duration(h.header_timeout));
-    t.key("body_timeout", duration(h.body_timeout));
-    t.key("body_min_rate", int(h.body_min_rate));
     t.key("keepalive_timeout", duration(h.keepalive_timeout));
     t.key("send_timeout", duration(h.send_timeout));
     t.key("request_timeout", duration(h.request_timeout));

@@ -1,10 +1,14 @@
-//! One connection, from the first byte to the close.
+//! One connection, from the first byte to the close, served a request at a time.
 //!
-//! [`Server::serve`] is the keep-alive loop: read the next head ([`Input`]), then
-//! [`Server::serve_request`] answers it: parse and validate → read and discard any
-//! body (so the next pipelined request starts where it should) → pick the vhost and
-//! what answers there → the answer's head and body ([`response`]) → one access-log
-//! record (`Output::log`, the only place one is made) → keep alive or close.
+//! The worker holds each connection as a [`Held`] between requests and calls
+//! [`Server::serve_ready`] when it has input: is a whole head there yet ([`Input`],
+//! which never waits)? If so `Server::serve_request` answers it: parse and
+//! validate → drop a body that is all there, or plan to close → pick the vhost and
+//! what answers there → the answer's head and body ([`response`], blocking writes)
+//! → one access-log record (`Output::log`, the only place one is made) → keep alive
+//! or close. Then the next pipelined request, or back to the worker's set to wait.
+//! A closing connection lingers in that set too: shut for writing, its input read
+//! and dropped for a moment, so the client reads our answer and not a reset.
 //!
 //! This code knows nothing about processes: what the worker needs to see (state
 //! changes for the scoreboard, whether it must stop keeping connections alive) goes
@@ -16,14 +20,15 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::date::DateCache;
-use super::input::{BodyError, HeadError, Input};
+use super::input::{HeadError, Input};
 use super::path::{self, PathError};
-use super::request::{self, Framing, HttpError, Limits, Method, Request};
+use super::request::{self, HttpError, Limits, Method, Request};
 use super::response::{self, ALLOW, Body, Reply};
 use super::transport::{Pacer, Transport};
+use crate::clock::now_ms;
+use crate::config::Http as HttpConfig;
 use crate::config::{Config, ServerTokens};
 use crate::handlers::static_file::{self, Env, Site};
-use crate::listen::WAIT_SLICE;
 use crate::log::access::AccessLogs;
 use crate::log::record::Record;
 use crate::pod::INTERNAL_HEADER;
@@ -33,7 +38,6 @@ use crate::vhost;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {
     Reading,
-    KeepAlive,
     Writing,
     Logging,
     Closing,
@@ -50,32 +54,10 @@ pub trait Observer {
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
-    /// Idle workers are scarce: idle and slow connections should yield.
-    fn under_pressure(&mut self) -> bool {
-        false
-    }
-    /// Connections wait in the listeners' accept queues for a worker.
-    fn clients_waiting(&mut self) -> bool {
-        false
-    }
     /// An optional page the worker serves itself (`server-status`).
     fn status_page(&mut self, _req: &Request<'_>, _query: Option<&[u8]>, _reply: &mut Reply<'_>) -> bool {
         false
     }
-}
-
-/// After every this many requests a kept-alive connection looks whether clients wait
-/// in the accept queue (one `getsockopt` per listener) and, if so, closes so that one
-/// of them gets the worker. `max_keepalive_requests` (default 1000, as nginx and
-/// lighttpd) caps a connection in any case; Apache's default cap is 100.
-pub const TURN_REQUESTS: u64 = 100;
-
-/// How a connection ended.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    pub requests: u64,
-    /// The connection carried the master's internal dummy request.
-    pub internal: bool,
 }
 
 /// What is known of one connection between its requests: owned by the caller, so a
@@ -94,10 +76,116 @@ impl Conn {
     pub fn new(peer: SocketAddr, local_port: u16) -> Conn {
         Conn { peer, local_port, requests: 0, internal: false }
     }
+}
 
-    pub fn outcome(&self) -> Outcome {
-        Outcome { requests: self.requests, internal: self.internal }
+/// Pipelined requests served from one connection's buffer in a row, before the
+/// worker's other connections get a turn.
+const BURST: u32 = 16;
+
+/// How long a lingering close reads and drops what the client still sends (Apache's
+/// lingering close is 2 s too).
+const LINGER_MS: u64 = 2000;
+
+/// A connection the worker holds: the socket, what is known of it, and the bytes
+/// read but not used yet (the start of its next request).
+pub struct Held {
+    pub stream: TcpStream,
+    pub conn: Conn,
+    pending: Vec<u8>,
+    phase: Phase,
+    /// When the current wait began (`clock::now_ms`): the last answer for an idle
+    /// connection, the first byte of a head that came in part, the accept for a new
+    /// one, the start of a lingering close.
+    since_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for (the rest of) a head.
+    Waiting,
+    /// Shut for writing; what still comes is read and dropped.
+    Lingering { drained: usize },
+}
+
+/// What the worker does with a connection after [`Server::serve_ready`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Keep it in the set until it has input (or its deadline).
+    Park,
+    /// A whole request is already buffered: serve it again after the others.
+    Again,
+    Close,
+}
+
+impl Held {
+    /// A connection just accepted.
+    pub fn new(stream: TcpStream, peer: SocketAddr, local_port: u16) -> Held {
+        Held {
+            stream,
+            conn: Conn::new(peer, local_port),
+            pending: Vec::new(),
+            phase: Phase::Waiting,
+            since_ms: now_ms(),
+        }
     }
+
+    /// A connection taken over from another worker, waiting since `waited_ms` ago.
+    pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
+        let since_ms = now_ms().saturating_sub(waited_ms);
+        Held { stream, conn, pending, phase: Phase::Waiting, since_ms }
+    }
+
+    /// Bytes of the next request already read.
+    pub fn pending(&self) -> &[u8] {
+        &self.pending
+    }
+
+    /// Milliseconds since the current wait began.
+    pub fn waited_ms(&self) -> u64 {
+        now_ms().saturating_sub(self.since_ms)
+    }
+
+    pub fn lingering(&self) -> bool {
+        matches!(self.phase, Phase::Lingering { .. })
+    }
+
+    /// When its current wait runs out: `header_timeout` for a head (counted from the
+    /// accept for the first one, from its first byte for later ones),
+    /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
+    pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
+        let wait = match self.phase {
+            Phase::Lingering { .. } => LINGER_MS,
+            Phase::Waiting if self.conn.requests > 0 && self.pending.is_empty() => {
+                http.keepalive_timeout.as_millis() as u64
+            }
+            Phase::Waiting => http.header_timeout.as_millis() as u64,
+        };
+        self.since_ms.saturating_add(wait)
+    }
+
+    /// Shuts our side and lingers: what the client still sends is dropped.
+    fn linger(&mut self, input: &mut Input) -> Next {
+        let mut t = &self.stream;
+        t.shutdown_write();
+        let mut drained = 0;
+        // The client may have closed already.
+        if input.drain(&mut t, &mut drained) {
+            return Next::Close;
+        }
+        self.phase = Phase::Lingering { drained };
+        self.since_ms = now_ms();
+        self.pending.clear();
+        Next::Park
+    }
+}
+
+/// How a request ended, for the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    KeepAlive,
+    Close,
+    /// Close, after draining what the client still sends.
+    Linger,
 }
 
 /// Header slots on the stack: the default `http.max_headers`.
@@ -180,67 +268,84 @@ impl<'c> Server<'c> {
         self.out.logs.idle();
     }
 
-    /// Serves one connection to its end. The socket comes from a listener set up by
-    /// `listen::Listeners::new`: no delay, the send timeout, and [`WAIT_SLICE`] as its
-    /// receive timeout are already in place.
-    pub fn serve(&mut self, stream: TcpStream, peer: SocketAddr, local_port: u16, obs: &mut dyn Observer) -> Outcome {
-        let mut t = &stream;
-        let mut conn = Conn::new(peer, local_port);
-        self.input.begin(WAIT_SLICE);
-        while let Some(head_end) = self.next_head(&mut t, &conn, obs) {
-            if !self.serve_request(&mut t, &mut conn, head_end, obs) {
-                break;
+    /// Serves what a held connection has: every whole request in its buffer or
+    /// arrived (a burst at most), without waiting for more. Says what the worker
+    /// does with it next.
+    pub fn serve_ready(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
+        let mut t = &h.stream;
+        if let Phase::Lingering { drained } = &mut h.phase {
+            return if self.input.drain(&mut t, drained) { Next::Close } else { Next::Park };
+        }
+        let had_pending = !h.pending.is_empty();
+        self.input.begin(&h.pending);
+        h.pending.clear();
+        for _ in 0..BURST {
+            let head_end = match self.input.try_head(&mut t) {
+                Ok(Some(end)) => end,
+                Ok(None) => {
+                    if self.input.has_unread() {
+                        // A head began on an idle connection: its header clock starts.
+                        if !had_pending && h.conn.requests > 0 {
+                            h.since_ms = now_ms();
+                        }
+                        h.pending.extend_from_slice(self.input.unread());
+                    }
+                    return Next::Park;
+                }
+                Err(HeadError::Quiet) => return Next::Close,
+                Err(HeadError::Http(e)) => {
+                    self.req_head.clear();
+                    self.req_head.extend_from_slice(self.input.pending_line());
+                    self.refuse(&mut t, &h.conn, e, obs);
+                    return h.linger(&mut self.input);
+                }
+            };
+            match self.serve_request(&mut t, &mut h.conn, head_end, obs) {
+                Served::KeepAlive if self.input.has_unread() => {} // pipelined: the next one
+                Served::KeepAlive => {
+                    h.since_ms = now_ms();
+                    return Next::Park;
+                }
+                Served::Close => return Next::Close,
+                Served::Linger => return h.linger(&mut self.input),
             }
         }
-        conn.outcome()
+        h.pending.extend_from_slice(self.input.unread());
+        Next::Again
     }
 
-    /// Waits for the connection's next request head (the first within the header
-    /// timeout, later ones within the keep-alive timeout); returns where it ends in
-    /// the input buffer. None: the connection is done (closed quietly, or refused
-    /// with an answer).
-    // The steps of a request are functions of their own for the reader, and one
-    // function in the machine code: out of line they cost 100 more instructions per
-    // keep-alive request (callgrind, 6,870 -> 6,970).
-    #[inline(always)]
-    pub fn next_head(&mut self, t: &mut impl Transport, conn: &Conn, obs: &mut dyn Observer) -> Option<usize> {
-        let http = &self.config.http;
-        let kept_alive = conn.requests > 0;
-        obs.state(if kept_alive { ConnState::KeepAlive } else { ConnState::Reading });
-        let first_wait = if kept_alive { http.keepalive_timeout } else { http.header_timeout };
-        let logs = &mut self.out.logs;
-        let mut pressure = || obs.under_pressure();
-        // The client has kept this worker a second: write the held records.
-        let mut waiting = || logs.waiting();
-        match self.input.read_head(t, first_wait, http.header_timeout, kept_alive, &mut pressure, &mut waiting) {
-            Ok(end) => {
-                if kept_alive {
-                    // No longer waiting: the status page shows this worker busy.
-                    obs.state(ConnState::Reading);
-                }
-                Some(end)
-            }
-            Err(HeadError::Quiet) => None,
-            Err(HeadError::Http(e)) => {
-                self.req_head.clear();
-                self.req_head.extend_from_slice(self.input.pending_line());
-                self.refuse(t, conn, e, obs);
-                None
-            }
+    /// A held connection's wait ran out ([`Held::deadline_ms`]): an idle one is
+    /// closed quietly (the keep-alive timeout), a head that never came whole gets a
+    /// 408, a lingering close ends.
+    pub fn expire(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
+        if h.lingering() || (h.conn.requests > 0 && h.pending.is_empty()) {
+            return Next::Close;
         }
+        let mut t = &h.stream;
+        self.input.begin(&h.pending);
+        self.req_head.clear();
+        self.req_head.extend_from_slice(self.input.pending_line());
+        // What came of the head counts as its bytes in.
+        let _ = self.input.take_head(h.pending.len());
+        self.refuse(&mut t, &h.conn, HttpError::Timeout, obs);
+        h.linger(&mut self.input)
     }
 
     /// Answers the request whose head is buffered up to `head_end`, and says whether
     /// the connection stays open for another.
+    // The steps of a request are functions of their own for the reader, and one
+    // function in the machine code: out of line they cost 100 more instructions per
+    // keep-alive request (callgrind, 6,870 -> 6,970).
     #[inline(always)]
-    pub fn serve_request(
+    fn serve_request(
         &mut self,
         t: &mut impl Transport,
         conn: &mut Conn,
         head_end: usize,
         obs: &mut dyn Observer,
-    ) -> bool {
+    ) -> Served {
         let http = &self.config.http;
+        obs.state(ConnState::Reading);
         // Only a format with %D or %T reads the clock a second time.
         let started = self.out.logs.timed().then(Instant::now);
         let start = SystemTime::now();
@@ -264,22 +369,21 @@ impl<'c> Server<'c> {
             Ok(r) => r,
             Err(e) => {
                 self.refuse(t, conn, e, obs);
-                return false;
+                return Served::Linger;
             }
         };
         obs.request(req.line, conn.peer);
         conn.requests += 1;
 
-        if req.framing != Framing::None {
-            // Reading a body may wait on the client for long.
-            self.out.logs.waiting();
-        }
-        if let Err(e) = self.input.discard_body(t, &req, http.max_body_size, http.body_timeout, http.body_min_rate) {
-            if let BodyError::Http(e) = e {
+        // No answer needs the body: one that is all there is dropped, one that is
+        // not is never waited for (that wait was how slow bodies took the pool).
+        let body_dropped = match self.input.drop_body(t, &req, http.max_body_size) {
+            Ok(all_there) => all_there,
+            Err(e) => {
                 self.refuse(t, conn, e, obs);
+                return Served::Linger;
             }
-            return false;
-        }
+        };
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut internal = false;
@@ -291,11 +395,10 @@ impl<'c> Server<'c> {
 
         let keep_alive = req.keep_alive
             && http.keepalive
+            && body_dropped
             && !reply.close
             && !obs.must_close()
-            && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests)
-            // Every 100th request: if clients wait in the backlog, hand the worker on.
-            && !(conn.requests % TURN_REQUESTS == 0 && obs.clients_waiting());
+            && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let logs = &mut self.out.logs;
         let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
@@ -322,23 +425,19 @@ impl<'c> Server<'c> {
         let asked = Asked::Request { req: &req, vhost, internal };
         self.out.log(self.config, conn, &asked, &answer, self.input.bytes_in(), duration);
         if answer.sent.is_err() {
-            return false;
+            return Served::Close;
         }
         if !keep_alive {
             obs.state(ConnState::Closing);
             // Only unread input can turn our close into a reset that destroys the
             // response; without any, close at once (nginx's lingering_close on).
-            if self.input.has_unread() {
-                self.out.logs.waiting();
-                self.input.linger(t);
-            }
-            return false;
+            return if !body_dropped || self.input.has_unread() { Served::Linger } else { Served::Close };
         }
-        true
+        Served::KeepAlive
     }
 
     /// Answers a request that cannot be served (its line is in `req_head`) with the
-    /// error's status, logs it, and closes, lingering so the client sees the answer.
+    /// error's status and logs it; the caller lingers, so the client sees the answer.
     #[cold]
     #[inline(never)]
     fn refuse(&mut self, t: &mut impl Transport, conn: &Conn, e: HttpError, obs: &mut dyn Observer) {
@@ -352,8 +451,6 @@ impl<'c> Server<'c> {
         let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
         self.out.log(self.config, conn, &Asked::Refused { line }, &answer, self.input.bytes_in(), Duration::ZERO);
         obs.state(ConnState::Closing);
-        self.out.logs.waiting();
-        self.input.linger(t);
     }
 }
 

@@ -2,6 +2,7 @@
 //! responses, and the pure rules in between (paths, ranges, preconditions, types).
 //! Nothing here knows about processes.
 
+pub mod body;
 pub mod conditional;
 pub mod connection;
 pub mod date;

@@ -171,13 +171,6 @@ pub fn write_head(
     head.extend_from_slice(b"\r\n");
 }
 
-/// A send failed because the file under the body got shorter: the kernel's copy
-/// from a mapping past the new end fails with `EFAULT`, `sendfile` reaches the end
-/// early (see [`Transport::send_head_and_file`]). Not a client going away.
-pub fn file_shrank(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EFAULT) || e.kind() == io::ErrorKind::UnexpectedEof
-}
-
 /// Most body bytes handed to the kernel in one call. A blocking write returns only
 /// when all of it is queued, and the stuck-worker watchdog sees progress only between
 /// calls: with a whole 64 MB file in one call, a client reading slowly for longer
@@ -252,6 +245,13 @@ pub fn send(t: &mut impl Transport, head: &[u8], body: Option<&Body>, pacer: &mu
         }
     }
     Ok(total)
+}
+
+/// A send failed because the file under the body got shorter: the kernel's copy
+/// from a mapping past the new end fails with `EFAULT`, `sendfile` reaches the end
+/// early (see `send_head_and_file`). Not a client going away.
+pub fn file_shrank(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EFAULT) || e.kind() == io::ErrorKind::UnexpectedEof
 }
 
 #[cfg(test)]

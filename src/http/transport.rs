@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
@@ -21,12 +21,9 @@ use crate::listen::WAIT_SLICE;
 
 /// A connection's byte stream.
 pub trait Transport {
-    /// Reads what has arrived, waiting at most the read timeout: `Ok(0)` is the end of
-    /// the stream, `WouldBlock` or `TimedOut` a wait that ran out.
+    /// Reads what has arrived, never waiting: `Ok(0)` is the end of the stream,
+    /// `WouldBlock` nothing yet (the worker's event loop says when more comes).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
-
-    /// How long the next reads may wait.
-    fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()>;
 
     /// Writes some of `bufs` (at least one byte, or an error), waiting at most the
     /// send timeout.
@@ -105,14 +102,15 @@ impl<'a> Pacer<'a> {
     }
 }
 
-/// A TCP connection: blocking reads and writes with the socket's timeouts.
+/// A TCP connection: reads that never wait (`MSG_DONTWAIT` on a blocking socket),
+/// blocking writes in slices of the socket's send timeout (see [`Pacer`]).
 impl Transport for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        Read::read(self, buf)
-    }
-
-    fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
-        TcpStream::set_read_timeout(self, Some(timeout))
+        use std::os::fd::AsRawFd;
+        match nix::sys::socket::recv(self.as_raw_fd(), buf, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -195,10 +193,6 @@ impl Transport for Memory {
             self.pieces.pop_front();
         }
         Ok(n)
-    }
-
-    fn set_read_timeout(&mut self, _: Duration) -> io::Result<()> {
-        Ok(())
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {

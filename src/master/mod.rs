@@ -33,6 +33,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::config::{self, Config};
+use crate::handover::Handover;
 use crate::listen::{self, Listeners};
 use crate::log::access::AccessLogs;
 use crate::log::rotate::Schedule;
@@ -85,6 +86,7 @@ pub struct Master {
     scoreboard: Scoreboard,
     pod: Pod,
     doorbell: Doorbell,
+    handover: Handover,
     token: String,
     /// The session-ticket key chain, made before the first fork and stepped on the
     /// tick; every worker copies it and steps its copy itself ([`crate::tls::tickets`]).
@@ -122,6 +124,8 @@ impl Master {
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;
+        let handover = Handover::new().map_err(|e| format!("handover socket: {e}"))?;
+        scoreboard.header.handover_open.store(1, Relaxed);
         let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
         let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
@@ -139,6 +143,7 @@ impl Master {
             scoreboard,
             pod,
             doorbell,
+            handover,
             token,
             tickets,
             next_cert_check: 0,
@@ -157,6 +162,14 @@ impl Master {
         })
     }
 
+    /// What the config's reader noted that is not an error (keys that no longer
+    /// apply), once per start or reload.
+    fn say_notes(&self) {
+        for note in &self.config.notes {
+            log::warn!("{note}");
+        }
+    }
+
     /// The addresses actually bound (port 0 in the config picks a free port).
     pub fn bound(&self) -> Vec<std::net::SocketAddr> {
         self.listeners.list.iter().map(|l| l.bound).collect()
@@ -165,6 +178,7 @@ impl Master {
     /// The master loop. Returns when the server has stopped. `ready` is told once the
     /// first workers are serving (or could not start).
     pub fn run(mut self, ready: &mut Ready) -> ExitCode {
+        self.say_notes();
         prepare_log_files(&self.config);
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
@@ -257,7 +271,6 @@ impl Master {
         }
         self.wake_retiring_workers();
         self.kill_stuck_workers();
-        self.update_busy_flag();
         self.rotate_logs();
         self.write_status_file();
         self.tickets.advance(unix_now() as u64);
@@ -312,6 +325,7 @@ impl Master {
                     generation: self.generation,
                     pod: Some(&mut self.pod),
                     doorbell: Some(&self.doorbell),
+                    handover: Some(&self.handover),
                     token: &self.token,
                     logs,
                     log_epoch,
@@ -419,9 +433,11 @@ impl Master {
         self.short = true;
         self.full_reported = false;
         self.workers_paused = false;
+        self.scoreboard.header.handover_open.store(1, Relaxed);
         self.next_cert_check = 0;
         self.new_generation();
         log::info!("reloaded {}: generation {}", self.config.file.display(), self.generation);
+        self.say_notes();
         self.startup_children(self.config.workers.start);
         self.wake_retiring_workers();
         self.write_status_file();

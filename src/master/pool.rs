@@ -16,7 +16,7 @@ impl Master {
             idle: self
                 .children
                 .values()
-                .filter(|c| c.generation == self.generation && self.scoreboard.slots[c.slot].state().is_idle())
+                .filter(|c| c.generation == self.generation && self.scoreboard.slots[c.slot].is_spare())
                 .count() as u32,
             used_slots: self.children.len() as u32,
             queued: self.listeners.queued(),
@@ -98,13 +98,6 @@ impl Master {
             }
         }
         used.iter().position(|u| !u)
-    }
-
-    /// Tells workers whether idle workers are scarce, so keep-alive can yield.
-    pub(super) fn update_busy_flag(&self) {
-        let idle = self.children.values().filter(|c| self.scoreboard.slots[c.slot].state().is_idle()).count() as u32;
-        let scarce = self.children.len() as u32 >= self.band.max && idle == 0;
-        self.scoreboard.header.busy.store(u32::from(scarce), Relaxed);
     }
 
     pub(super) fn adjust_band(&mut self, delta: i32) {

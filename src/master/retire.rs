@@ -106,12 +106,13 @@ impl Master {
         if self.stopping.is_some() {
             return;
         }
+        // Workers see the stop before anyone reads of it in the log.
+        self.scoreboard.header.stopping.store(1, SeqCst);
         log::info!(
             "graceful stop: waiting up to {:?} for {} workers to finish",
             self.config.graceful_timeout,
             self.children.len()
         );
-        self.scoreboard.header.stopping.store(1, SeqCst);
         self.stopping = Some(Stopping::Graceful { deadline: Instant::now() + self.config.graceful_timeout });
         self.wake_retiring_workers();
     }
@@ -119,6 +120,9 @@ impl Master {
     pub(super) fn pause_workers(&mut self) {
         log::info!("SIGWINCH: retiring all workers gracefully; HUP starts them again");
         self.workers_paused = true;
+        // No worker will be left to adopt kept-alive connections: the leaving ones
+        // finish theirs with `Connection: close`.
+        self.scoreboard.header.handover_open.store(0, Relaxed);
         self.new_generation();
         self.wake_retiring_workers();
     }

@@ -1,0 +1,227 @@
+//! Kept-alive connections passed from a worker that leaves to one that stays.
+//!
+//! A worker holds its idle kept-alive connections in its own `epoll` set (see
+//! `worker::events`). When it must retire (the pipe of death, a reload, WINCH,
+//! `max_requests`) those connections are not closed under their clients: each one is
+//! sent, with what the worker knew of it, over a `SOCK_SEQPACKET` socket pair that the
+//! master made before the first fork (`SCM_RIGHTS`). Every worker of the current
+//! generation waits on the receiving end beside its listeners, with
+//! `EPOLLEXCLUSIVE`, so one idle worker wakes per connection and adopts it. The
+//! sockets carry only connections between requests: whole requests are never in
+//! flight here.
+//!
+//! A connection that cannot be sent (the queue is full, or nobody may adopt it: the
+//! server is stopping) stays with its worker, which serves its next request with
+//! `Connection: close` or lets it reach `keepalive_timeout`.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg, sendmsg, socketpair,
+};
+
+/// What travels with a connection: all a worker needs to go on serving it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// The client (after a PROXY header, the real one).
+    pub peer: SocketAddr,
+    pub local_port: u16,
+    /// Requests served on the connection so far.
+    pub requests: u64,
+    /// Milliseconds the connection has been waiting in its current phase, so
+    /// `keepalive_timeout` and `header_timeout` count from when it began to wait.
+    pub waited_ms: u64,
+    /// Bytes read but not used yet: the start of the next request.
+    pub pending: Vec<u8>,
+}
+
+/// Bytes of [`Meta`] before `pending`.
+const FIXED: usize = 1 + 16 + 2 + 2 + 8 + 8 + 4;
+/// The most pending bytes a connection may carry over; one with more (a head larger
+/// than 64 KiB on its way, under a config that allows it) stays with its worker.
+pub const MAX_PENDING: usize = 64 * 1024;
+/// The largest message.
+const MAX_MESSAGE: usize = FIXED + MAX_PENDING;
+const V4: u8 = 4;
+const V6: u8 = 6;
+
+impl Meta {
+    /// Little-endian, fixed fields first.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        let (family, ip) = match self.peer.ip() {
+            IpAddr::V4(a) => (V4, a.to_ipv6_mapped().octets()),
+            IpAddr::V6(a) => (V6, a.octets()),
+        };
+        out.push(family);
+        out.extend_from_slice(&ip);
+        out.extend_from_slice(&self.peer.port().to_le_bytes());
+        out.extend_from_slice(&self.local_port.to_le_bytes());
+        out.extend_from_slice(&self.requests.to_le_bytes());
+        out.extend_from_slice(&self.waited_ms.to_le_bytes());
+        out.extend_from_slice(&(self.pending.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.pending);
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Meta> {
+        if b.len() < FIXED {
+            return None;
+        }
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let ip: [u8; 16] = b[1..17].try_into().expect("16 bytes");
+        let ip = match b[0] {
+            V4 => IpAddr::V4(Ipv6Addr::from(ip).to_ipv4_mapped()?),
+            V6 => IpAddr::V6(Ipv6Addr::from(ip)),
+            _ => return None,
+        };
+        let len = u32::from_le_bytes(b[37..41].try_into().expect("4 bytes")) as usize;
+        if b.len() != FIXED + len {
+            return None;
+        }
+        Some(Meta {
+            peer: SocketAddr::new(ip, u16_at(17)),
+            local_port: u16_at(19),
+            requests: u64_at(21),
+            waited_ms: u64_at(29),
+            pending: b[FIXED..].to_vec(),
+        })
+    }
+}
+
+/// The socket pair: workers send on one end and receive on the other.
+pub struct Handover {
+    send: OwnedFd,
+    recv: OwnedFd,
+}
+
+impl Handover {
+    pub fn new() -> io::Result<Handover> {
+        let (send, recv) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        )?;
+        // Room for a retiring worker's connections (about a kilobyte of kernel memory
+        // each): the kernel doubles the value and caps it at net.core.wmem_max.
+        let _ = nix::sys::socket::setsockopt(&send, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+        Ok(Handover { send, recv })
+    }
+
+    /// Both ends (a worker keeps them across its descriptor clean-up).
+    pub fn fds(&self) -> [RawFd; 2] {
+        [self.send.as_raw_fd(), self.recv.as_raw_fd()]
+    }
+
+    /// What a worker polls to adopt connections.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.recv.as_fd()
+    }
+
+    /// Sends one connection. Never blocks: `WouldBlock` when the queue is full.
+    pub fn send(&self, conn: BorrowedFd<'_>, meta: &Meta, scratch: &mut Vec<u8>) -> io::Result<()> {
+        meta.encode(scratch);
+        let fds = [conn.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let iov = [IoSlice::new(scratch)];
+        match sendmsg::<()>(self.send.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Takes one connection if one is queued (`Ok(None)`: another worker was first).
+    pub fn receive(&self, buf: &mut Vec<u8>) -> io::Result<Option<(OwnedFd, Meta)>> {
+        buf.resize(MAX_MESSAGE, 0);
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        let (bytes, fd) = {
+            let mut iov = [IoSliceMut::new(buf)];
+            let msg = match recvmsg::<()>(
+                self.recv.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let mut fd = None;
+            for c in msg.cmsgs()? {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    for raw in fds {
+                        // Every descriptor received is ours to close; keep the first.
+                        let owned = crate::sys::own_fd(raw);
+                        if fd.is_none() {
+                            fd = Some(owned);
+                        }
+                    }
+                }
+            }
+            (msg.bytes, fd)
+        };
+        let Some(fd) = fd else { return Err(io::Error::other("handover message without a descriptor")) };
+        let meta = Meta::decode(&buf[..bytes]).ok_or_else(|| io::Error::other("malformed handover message"))?;
+        Ok(Some((fd, meta)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn meta(peer: &str, pending: &[u8]) -> Meta {
+        Meta { peer: peer.parse().unwrap(), local_port: 8080, requests: 7, waited_ms: 1234, pending: pending.to_vec() }
+    }
+
+    #[test]
+    fn meta_round_trips_for_both_families() {
+        let mut buf = Vec::new();
+        for m in [meta("192.0.2.7:40000", b""), meta("[2001:db8::1]:1", b"GET / HTTP/1.1\r\nHo")] {
+            m.encode(&mut buf);
+            assert_eq!(Meta::decode(&buf), Some(m));
+        }
+        // An IPv4-mapped IPv6 client stays IPv6.
+        let m = meta("[::ffff:192.0.2.7]:5", b"");
+        m.encode(&mut buf);
+        assert_eq!(Meta::decode(&buf), Some(m));
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        let mut buf = Vec::new();
+        meta("192.0.2.7:1", b"abc").encode(&mut buf);
+        assert_eq!(Meta::decode(&buf[..buf.len() - 1]), None, "pending shorter than its length");
+        assert_eq!(Meta::decode(&buf[..FIXED - 1]), None, "truncated");
+        buf[0] = 9;
+        assert_eq!(Meta::decode(&buf), None, "unknown family");
+    }
+
+    #[test]
+    fn a_connection_crosses_with_its_meta_and_still_talks() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let h = Handover::new().unwrap();
+        let mut scratch = Vec::new();
+        assert!(h.receive(&mut scratch).unwrap().is_none(), "nothing queued yet");
+        let m = meta("192.0.2.7:40000", b"GE");
+        h.send(server_side.as_fd(), &m, &mut scratch).unwrap();
+        drop(server_side); // the sender's copy goes; the one in flight keeps it open
+        let (fd, got) = h.receive(&mut scratch).unwrap().expect("a connection");
+        assert_eq!(got, m);
+        let mut adopted = TcpStream::from(fd);
+        client.write_all(b"ping").unwrap();
+        let mut four = [0u8; 4];
+        adopted.read_exact(&mut four).unwrap();
+        assert_eq!(&four, b"ping");
+        adopted.write_all(b"pong").unwrap();
+        client.read_exact(&mut four).unwrap();
+        assert_eq!(&four, b"pong");
+    }
+}

@@ -1,0 +1,502 @@
+//! A worker's loop: one `epoll` set holds the listeners, the handover socket and every
+//! connection this worker keeps between requests; whichever has something ready is
+//! served, one request at a time, with blocking writes.
+//!
+//! Why (docs/keepalive.md has the measurements): a prefork worker that waits on an
+//! idle kept-alive connection serves nobody, so a few hundred browsers thinking
+//! between pages took every worker and left newcomers in the backlog for seconds.
+//! Here a connection between requests costs its worker nothing: it sits in the set
+//! (a socket and a few dozen bytes of [`Held`] state) while the worker takes other
+//! connections and other requests. A request that is already on its way when the
+//! answer to the last one leaves is served by the same worker with no hand-off at
+//! all, so busy clients pay one `epoll_wait` (shared by every connection that was
+//! ready at once) and nothing else.
+//!
+//! Heads are read without waiting: a head that comes in pieces stays in its
+//! connection's buffer until the rest arrives or `header_timeout` passes, so a
+//! trickling client holds no worker. Request bodies are never waited for
+//! (`http::body`). Only writes block, each bounded by `send_timeout` and watched by
+//! the master's stuck-worker watchdog.
+//!
+//! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
+//! stops taking connections and hands every idle one to a worker that stays
+//! ([`crate::handover`]); what cannot be handed over is served with
+//! `Connection: close` at its next request or closed at `keepalive_timeout`, so no
+//! connection is ever closed under a request on its way. Then the worker exits.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
+use crate::handover;
+use crate::http::connection::{Conn, Held, Next, Server};
+use crate::scoreboard::{State, now_ms};
+
+/// Event tags above any index into the connection table.
+const LISTENER: u64 = 1 << 62;
+const HANDOVER: u64 = 1 << 61;
+/// Events taken per `epoll_wait`.
+const EVENTS: usize = 64;
+/// How often deadlines are looked at (keep-alive, header, linger timeouts are
+/// enforced to within this) and the longest sleep, after which the pipe of death,
+/// the generation and held log records are looked at again.
+const SWEEP: Duration = Duration::from_secs(1);
+/// How long a worker out of descriptors stops accepting.
+const ACCEPT_BACKOFF: u64 = 100;
+/// A worker holding at least this many connections goes to the back of the line of
+/// idle workers after each accept, so new connections spread over the idle workers
+/// instead of piling up on the oldest (`EPOLLEXCLUSIVE` wakes the first waiter that
+/// registered). Workers that hold nothing keep their place: the oldest stays the
+/// busiest and its memory stays warm.
+const SPREAD_FROM: usize = 1;
+
+/// Descriptors a worker keeps for other things than connections (listeners, logs,
+/// docroots, cached files), when `workers.max_connections` is capped by the open-file
+/// limit.
+const FD_RESERVE: u64 = 64;
+
+/// How long a leaving worker keeps the idle connections it could not hand over (a
+/// stop, WINCH) before it closes them between requests: a request already on its way
+/// when the stop began arrives within it, and is answered with `Connection: close`.
+/// (nginx closes idle connections at once on a graceful stop.)
+const LEAVE_GRACE_MS: u64 = 1000;
+
+/// Why a worker leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaving {
+    Retire,
+    Recycle,
+}
+
+pub(super) struct Loop<'a, 'c> {
+    ctx: &'a WorkerCtx<'a>,
+    server: &'a mut Server<'c>,
+    obs: &'a mut SlotObserver<'a>,
+    epoll: Epoll,
+    table: Table,
+    /// Connections with a whole request already in their buffer (pipelined): served
+    /// before the next wait, a burst each, in turn.
+    ready: VecDeque<usize>,
+    listening: bool,
+    adopting: bool,
+    /// The most connections it holds (`workers.max_connections`, within the
+    /// open-file limit); at it, it takes no new ones.
+    cap: usize,
+    full: bool,
+    leaving: Option<Leaving>,
+    /// When a leaving worker closes the idle connections it still holds.
+    close_idle_at: u64,
+    accept_paused_until: u64,
+    next_sweep: u64,
+    scratch: Vec<u8>,
+}
+
+/// The connections this worker holds, by index (the index is the epoll tag).
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<Held>>,
+    free: Vec<usize>,
+    len: usize,
+}
+
+impl Table {
+    fn insert(&mut self, h: Held) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(h);
+                i
+            }
+            None => {
+                self.slots.push(Some(h));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Held> {
+        let h = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        self.len -= 1;
+        Some(h)
+    }
+
+    fn get(&mut self, i: usize) -> Option<&mut Held> {
+        self.slots.get_mut(i)?.as_mut()
+    }
+}
+
+impl<'a, 'c> Loop<'a, 'c> {
+    pub(super) fn new(
+        ctx: &'a WorkerCtx<'a>,
+        server: &'a mut Server<'c>,
+        obs: &'a mut SlotObserver<'a>,
+    ) -> std::io::Result<Self> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
+        let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
+        let mut l = Loop {
+            ctx,
+            server,
+            obs,
+            epoll,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            listening: false,
+            adopting: false,
+            cap,
+            full: false,
+            leaving: None,
+            close_idle_at: 0,
+            accept_paused_until: 0,
+            next_sweep: now_ms() + SWEEP.as_millis() as u64,
+            scratch: Vec::new(),
+        };
+        l.listen(true)?;
+        if let Some(h) = ctx.handover {
+            l.epoll.add(h.fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER))?;
+            l.adopting = true;
+        }
+        Ok(l)
+    }
+
+    /// Waits (or stops waiting) on the handover socket beside the listeners.
+    fn adopt_from_handover(&mut self, on: bool) {
+        let Some(h) = self.ctx.handover else { return };
+        if on == self.adopting {
+            return;
+        }
+        let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
+        let done = if on { self.epoll.add(h.fd(), ev) } else { self.epoll.delete(h.fd()) };
+        if done.is_ok() {
+            self.adopting = on;
+        }
+    }
+
+    /// Registers (or removes) the listeners. `EPOLLEXCLUSIVE`: a new connection wakes
+    /// one sleeping worker, the first registered first.
+    fn listen(&mut self, on: bool) -> std::io::Result<()> {
+        if on == self.listening {
+            return Ok(());
+        }
+        for (i, l) in self.ctx.listeners.list.iter().enumerate() {
+            if on {
+                let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, LISTENER + i as u64);
+                self.epoll.add(l.socket.as_fd(), ev)?;
+            } else {
+                let _ = self.epoll.delete(l.socket.as_fd());
+            }
+        }
+        self.listening = on;
+        Ok(())
+    }
+
+    /// Serves until the worker must leave and holds nothing more.
+    pub(super) fn run(mut self) -> ChildExit {
+        let mut events = [EpollEvent::empty(); EVENTS];
+        loop {
+            if self.leaving.is_none() && self.obs.slot.state() != State::Ready {
+                self.obs.slot.set_state(State::Ready);
+            }
+            let wait = if self.ready.is_empty() {
+                self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
+            } else {
+                0
+            };
+            let n =
+                match self.epoll.wait(&mut events, EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO)) {
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EINTR) => 0,
+                    Err(e) => {
+                        log::error!("epoll_wait: {e}; the worker exits to be replaced");
+                        return ChildExit::Sick;
+                    }
+                };
+            for ev in &events[..n] {
+                let tag = ev.data();
+                let outcome = if tag >= LISTENER {
+                    self.accept((tag - LISTENER) as usize)
+                } else if tag == HANDOVER {
+                    self.adopt();
+                    Ok(())
+                } else {
+                    self.serve(tag as usize);
+                    Ok(())
+                };
+                if let Err(code) = outcome {
+                    return code;
+                }
+            }
+            // Pipelined requests already buffered: one burst each, in turn.
+            for _ in 0..self.ready.len() {
+                let Some(i) = self.ready.pop_front() else { break };
+                self.serve(i);
+            }
+            let now = now_ms();
+            if now >= self.next_sweep {
+                self.next_sweep = now + SWEEP.as_millis() as u64;
+                if n == 0 {
+                    // A quiet second: write the access-log records held for `flush`.
+                    self.server.idle();
+                }
+                self.sweep(now);
+            }
+            if self.leaving.is_none() {
+                if let Some(why) = self.must_leave(n == 0) {
+                    self.leave(why);
+                }
+            }
+            if self.leaving.is_some() && now >= self.close_idle_at && self.close_idle_at != 0 {
+                self.close_idle_at = 0;
+                self.close_idle();
+            }
+            if self.leaving.is_some() && self.table.len == 0 {
+                return match self.leaving {
+                    Some(Leaving::Recycle) => ChildExit::Recycle,
+                    _ => ChildExit::Retired,
+                };
+            }
+            if self.accept_paused_until != 0 && now >= self.accept_paused_until && self.leaving.is_none() && !self.full
+            {
+                self.accept_paused_until = 0;
+                let _ = self.listen(true);
+            }
+        }
+    }
+
+    /// Takes one connection from listener `i` and serves what it brought.
+    fn accept(&mut self, i: usize) -> Result<(), ChildExit> {
+        let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(()) };
+        let (stream, peer) = match l.socket.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                return match e.raw_os_error() {
+                    // Out of descriptors: the connection waits in the backlog while this
+                    // worker stops accepting for a moment (said once), as nginx does.
+                    Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                        crate::log::shortage::report(crate::log::shortage::Op::Accept, &e);
+                        let _ = self.listen(false);
+                        self.accept_paused_until = now_ms() + ACCEPT_BACKOFF;
+                        Ok(())
+                    }
+                    Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                        log::error!("accept: {e}; the worker exits to be replaced");
+                        Err(ChildExit::Sick)
+                    }
+                    // EAGAIN: another worker was first; ECONNABORTED: the client gave up.
+                    _ => Ok(()),
+                };
+            }
+        };
+        crate::log::shortage::recovered(crate::log::shortage::Op::Accept);
+        let ctx = self.ctx;
+        if let Some(bell) = ctx.doorbell
+            && ctx.scoreboard.short_of_idle(ctx.generation, ctx.slot)
+        {
+            bell.ring(ctx.scoreboard.header);
+        }
+        self.obs.slot.connections.fetch_add(1, Relaxed);
+        let port = l.bound.port();
+        self.take(Held::new(stream, peer, port));
+        if self.table.len >= SPREAD_FROM && self.listening {
+            // To the back of the line: re-registering puts this worker's wait entry
+            // last on the listeners' queues.
+            let _ = self.listen(false);
+            let _ = self.listen(true);
+        }
+        Ok(())
+    }
+
+    /// Adopts one connection a retiring worker handed over.
+    fn adopt(&mut self) {
+        let Some(h) = self.ctx.handover else { return };
+        match h.receive(&mut self.scratch) {
+            Ok(Some((fd, meta))) => {
+                let conn =
+                    Conn { peer: meta.peer, local_port: meta.local_port, requests: meta.requests, internal: false };
+                let held = Held::resume(std::net::TcpStream::from(fd), conn, meta.pending, meta.waited_ms);
+                self.take(held);
+            }
+            Ok(None) => {} // another worker was first
+            Err(e) => log::warn!("handover: {e}"),
+        }
+    }
+
+    /// Serves what a new or adopted connection has, then keeps it if it stays.
+    fn take(&mut self, mut held: Held) {
+        self.server.sync_logs();
+        let next = self.server.serve_ready(&mut held, self.obs);
+        if next == Next::Close {
+            return;
+        }
+        let fd = held.stream.as_raw_fd();
+        let i = self.table.insert(held);
+        let h = self.table.get(i).expect("just inserted");
+        // The tag is the table index, the connection's until it leaves the table.
+        if let Err(e) = self.epoll.add(h.stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
+            log::warn!("cannot watch connection {fd}: {e}");
+            self.table.remove(i);
+            return;
+        }
+        if next == Next::Again {
+            self.ready.push_back(i);
+        }
+        self.publish();
+    }
+
+    /// A held connection has input (or was left with a whole request buffered).
+    fn serve(&mut self, i: usize) {
+        let Some(h) = self.table.get(i) else { return };
+        self.server.sync_logs();
+        match self.server.serve_ready(h, self.obs) {
+            Next::Park => {}
+            Next::Again => {
+                if !self.ready.contains(&i) {
+                    self.ready.push_back(i);
+                }
+            }
+            Next::Close => {
+                // Closing the only descriptor of the socket takes it out of the set.
+                self.table.remove(i);
+                self.ready.retain(|&r| r != i);
+                self.publish();
+            }
+        }
+    }
+
+    /// Deadlines: idle connections past `keepalive_timeout`, heads past
+    /// `header_timeout`, lingering closes past their moment.
+    fn sweep(&mut self, now: u64) {
+        let http = &self.ctx.config.http;
+        let mut closed = false;
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.get(i) else { continue };
+            if h.deadline_ms(http) > now {
+                continue;
+            }
+            if self.server.expire(h, self.obs) == Next::Close {
+                self.table.remove(i);
+                self.ready.retain(|&r| r != i);
+                closed = true;
+            }
+        }
+        if closed {
+            self.publish();
+        }
+    }
+
+    /// Tells the scoreboard what this worker holds (the status page's async
+    /// connections), and stops or resumes taking connections at its cap.
+    fn publish(&mut self) {
+        if self.leaving.is_none() {
+            let full = self.table.len >= self.cap;
+            // Resume a little below the cap, not at every close.
+            let resume = self.table.len < self.cap - self.cap / 8;
+            if full && !self.full || resume && self.full {
+                self.full = full;
+                self.obs.slot.full.store(u32::from(full), Relaxed);
+                let _ = self.listen(!full);
+                self.adopt_from_handover(!full);
+                if full {
+                    log::debug!("holding {} connections (workers.max_connections): taking no new ones", self.cap);
+                }
+            }
+        }
+        let (mut waiting, mut closing) = (0, 0);
+        for h in self.table.slots.iter().flatten() {
+            if h.lingering() {
+                closing += 1;
+            } else {
+                waiting += 1;
+            }
+        }
+        self.obs.slot.conns_waiting.store(waiting, Relaxed);
+        self.obs.slot.conns_closing.store(closing, Relaxed);
+    }
+
+    /// `quiet`: nothing happened for a while, so the pipe of death is read even with
+    /// no byte announced (end of file there means the master is gone).
+    fn must_leave(&self, quiet: bool) -> Option<Leaving> {
+        let ctx = self.ctx;
+        let header = ctx.scoreboard.header;
+        let pod = ctx.pod.as_deref().is_some_and(|p| if quiet { p.check_idle(header) } else { p.check(header) });
+        if pod || must_retire(ctx) {
+            return Some(Leaving::Retire);
+        }
+        let max = ctx.config.workers.max_requests;
+        (max > 0 && self.obs.slot.worker_requests.load(Relaxed) >= max).then_some(Leaving::Recycle)
+    }
+
+    /// A leaving worker, once its grace is over: closes the connections that wait
+    /// between requests (a clean close at a request boundary; every later answer
+    /// says `Connection: close` anyway).
+    fn close_idle(&mut self) {
+        let mut closed = 0;
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.get(i) else { continue };
+            if !h.lingering() && h.conn.requests > 0 && h.pending().is_empty() {
+                self.table.remove(i);
+                self.ready.retain(|&r| r != i);
+                closed += 1;
+            }
+        }
+        if closed > 0 {
+            log::debug!("leaving: closed {closed} idle connections");
+            self.publish();
+        }
+    }
+
+    /// Stops taking connections and hands over the idle ones it holds.
+    fn leave(&mut self, why: Leaving) {
+        self.leaving = Some(why);
+        self.obs.retiring = true;
+        self.obs.slot.set_state(State::Graceful);
+        let _ = self.listen(false);
+        self.adopt_from_handover(false);
+        self.obs.slot.full.store(0, Relaxed);
+        self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
+        let header = self.ctx.scoreboard.header;
+        let open = header.handover_open.load(Relaxed) != 0 && header.stopping.load(Relaxed) == 0;
+        let Some(handover) = self.ctx.handover.filter(|_| open) else { return };
+        let (mut sent, mut kept) = (0, 0);
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.get(i) else { continue };
+            if h.lingering() || h.pending().len() > handover::MAX_PENDING {
+                kept += 1;
+                continue;
+            }
+            // Out of this worker's set first, so it never reports the socket again.
+            let _ = self.epoll.delete(h.stream.as_fd());
+            let meta = handover::Meta {
+                peer: h.conn.peer,
+                local_port: h.conn.local_port,
+                requests: h.conn.requests,
+                waited_ms: h.waited_ms(),
+                pending: h.pending().to_vec(),
+            };
+            match handover.send(h.stream.as_fd(), &meta, &mut self.scratch) {
+                Ok(()) => {
+                    self.table.remove(i);
+                    self.ready.retain(|&r| r != i);
+                    sent += 1;
+                }
+                Err(e) => {
+                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
+                    let _ = self.epoll.add(h.stream.as_fd(), ev);
+                    kept += 1;
+                    if e.kind() != std::io::ErrorKind::WouldBlock {
+                        log::warn!("handover: {e}");
+                    }
+                }
+            }
+        }
+        if sent + kept > 0 {
+            log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
+        }
+        self.publish();
+    }
+}
