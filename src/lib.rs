@@ -47,8 +47,11 @@
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
-//!   `prctl`, `sched_setscheduler`, `openat2`, `mmap`); the rest of the crate denies
-//!   `unsafe`.
+//!   `prctl`, `sched_setscheduler`, `openat2`, `mmap`, `close_range`); the rest of the
+//!   crate denies `unsafe`.
+//! - [`safe_files`] opens what the master writes as root (logs, the pid file): no
+//!   link followed, no hard-linked file written, no folder others may write, a log
+//!   handed to the workers' user only as a regular file just opened.
 //!
 //! # How a request travels
 //!
