@@ -118,6 +118,7 @@ pub mod pidfile;
 pub mod pod;
 pub mod safe_files;
 pub mod scoreboard;
+pub mod site;
 pub mod status;
 pub mod statusfile;
 pub mod sys;

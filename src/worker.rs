@@ -16,14 +16,14 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::config::{Config, RunAs};
+use crate::handlers::status_page::StatusPage;
 use crate::handover::Handover;
 use crate::http::connection::{ConnState, Observer, Server};
-use crate::http::request::Request;
-use crate::http::response::Reply;
 use crate::listen::Listeners;
 use crate::log::access::AccessLogs;
 use crate::pod::{Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, Slot, State};
+use crate::site::Site;
 use crate::sys;
 
 /// How a worker ended: the exit-code protocol between worker and master.
@@ -158,13 +158,16 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.hold_back();
-    let mut server = match Server::new(ctx.config, logs, ctx.token.to_string()) {
+    let master_pid = ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
+    let status = StatusPage { scoreboard: ctx.scoreboard, master_pid, config: ctx.config };
+    let sites = match Site::open_all(ctx.config, status) {
         Ok(s) => s,
         Err(e) => {
             log::error!("worker cannot start: {e}");
             return ChildExit::Fatal;
         }
     };
+    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string());
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
     match events::Loop::new(&ctx, &mut server, &mut obs) {
         Ok(l) => l.run(),
@@ -206,8 +209,7 @@ fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reports a connection's progress into the worker's scoreboard slot, and serves
-/// the status page from the scoreboard.
+/// Reports a connection's progress into the worker's scoreboard slot.
 struct SlotObserver<'a> {
     slot: &'a Slot,
     ctx: &'a WorkerCtx<'a>,
@@ -254,34 +256,5 @@ impl Observer for SlotObserver<'_> {
         // A leaving worker hands its idle connections over (`events`); those it
         // cannot, it closes only after an answer that said so.
         self.retiring || must_retire(self.ctx)
-    }
-
-    fn status_page(&mut self, req: &Request<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) -> bool {
-        let conf = &self.ctx.config.status;
-        let path = req.target.split(|&b| b == b'?').next().unwrap_or(b"");
-        if !conf.enabled || path != conf.path.as_bytes() {
-            return false;
-        }
-        let allowed = self.client.is_some_and(|c| conf.allow.iter().any(|cidr| cidr.contains(c.ip())));
-        if !allowed {
-            reply.error(403, "The status page is not available to this client.");
-            return true;
-        }
-        let master = self.ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let snap = crate::status::Snapshot::take(self.ctx.scoreboard, master)
-            .with_certificates(crate::tls::expiry::list(&self.ctx.config.vhosts, now));
-        let query = query.unwrap_or(b"");
-        let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
-        let (ty, body) = if wants(b"auto") {
-            ("text/plain; charset=utf-8", snap.auto())
-        } else if wants(b"json") {
-            ("application/json", snap.json())
-        } else {
-            ("text/html; charset=utf-8", snap.html())
-        };
-        reply.header("Content-Type", ty).header("Cache-Control", "no-store");
-        reply.body = crate::http::response::Body::Owned(body.into_bytes());
-        true
     }
 }

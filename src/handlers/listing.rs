@@ -11,7 +11,6 @@ use std::fs::File;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{SFlag, fstatat};
 
-use super::static_file::Site;
 use crate::http::path::{CleanPath, encode_path};
 use crate::http::request::Request;
 use crate::http::response::{Body, Reply};
@@ -61,10 +60,11 @@ fn sort(entries: &mut [Entry], key: Key, desc: bool) {
 
 /// Lists `dir`, the directory `path` names, already opened under the root: its
 /// entries are read through that descriptor and looked at relative to it (links not
-/// followed), so what is listed is what was opened.
+/// followed), so what is listed is what was opened. Names starting with `.` are left
+/// out unless `serve_hidden`.
 pub fn render(
-    site: &Site<'_>,
     dir: File,
+    serve_hidden: bool,
     req: &Request<'_>,
     path: &CleanPath<'_>,
     query: Option<&[u8]>,
@@ -86,7 +86,7 @@ pub fn render(
         .filter_map(|e| {
             let name = e.file_name();
             let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." || (!site.vhost.serve_hidden && bytes.starts_with(b".")) {
+            if bytes == b"." || bytes == b".." || (!serve_hidden && bytes.starts_with(b".")) {
                 return None;
             }
             let st = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;

@@ -28,10 +28,11 @@ use super::transport::{Pacer, Transport};
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
 use crate::config::{Config, ServerTokens};
-use crate::handlers::static_file::{self, Env, Site};
+use crate::handlers::{self, Ask};
 use crate::log::access::AccessLogs;
 use crate::log::record::Record;
 use crate::pod::INTERNAL_HEADER;
+use crate::site::Site;
 use crate::vhost;
 
 /// What a connection is doing, for the scoreboard.
@@ -54,10 +55,6 @@ pub trait Observer {
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
-    /// An optional page the worker serves itself (`server-status`).
-    fn status_page(&mut self, _req: &Request<'_>, _query: Option<&[u8]>, _reply: &mut Reply<'_>) -> bool {
-        false
-    }
 }
 
 /// What is known of one connection between its requests: owned by the caller, so a
@@ -223,10 +220,8 @@ struct HeadWriter {
 }
 
 impl<'c> Server<'c> {
-    /// Prepares to serve: opens every vhost root.
-    pub fn new(config: &'c Config, logs: AccessLogs, token: String) -> io::Result<Server<'c>> {
-        let check = config.http.file_check_interval;
-        let sites = config.vhosts.iter().map(|v| Site::open(v, check)).collect::<io::Result<Vec<_>>>()?;
+    /// Prepares to serve `config`'s vhosts (`sites`, in the same order).
+    pub fn new(config: &'c Config, sites: Vec<Site<'c>>, logs: AccessLogs, token: String) -> Server<'c> {
         let limits = Limits {
             max_request_line: config.http.max_request_line,
             max_header_size: config.http.max_header_size,
@@ -236,7 +231,7 @@ impl<'c> Server<'c> {
             ServerTokens::Full => concat!("pika/", env!("CARGO_PKG_VERSION")),
             ServerTokens::Product => "pika",
         };
-        Ok(Server {
+        Server {
             config,
             sites,
             token,
@@ -254,7 +249,7 @@ impl<'c> Server<'c> {
                 },
                 extra: Vec::with_capacity(256),
             },
-        })
+        }
     }
 
     /// Reopens the logs if the master rotated them since the last look.
@@ -387,10 +382,10 @@ impl<'c> Server<'c> {
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut internal = false;
-        let vhost = dispatch(&self.sites, self.config, &req, &mut reply, &self.token, &mut internal, obs);
+        let vhost = dispatch(&self.sites, self.config, &req, conn, &mut reply, &self.token, &mut internal);
         conn.internal |= internal;
         if reply.status >= 400 {
-            custom_error_page(&self.sites[vhost], &self.config.mime, &mut reply);
+            self.sites[vhost].error_page(&mut reply);
         }
 
         let keep_alive = req.keep_alive
@@ -595,21 +590,18 @@ fn same_secret(given: &[u8], secret: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Picks what answers the request and runs it. Returns the vhost used.
+/// Picks the vhost, then what answers the request there, and runs it. Returns the
+/// vhost used.
 fn dispatch(
     sites: &[Site<'_>],
     config: &Config,
     req: &Request<'_>,
+    conn: &Conn,
     reply: &mut Reply<'_>,
     token: &str,
     internal: &mut bool,
-    obs: &mut dyn Observer,
 ) -> usize {
     let index = vhost::select(&config.vhosts, req.host);
-    if req.method == Method::OtherKnown {
-        reply.error(405, "This resource only answers GET, HEAD and OPTIONS.");
-        return index;
-    }
     if req.target == b"*" {
         // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
         // one of these, recognised by its per-boot token (a client cannot know it).
@@ -628,6 +620,12 @@ fn dispatch(
     };
     let (clean, query) = match path::clean(target) {
         Ok(p) => p,
+        // Without a path no handler is reached; a method none of them answers is the
+        // first thing wrong (`CONNECT host:443`).
+        Err(_) if req.method == Method::OtherKnown => {
+            handlers::not_allowed(reply);
+            return index;
+        }
         Err(PathError::EncodedSlash) => {
             // Apache's AllowEncodedSlashes Off answers 404: no file name holds a '/'.
             reply.error(404, "The requested resource was not found.");
@@ -638,34 +636,10 @@ fn dispatch(
             return index;
         }
     };
-    if obs.status_page(req, query, reply) {
-        return index;
-    }
-    let env = Env { mime: &config.mime, max_ranges: config.http.max_ranges };
-    static_file::serve(&sites[index], &env, req, &clean, query, reply);
+    let site = &sites[index];
+    let ask = Ask { req, path: &clean, query, client: conn.peer.ip() };
+    site.handler(&clean.bytes).serve(&ask, reply);
     index
-}
-
-/// Replaces a generated error body with the vhost's own page for that status, if it
-/// has one that can be opened.
-fn custom_error_page(site: &Site<'_>, mime: &crate::http::mime::MimeTypes, reply: &mut Reply<'_>) {
-    let Some((_, page)) = site.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
-    let Some(entry) = static_file::open_error_page(site, page) else { return };
-    let body = match &entry.map {
-        None => Body::Owned(Vec::new()),
-        Some(map) => Body::Mapped { map: map.clone(), start: 0, end: entry.len as usize },
-    };
-    // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
-    let kept: Vec<u8> = reply
-        .headers
-        .split_inclusive(|&b| b == b'\n')
-        .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
-        .flatten()
-        .copied()
-        .collect();
-    *reply.headers = kept;
-    reply.header("Content-Type", mime.lookup(page.as_bytes()));
-    reply.body = body;
 }
 
 fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {

@@ -1,0 +1,43 @@
+//! The server-status page: the scoreboard as HTML, Apache's `?auto` text or `?json`
+//! ([`crate::status::Snapshot`]), for the clients `[status] allow` lets in.
+
+use super::Ask;
+use crate::config::Config;
+use crate::http::response::{Body, Reply};
+use crate::scoreboard::Scoreboard;
+use crate::status::Snapshot;
+
+/// The status-page handler of a worker.
+#[derive(Clone, Copy)]
+pub struct StatusPage<'c> {
+    pub scoreboard: &'c Scoreboard,
+    /// The master's pid (this process's own in single-process mode).
+    pub master_pid: i32,
+    pub config: &'c Config,
+}
+
+impl StatusPage<'_> {
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        if !super::read_only(ask.req, reply) {
+            return;
+        }
+        if !self.config.status.allow.iter().any(|cidr| cidr.contains(ask.client)) {
+            reply.error(403, "The status page is not available to this client.");
+            return;
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let snap = Snapshot::take(self.scoreboard, self.master_pid)
+            .with_certificates(crate::tls::expiry::list(&self.config.vhosts, now));
+        let query = ask.query.unwrap_or(b"");
+        let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
+        let (ty, body) = if wants(b"auto") {
+            ("text/plain; charset=utf-8", snap.auto())
+        } else if wants(b"json") {
+            ("application/json", snap.json())
+        } else {
+            ("text/html; charset=utf-8", snap.html())
+        };
+        reply.header("Content-Type", ty).header("Cache-Control", "no-store");
+        reply.body = Body::Owned(body.into_bytes());
+    }
+}

@@ -1,0 +1,109 @@
+//! One vhost as a worker serves it: what answers where, and its error pages.
+//!
+//! Made once per worker from the config ([`Site::open`]): the vhost's own files (what
+//! answers when no location matches, and where its error pages are found) and the
+//! status page if the config puts it there. Directories are opened once per worker
+//! and shared ([`Root`]), so two vhosts or locations serving the same folder share
+//! its descriptor and its cache of files.
+
+use std::io;
+use std::rc::Rc;
+
+use crate::config::{Config, Vhost};
+use crate::handlers::Handler;
+use crate::handlers::static_file::{Root, StaticFiles};
+use crate::handlers::status_page::StatusPage;
+use crate::http::response::{Body, Reply};
+
+/// One vhost, ready to serve.
+pub struct Site<'c> {
+    pub vhost: &'c Vhost,
+    /// The vhost's own files.
+    files: Handler<'c>,
+    /// The status page at `[status] path`, if enabled.
+    status: Option<(&'c [u8], Handler<'c>)>,
+    /// Every directory this site serves from (to tell each of a change).
+    roots: Vec<Rc<Root>>,
+}
+
+/// The directories already opened in this worker, so each is opened once.
+#[derive(Default)]
+pub struct Roots(Vec<Rc<Root>>);
+
+impl Roots {
+    fn get(&mut self, vhost: &Vhost, config: &Config) -> io::Result<Rc<Root>> {
+        if let Some(r) = self.0.iter().find(|r| r.path == vhost.root) {
+            return Ok(r.clone());
+        }
+        let root = Rc::new(Root::open(&vhost.root, vhost.symlinks, config.http.file_check_interval)?);
+        self.0.push(root.clone());
+        Ok(root)
+    }
+}
+
+impl<'c> Site<'c> {
+    /// Every vhost of `config`, in order, with its directories opened.
+    pub fn open_all(config: &'c Config, status: StatusPage<'c>) -> io::Result<Vec<Site<'c>>> {
+        let mut roots = Roots::default();
+        config.vhosts.iter().map(|v| Site::open(v, config, status, &mut roots)).collect()
+    }
+
+    pub fn open(
+        vhost: &'c Vhost,
+        config: &'c Config,
+        status: StatusPage<'c>,
+        roots: &mut Roots,
+    ) -> io::Result<Site<'c>> {
+        let root = roots.get(vhost, config)?;
+        let files = Handler::Files(StaticFiles {
+            root: root.clone(),
+            strip: 0,
+            index: &vhost.index,
+            autoindex: vhost.autoindex,
+            serve_hidden: vhost.serve_hidden,
+            mime: &config.mime,
+            max_ranges: config.http.max_ranges,
+        });
+        let status = config.status.enabled.then(|| (config.status.path.as_bytes(), Handler::Status(status)));
+        Ok(Site { vhost, files, status, roots: vec![root] })
+    }
+
+    /// What answers `path` (decoded and cleaned).
+    pub fn handler(&self, path: &[u8]) -> &Handler<'c> {
+        match &self.status {
+            Some((at, page)) if *at == path => page,
+            _ => &self.files,
+        }
+    }
+
+    /// Sending a file failed because it shrank: every directory of this site has its
+    /// cached files looked at again.
+    pub fn files_changed(&self) {
+        for r in &self.roots {
+            r.files_changed();
+        }
+    }
+
+    /// Replaces a generated error body with the vhost's own page for that status, if
+    /// it has one that can be opened.
+    pub fn error_page(&self, reply: &mut Reply<'_>) {
+        let Handler::Files(files) = &self.files else { return };
+        let Some((_, page)) = self.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
+        let Some(entry) = files.root.error_page(page) else { return };
+        let body = match &entry.map {
+            None => Body::Owned(Vec::new()),
+            Some(map) => Body::Mapped { map: map.clone(), start: 0, end: entry.len as usize },
+        };
+        // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
+        let kept: Vec<u8> = reply
+            .headers
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
+            .flatten()
+            .copied()
+            .collect();
+        *reply.headers = kept;
+        reply.header("Content-Type", files.mime.lookup(page.as_bytes()));
+        reply.body = body;
+    }
+}
