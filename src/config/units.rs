@@ -90,6 +90,8 @@ mod tests {
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("5min"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7_200)));
         assert_eq!(parse_duration("1d"), Some(Duration::from_secs(86_400)));
         assert_eq!(parse_duration("5 parsecs"), None);
         assert_eq!(parse_duration("-1s"), None);
@@ -104,5 +106,28 @@ mod tests {
         assert_eq!(parse_size("2 GiB"), Some(2 << 30));
         assert_eq!(parse_size("1x"), None);
         assert_eq!(parse_size("99999999999999999999g"), None);
+    }
+
+    /// What the config file says when a duration or a size is of the wrong kind or
+    /// cannot be read: the expected forms, named.
+    #[test]
+    fn a_bad_value_names_what_was_expected() {
+        #[derive(Debug, Deserialize)]
+        struct T {
+            t: Option<Secs>,
+            b: Option<Bytes>,
+        }
+        let err = |text: &str| toml::from_str::<T>(text).unwrap_err().to_string();
+        for (text, want) in [
+            ("t = true", "invalid type: boolean `true`, expected a duration such as 30, \"30s\""),
+            ("t = \"5 parsecs\"", "invalid value: string \"5 parsecs\", expected a duration such as 30"),
+            ("t = -3", "invalid value: integer `-3`, expected a duration such as 30"),
+            ("b = 1.5", "invalid type: floating point `1.5`, expected a size such as 8192, \"8KiB\""),
+            ("b = \"1x\"", "invalid value: string \"1x\", expected a size such as 8192"),
+        ] {
+            assert!(err(text).contains(want), "{text}: {}", err(text));
+        }
+        let ok: T = toml::from_str("t = \"2h\"\nb = 4096").unwrap();
+        assert_eq!((ok.t, ok.b), (Some(Secs(Duration::from_secs(7_200))), Some(Bytes(4096))));
     }
 }
