@@ -382,4 +382,12 @@ mod tests {
         assert_eq!(parse_digits_saturating(b""), None);
         assert_eq!(parse_digits_saturating(b"9x"), None);
     }
+
+    #[test]
+    fn a_range_holds_at_least_one_byte() {
+        for (start, end) in [(0, 0), (5, 9)] {
+            let range = r(start, end);
+            assert!(!range.is_empty() && range.len() == end - start + 1, "{range:?}");
+        }
+    }
 }

@@ -222,4 +222,25 @@ mod tests {
         assert_eq!(parse_status("500-400"), None);
         assert_eq!(parse_status("abc"), None);
     }
+
+    /// A condition with no key would match every request: the config refuses one,
+    /// and this is how it knows.
+    #[test]
+    fn a_condition_is_empty_until_one_key_is_set() {
+        assert!(Condition::default().is_empty());
+        let d = Condition::default;
+        let one_key = [
+            Condition { internal: Some(false), ..d() },
+            Condition { client: Cidr::parse("10.0.0.0/8"), ..d() },
+            Condition { method: Some("GET".into()), ..d() },
+            Condition { path: Some("/static/".into()), ..d() },
+            Condition { path_pattern: Regex::new("x").ok(), ..d() },
+            Condition { status: Some((400, 499)), ..d() },
+            Condition { user_agent: Regex::new("bot").ok(), ..d() },
+            Condition { header: Some("X-Debug".into()), ..d() },
+        ];
+        for c in one_key {
+            assert!(!c.is_empty(), "{c:?}");
+        }
+    }
 }

@@ -512,6 +512,14 @@ pub(crate) mod tests {
         }
     }
 
+    /// `pika -T` prints the format as the config gave it, named or spelled out.
+    #[test]
+    fn a_format_keeps_its_spec() {
+        for spec in ["combined", "json", "%h %>s \"%r\""] {
+            assert_eq!(LogFormat::parse(spec).unwrap().spec(), spec);
+        }
+    }
+
     #[test]
     fn bad_formats() {
         assert!(LogFormat::parse("%{Referer").is_err());
