@@ -662,13 +662,39 @@ pub(crate) mod tests {
                 let inner = &out[1..out.len() - 1];
                 let back = unescape(inner);
                 proptest::prop_assert_eq!(back.as_deref(), Some(sent), "{} gave {:?}", token, String::from_utf8_lossy(&out));
-                // Within a limit: still one whole line, the field a prefix of what was sent.
-                let mut cut = Vec::new();
-                f.render_within(&r, "", &mut cut, limit);
+                // Within a limit, after a record already in the buffer: that one kept,
+                // then one whole line, the field a prefix of what was sent.
+                let mut buf = b"earlier record\n".to_vec();
+                f.render_within(&r, "", &mut buf, limit);
+                proptest::prop_assert!(buf.starts_with(b"earlier record\n"));
+                let cut = &buf[15..];
                 proptest::prop_assert!(cut.len() <= limit && cut.ends_with(b"\n") && cut.iter().filter(|&&b| b == b'\n').count() == 1);
+                // Cut only if the whole did not fit; a cut leaves no room for one more
+                // escaped byte.
+                proptest::prop_assert_eq!(cut.len() < out.len() + 1, out.len() + 1 > limit);
+                if cut.len() < out.len() + 1 {
+                    proptest::prop_assert!(cut.len() + 4 > limit, "{} cut to {} of {}", token, cut.len(), limit);
+                }
                 let inner = &cut[1..cut.len() - 2];
                 let back = unescape(inner);
-                proptest::prop_assert!(back.as_deref().is_some_and(|b| sent.starts_with(b)), "{} cut to {:?}", token, String::from_utf8_lossy(&cut));
+                proptest::prop_assert!(back.as_deref().is_some_and(|b| sent.starts_with(b)), "{} cut to {:?}", token, String::from_utf8_lossy(cut));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A capped escape takes every whole escape that fits: the next one would not.
+        #[test]
+        fn capped_escape_fills_its_cap(bytes: Vec<u8>, cap in 0usize..64) {
+            let mut cut = Vec::new();
+            escape_capped(&mut cut, &bytes, cap);
+            let mut whole = Vec::new();
+            escape_into(&mut whole, &bytes);
+            if cut != whole {
+                let taken = (0..=bytes.len()).find(|&n| { let mut e = Vec::new(); escape_into(&mut e, &bytes[..n]); e == cut }).unwrap();
+                let mut next = Vec::new();
+                escape_into(&mut next, &bytes[taken..=taken]);
+                proptest::prop_assert!(cut.len() + next.len() > cap, "{:?} of {} bytes left room for {:?}", cut, cap, next);
             }
         }
     }
