@@ -1089,6 +1089,7 @@ def parse_visitors(text, wl):
     r["mbps"] = v["bytes"] / wl["d"] / 1e6
     r["detail"] = {k: v.get(k) for k in ("connects", "slow_connects", "closed_idle",
                                          "told_close", "client_cpu_s", "client_cpu_wait_s",
+                                         "client_lag_p99_ms", "client_lag_max_ms",
                                          "wall_s", "first_error")}
     return r
 

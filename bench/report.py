@@ -93,7 +93,7 @@ def summarize(res, max_busy=None):
         s["listen_overflows"] = med([c["mem"].get("listen_overflows") for c in ok
                                      if c.get("mem")])
         for d in ("connects", "slow_connects", "closed_idle", "told_close",
-                  "client_cpu_wait_s"):  # visitors
+                  "client_cpu_wait_s", "client_lag_max_ms"):  # visitors
             s[d] = med([c["metrics"].get("detail", {}).get(d) for c in ok])
         s["peak_queue"] = med([c["mem"].get("peak_accept_queue") for c in ok if c.get("mem")])
         s["ab_aborted"] = sum(1 for c in ok if c["metrics"].get("detail", {}).get("aborted"))
@@ -208,9 +208,10 @@ def visitors_table(w, summ, servers, has_pika, not_run, first):
     what became of the connections, the server's memory and processes, and
     the client's CPU (it must not be the bottleneck)."""
     hdr = ["server", "req/s", "failed", "retried", "p50 ms", "p90 ms", "p99 ms",
-           "max ms", "conns opened", "slow conns", "closed idle", "told close", "max queued",
+           "max ms", "conns opened", "slow conns", "listen overflows", "closed idle",
+           "told close", "max queued",
            "peak PSS MiB", "procs (max)", "server CPU µs/req", "client CPU %",
-           "client CPU wait s", "rounds"]
+           "client CPU wait s", "client late ms", "rounds"]
     if has_pika:
         hdr.append("pika p99 ÷ this")
     pika_p99 = summ.get((w["id"], "pika"), {}).get("p99_ms")
@@ -225,10 +226,10 @@ def visitors_table(w, summ, servers, has_pika, not_run, first):
             continue
         row = [s, f(x["rps"]), f(x["failed"]), f(x["retries"]), fms(x["p50_ms"]),
                fms(x["p90_ms"]), fms(x["p99_ms"]), fms(x["max_ms"]), f(x["connects"]),
-               f(x["slow_connects"]), f(x["closed_idle"]), f(x["told_close"]), f(x["peak_queue"]),
+               f(x["slow_connects"]), f(x["listen_overflows"]), f(x["closed_idle"]), f(x["told_close"]), f(x["peak_queue"]),
                f(x["peak_pss_kb"] / 1024 if x["peak_pss_kb"] else None, ".1f"),
                f(x["max_procs"]), f(x["server_us"], ".1f"), f(x["client_pct"]),
-               f(x["client_cpu_wait_s"], ".1f"), str(x["n"]) + (f" (+{x['dropped']} busy)" if x["dropped"] else "")]
+               f(x["client_cpu_wait_s"], ".1f"), fms(x["client_lag_max_ms"]), str(x["n"]) + (f" (+{x['dropped']} busy)" if x["dropped"] else "")]
         if has_pika:
             row.append("—" if s == "pika" else ratio(pika_p99, x["p99_ms"]))
         rows.append(row)
@@ -246,9 +247,11 @@ def visitors_table(w, summ, servers, has_pika, not_run, first):
                  "*retried*: sent on a kept-alive connection that the server closed "
                  "under it before any byte of the answer, and sent again on a new "
                  "connection, as a browser does; counted apart from failures. "
-                 "*slow conns*: connections that took 1 s or more to open (the "
+                 "*slow conns*: connections that took 1 s or more to open: the "
                  "server's listen queue was full, the kernel dropped the SYN and the "
-                 "client sent it again after 1 s). "
+                 "client sent it again after 1 s (*listen overflows*, the kernel's "
+                 "count for the whole machine, says how often), or the client itself "
+                 "waited that long for a CPU (*client CPU wait*). "
                  "*closed idle*: kept connections found closed by the server before "
                  "reuse (a browser checks, and opens a new one without a retry). "
                  "*told close*: answers that said `Connection: close`. *procs (max)*: "
@@ -257,7 +260,10 @@ def visitors_table(w, summ, servers, has_pika, not_run, first):
                  "100% it would be the bottleneck. *client CPU wait*: seconds its "
                  "threads were ready to run but waited for a core (schedstat): time "
                  "the machine, not the server, added to the latencies (on a busy "
-                 "machine, or beside a server with many runnable processes). "
+                 "machine, or beside a server with many runnable processes). *client "
+                 "late*: the longest its own event loop stalled (it asks for a 10 ms "
+                 "tick over the measured window and notes how late each came): a "
+                 "latency far above it is the server's. "
                  "Connections, slow ones, closed idle and told close count for the "
                  "requests started in the measured window.")
     for s, why in not_run.items():
