@@ -27,6 +27,8 @@ use nix::sys::socket::{
 pub struct Meta {
     /// The client (after a PROXY header, the real one).
     pub peer: SocketAddr,
+    /// The socket's own peer when a PROXY header named another client.
+    pub balancer: Option<SocketAddr>,
     pub local_port: u16,
     /// Requests served on the connection so far.
     pub requests: u64,
@@ -37,27 +39,56 @@ pub struct Meta {
     pub pending: Vec<u8>,
 }
 
-/// Bytes of [`Meta`] before `pending`.
-const FIXED: usize = 1 + 16 + 2 + 2 + 8 + 8 + 4;
+/// Bytes of [`Meta`] before `pending`: the format's version, two addresses (family,
+/// IPv6 or mapped IPv4 bytes, port), the local port, three counts.
+const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4;
+const ADDR: usize = 1 + 16 + 2;
+/// The layout's version, first in every message. A binary upgrade passes this
+/// socket to the new master, whose workers adopt the old ones' connections: a new
+/// layout takes a new number, and a master that finds another number makes a
+/// socket of its own.
+pub const VERSION: u8 = 1;
 /// The most pending bytes a connection may carry over; one with more (a head larger
 /// than 64 KiB on its way, under a config that allows it) stays with its worker.
 pub const MAX_PENDING: usize = 64 * 1024;
 /// The largest message.
 const MAX_MESSAGE: usize = FIXED + MAX_PENDING;
+const NONE: u8 = 0;
 const V4: u8 = 4;
 const V6: u8 = 6;
+
+fn push_addr(out: &mut Vec<u8>, addr: Option<SocketAddr>) {
+    let (family, ip, port) = match addr {
+        None => (NONE, [0; 16], 0),
+        Some(a) => match a.ip() {
+            IpAddr::V4(ip) => (V4, ip.to_ipv6_mapped().octets(), a.port()),
+            IpAddr::V6(ip) => (V6, ip.octets(), a.port()),
+        },
+    };
+    out.push(family);
+    out.extend_from_slice(&ip);
+    out.extend_from_slice(&port.to_le_bytes());
+}
+
+/// `Err`: not an address this layout writes; `Ok(None)`: none.
+fn addr_at(b: &[u8]) -> Result<Option<SocketAddr>, ()> {
+    let ip: [u8; 16] = b[1..17].try_into().expect("16 bytes");
+    let ip = match b[0] {
+        NONE => return Ok(None),
+        V4 => IpAddr::V4(Ipv6Addr::from(ip).to_ipv4_mapped().ok_or(())?),
+        V6 => IpAddr::V6(Ipv6Addr::from(ip)),
+        _ => return Err(()),
+    };
+    Ok(Some(SocketAddr::new(ip, u16::from_le_bytes([b[17], b[18]]))))
+}
 
 impl Meta {
     /// Little-endian, fixed fields first.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
-        let (family, ip) = match self.peer.ip() {
-            IpAddr::V4(a) => (V4, a.to_ipv6_mapped().octets()),
-            IpAddr::V6(a) => (V6, a.octets()),
-        };
-        out.push(family);
-        out.extend_from_slice(&ip);
-        out.extend_from_slice(&self.peer.port().to_le_bytes());
+        out.push(VERSION);
+        push_addr(out, Some(self.peer));
+        push_addr(out, self.balancer);
         out.extend_from_slice(&self.local_port.to_le_bytes());
         out.extend_from_slice(&self.requests.to_le_bytes());
         out.extend_from_slice(&self.waited_ms.to_le_bytes());
@@ -66,26 +97,24 @@ impl Meta {
     }
 
     pub fn decode(b: &[u8]) -> Option<Meta> {
-        if b.len() < FIXED {
+        if b.len() < FIXED || b[0] != VERSION {
             return None;
         }
         let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let ip: [u8; 16] = b[1..17].try_into().expect("16 bytes");
-        let ip = match b[0] {
-            V4 => IpAddr::V4(Ipv6Addr::from(ip).to_ipv4_mapped()?),
-            V6 => IpAddr::V6(Ipv6Addr::from(ip)),
-            _ => return None,
-        };
-        let len = u32::from_le_bytes(b[37..41].try_into().expect("4 bytes")) as usize;
+        let peer = addr_at(&b[1..]).ok()??;
+        let balancer = addr_at(&b[1 + ADDR..]).ok()?;
+        let at = 1 + 2 * ADDR;
+        let len = u32::from_le_bytes(b[at + 18..at + 22].try_into().expect("4 bytes")) as usize;
         if b.len() != FIXED + len {
             return None;
         }
         Some(Meta {
-            peer: SocketAddr::new(ip, u16_at(17)),
-            local_port: u16_at(19),
-            requests: u64_at(21),
-            waited_ms: u64_at(29),
+            peer,
+            balancer,
+            local_port: u16_at(at),
+            requests: u64_at(at + 2),
+            waited_ms: u64_at(at + 10),
             pending: b[FIXED..].to_vec(),
         })
     }
@@ -176,7 +205,14 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     fn meta(peer: &str, pending: &[u8]) -> Meta {
-        Meta { peer: peer.parse().unwrap(), local_port: 8080, requests: 7, waited_ms: 1234, pending: pending.to_vec() }
+        Meta {
+            peer: peer.parse().unwrap(),
+            balancer: None,
+            local_port: 8080,
+            requests: 7,
+            waited_ms: 1234,
+            pending: pending.to_vec(),
+        }
     }
 
     #[test]
@@ -190,6 +226,10 @@ mod tests {
         let m = meta("[::ffff:192.0.2.7]:5", b"");
         m.encode(&mut buf);
         assert_eq!(Meta::decode(&buf), Some(m));
+        // A client named by a balancer's PROXY header keeps the balancer beside it.
+        let m = Meta { balancer: Some("127.0.0.9:1234".parse().unwrap()), ..meta("192.0.2.7:40000", b"x") };
+        m.encode(&mut buf);
+        assert_eq!(Meta::decode(&buf), Some(m));
     }
 
     #[test]
@@ -198,8 +238,12 @@ mod tests {
         meta("192.0.2.7:1", b"abc").encode(&mut buf);
         assert_eq!(Meta::decode(&buf[..buf.len() - 1]), None, "pending shorter than its length");
         assert_eq!(Meta::decode(&buf[..FIXED - 1]), None, "truncated");
-        buf[0] = 9;
+        buf[1] = 9;
         assert_eq!(Meta::decode(&buf), None, "unknown family");
+        buf[1] = V4;
+        assert!(Meta::decode(&buf).is_some());
+        buf[0] = VERSION + 1;
+        assert_eq!(Meta::decode(&buf), None, "another layout");
     }
 
     #[test]

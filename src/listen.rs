@@ -21,6 +21,8 @@ pub struct Listener {
     pub bound: SocketAddr,
     pub socket: TcpListener,
     pub tls: bool,
+    /// Each connection starts with a PROXY protocol header (the config's say).
+    pub proxy_protocol: bool,
 }
 
 /// Binds `addr` with the options a server wants: `SO_REUSEADDR` (restart while old
@@ -46,7 +48,7 @@ pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>)
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
     let socket: TcpListener = socket.into();
     let bound = socket.local_addr()?;
-    Ok(Listener { configured: addr, bound, socket, tls: entry.tls })
+    Ok(Listener { configured: addr, bound, socket, tls: entry.tls, proxy_protocol: entry.proxy_protocol })
 }
 
 /// The listeners, set up for the workers' event loops.
@@ -99,6 +101,7 @@ impl Listeners {
             if let Some(i) = at {
                 let mut l = old.swap_remove(i);
                 l.tls = entry.tls;
+                l.proxy_protocol = entry.proxy_protocol;
                 result.push(l);
             } else {
                 match bind(*entry, new.backlog, defer(new)) {

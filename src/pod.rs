@@ -141,8 +141,9 @@ pub fn dummy_target(listen: SocketAddr) -> SocketAddr {
 }
 
 /// Connects to our own listener and sends one internal request, so that a worker
-/// waiting for a connection wakes up.
-pub fn dummy_connection(target: SocketAddr, token: &str) -> io::Result<()> {
+/// waiting for a connection wakes up. `proxy_protocol`: the listener expects a
+/// PROXY header first; a v2 `LOCAL` one goes first (the master is its own client).
+pub fn dummy_connection(target: SocketAddr, token: &str, proxy_protocol: bool) -> io::Result<()> {
     let mut s = TcpStream::connect_timeout(&target, DUMMY_TIMEOUT)?;
     s.set_write_timeout(Some(DUMMY_TIMEOUT))?;
     // A whole request: with TCP_DEFER_ACCEPT the kernel hands over the connection only
@@ -151,7 +152,8 @@ pub fn dummy_connection(target: SocketAddr, token: &str) -> io::Result<()> {
         "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{INTERNAL_HEADER}: {token}\r\n\r\n",
         env!("CARGO_PKG_VERSION")
     );
-    s.write_all(req.as_bytes())
+    let local: &[u8] = if proxy_protocol { &crate::http::proxy_protocol::V2_LOCAL } else { b"" };
+    s.write_all(&[local, req.as_bytes()].concat())
 }
 
 /// A per-boot secret: 128 random bits, hex.

@@ -25,6 +25,7 @@ use raw::{RawAccessLog, RawCondition, RawConfig, RawInclude, RawListen, RawRotat
 use toml::Spanned;
 
 use crate::cidr::Cidr;
+pub use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
 pub use crate::log::ErrorLogTarget;
 use crate::log::filter::{self, Condition, Filter};
@@ -86,6 +87,11 @@ pub struct Config {
     pub graceful_timeout: Duration,
     pub max_open_files: Option<u64>,
     pub server_tokens: ServerTokens,
+    /// Forwarders whose `X-Forwarded-For` / `Forwarded` headers name the client
+    /// (`server.trusted_proxies`); empty: those headers are never read.
+    pub trusted_proxies: Vec<Cidr>,
+    /// The header they name the client in (`server.forwarded_header`).
+    pub forwarded_header: ForwardedHeader,
     pub workers: Workers,
     pub http: Http,
     pub status: Status,
@@ -105,6 +111,9 @@ pub struct Listen {
     pub addr: SocketAddr,
     /// TLS (`{ addr = "…", tls = true }`).
     pub tls: bool,
+    /// Each connection starts with a PROXY protocol header (v1 or v2) naming the
+    /// real client (`{ addr = "…", proxy_protocol = true }`).
+    pub proxy_protocol: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,9 +316,9 @@ impl Ctx<'_> {
         }
         let mut listen: Vec<Listen> = Vec::new();
         for l in &raw.server.listen {
-            let (addr, tls) = match l.get_ref() {
-                RawListen::Addr(a) => (a, false),
-                RawListen::Table(t) => (&t.addr, t.tls),
+            let (addr, tls, proxy_protocol) = match l.get_ref() {
+                RawListen::Addr(a) => (a, false, false),
+                RawListen::Table(t) => (&t.addr, t.tls, t.proxy_protocol),
             };
             let addr = parse_listen(addr).ok_or_else(|| {
                 self.spanned(
@@ -321,7 +330,7 @@ impl Ctx<'_> {
             if addr.port() != 0 && listen.iter().any(|e| e.addr == addr) {
                 return Err(self.spanned(l, format!("listen address {addr} given twice")));
             }
-            listen.push(Listen { addr, tls });
+            listen.push(Listen { addr, tls, proxy_protocol });
         }
 
         let log_level = match &raw.server.log_level {
@@ -390,6 +399,21 @@ impl Ctx<'_> {
             ));
         }
 
+        let mut trusted_proxies = Vec::new();
+        for a in &raw.server.trusted_proxies {
+            trusted_proxies.push(
+                Cidr::parse(a.get_ref())
+                    .ok_or_else(|| self.spanned(a, format!("bad address range {:?}", a.get_ref())))?,
+            );
+        }
+        let forwarded_header = match &raw.server.forwarded_header {
+            None => ForwardedHeader::XForwardedFor,
+            Some(h) => match h.get_ref().to_ascii_lowercase().as_str() {
+                "x-forwarded-for" => ForwardedHeader::XForwardedFor,
+                "forwarded" => ForwardedHeader::Forwarded,
+                _ => return Err(self.spanned(h, "forwarded_header must be \"X-Forwarded-For\" or \"Forwarded\"")),
+            },
+        };
         let mut allow = Vec::new();
         for a in &raw.status.allow {
             allow.push(
@@ -514,6 +538,8 @@ impl Ctx<'_> {
             graceful_timeout: raw.server.graceful_timeout.0,
             max_open_files: raw.server.max_open_files,
             server_tokens,
+            trusted_proxies,
+            forwarded_header,
             workers,
             http,
             status,
@@ -924,7 +950,10 @@ mod tests {
         let dir = setup();
         let c = try_parse(&dir, MINIMAL).unwrap();
         assert_eq!(c.root, dir.path());
-        assert_eq!(c.listen, vec![Listen { addr: "127.0.0.1:8080".parse().unwrap(), tls: false }]);
+        assert_eq!(
+            c.listen,
+            vec![Listen { addr: "127.0.0.1:8080".parse().unwrap(), tls: false, proxy_protocol: false }]
+        );
         assert_eq!(
             c.workers,
             Workers {
@@ -1130,7 +1159,10 @@ mod tests {
         // A typo in a table is an error at its place, naming the keys there are.
         let text = "[server]\nlisten = [{ addr = \"127.0.0.1:8443\", tsl = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
         let e = try_parse(&dir, text).unwrap_err().to_string();
-        assert!(e.contains(":2:") && e.contains("unknown field `tsl`, expected `addr` or `tls`"), "{e}");
+        assert!(
+            e.contains(":2:") && e.contains("unknown field `tsl`, expected one of `addr`, `tls`, `proxy_protocol`"),
+            "{e}"
+        );
         let text = "[server]\nlisten = [{ tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
         let e = try_parse(&dir, text).unwrap_err().to_string();
         assert!(e.contains("missing field `addr`"), "{e}");

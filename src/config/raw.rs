@@ -66,6 +66,9 @@ pub(crate) struct RawServer {
     pub(crate) graceful_timeout: Secs,
     pub(crate) max_open_files: Option<u64>,
     pub(crate) server_tokens: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) trusted_proxies: Vec<Spanned<String>>,
+    pub(crate) forwarded_header: Option<Spanned<String>>,
 }
 
 /// One `listen` entry: `"0.0.0.0:80"`, or a table with the address and its flags,
@@ -84,6 +87,8 @@ pub(crate) struct RawListenTable {
     pub(crate) addr: String,
     #[serde(default)]
     pub(crate) tls: bool,
+    #[serde(default)]
+    pub(crate) proxy_protocol: bool,
 }
 
 // By hand rather than `#[serde(untagged)]`: a table with a typo then gets serde's

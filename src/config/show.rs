@@ -111,12 +111,17 @@ pub fn show(c: &Config) -> String {
 fn server(t: &mut Toml, c: &Config) {
     t.table("server");
     let listen = c.listen.iter().map(|l| {
-        if !l.tls {
+        if !l.tls && !l.proxy_protocol {
             return string(&l.addr.to_string());
         }
         let mut entry = toml::Table::new();
         entry.insert("addr".into(), string(&l.addr.to_string()));
-        entry.insert("tls".into(), Value::Boolean(true));
+        if l.tls {
+            entry.insert("tls".into(), Value::Boolean(true));
+        }
+        if l.proxy_protocol {
+            entry.insert("proxy_protocol".into(), Value::Boolean(true));
+        }
         Value::Table(entry)
     });
     t.key("listen", Value::Array(listen.collect()));
@@ -164,6 +169,9 @@ fn server(t: &mut Toml, c: &Config) {
         ServerTokens::Product => "product",
     };
     t.key("server_tokens", string(tokens));
+    let trusted: Vec<Value> = c.trusted_proxies.iter().map(|c| string(&c.to_string())).collect();
+    t.key("trusted_proxies", Value::Array(trusted));
+    t.key("forwarded_header", string(c.forwarded_header.name()));
 }
 
 fn access_log(t: &mut Toml, log: &AccessLog) {
@@ -348,7 +356,9 @@ mod tests {
         crate::tls::test_certs::leaf(&["a.example", "*.b.example"], -1, 30, None).write(&d.join("conf"), "a");
         let text = r#"
 [server]
-listen = ["127.0.0.1:8081", "[::1]:8082", "9000", { addr = "127.0.0.1:8443", tls = true }]
+listen = ["127.0.0.1:8081", "[::1]:8082", "9000", { addr = "127.0.0.1:8443", tls = true }, { addr = "127.0.0.1:8444", proxy_protocol = true }]
+trusted_proxies = ["10.0.0.0/8", "::1"]
+forwarded_header = "forwarded"
 pid_file = "run/p.pid"
 error_log = "syslog:local3"
 syslog_socket = "/dev/log2"
@@ -431,7 +441,9 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "rotate = { interval = \"30m\", size = 1000, keep = 2, naming = \"numbered\", local_time = true, \
              compress = false }",
             "mime_types = \"",
-            "listen = [\"127.0.0.1:8081\", \"[::1]:8082\", \"0.0.0.0:9000\", { addr = \"127.0.0.1:8443\", tls = true }]",
+            "listen = [\"127.0.0.1:8081\", \"[::1]:8082\", \"0.0.0.0:9000\", { addr = \"127.0.0.1:8443\", tls = true }, \
+             { addr = \"127.0.0.1:8444\", proxy_protocol = true }]",
+            "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nforwarded_header = \"Forwarded\"",
             "https_redirect = 308\nhsts = \"max-age=600; includeSubDomains\"",
         ] {
             assert!(first.contains(want), "{want} not in\n{first}");

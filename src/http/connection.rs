@@ -20,7 +20,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::date::DateCache;
-use super::input::{HeadError, Input};
+use super::forwarded;
+use super::input::{HeadError, Input, ProxyFail};
 use super::path::{self, PathError};
 use super::request::{self, HttpError, Limits, Method, Request};
 use super::response::{self, ALLOW, Body, Reply};
@@ -61,7 +62,11 @@ pub trait Observer {
 /// connection can be put aside between two requests and taken up again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conn {
+    /// The client: the socket's peer, or the one a PROXY protocol header named.
     pub peer: SocketAddr,
+    /// The socket's own peer when a PROXY header named another client (the
+    /// balancer; `%{c}a`).
+    pub balancer: Option<SocketAddr>,
     pub local_port: u16,
     /// Requests read on it so far.
     pub requests: u64,
@@ -71,7 +76,12 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(peer: SocketAddr, local_port: u16) -> Conn {
-        Conn { peer, local_port, requests: 0, internal: false }
+        Conn { peer, balancer: None, local_port, requests: 0, internal: false }
+    }
+
+    /// The socket's peer: the balancer that sent a PROXY header, or the client.
+    pub fn socket_peer(&self) -> SocketAddr {
+        self.balancer.unwrap_or(self.peer)
     }
 }
 
@@ -98,6 +108,8 @@ pub struct Held {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// Waiting for (the rest of) a PROXY protocol header, before the first head.
+    Proxy,
     /// Waiting for (the rest of) a head.
     Waiting,
     /// Shut for writing; what still comes is read and dropped.
@@ -124,6 +136,18 @@ impl Held {
             phase: Phase::Waiting,
             since_ms: now_ms(),
         }
+    }
+
+    /// A connection that starts with a PROXY protocol header (the listener says so):
+    /// it is read before the first head, within `header_timeout`.
+    pub fn expect_proxy_header(mut self) -> Held {
+        self.phase = Phase::Proxy;
+        self
+    }
+
+    /// Still waiting for its PROXY protocol header.
+    pub fn awaiting_proxy_header(&self) -> bool {
+        self.phase == Phase::Proxy
     }
 
     /// A connection taken over from another worker, waiting since `waited_ms` ago.
@@ -155,7 +179,7 @@ impl Held {
             Phase::Waiting if self.conn.requests > 0 && self.pending.is_empty() => {
                 http.keepalive_timeout.as_millis() as u64
             }
-            Phase::Waiting => http.header_timeout.as_millis() as u64,
+            Phase::Waiting | Phase::Proxy => http.header_timeout.as_millis() as u64,
         };
         self.since_ms.saturating_add(wait)
     }
@@ -274,6 +298,35 @@ impl<'c> Server<'c> {
         let had_pending = !h.pending.is_empty();
         self.input.begin(&h.pending);
         h.pending.clear();
+        if h.phase == Phase::Proxy {
+            match self.input.try_proxy_header(&mut t) {
+                Ok(Some(header)) => {
+                    h.phase = Phase::Waiting;
+                    // No source (LOCAL, UNKNOWN): the balancer's own connection.
+                    if let Some(source) = header.source {
+                        h.conn.balancer = Some(h.conn.peer);
+                        h.conn.peer = source;
+                    }
+                }
+                Ok(None) => {
+                    h.pending.extend_from_slice(self.input.unread());
+                    return Next::Park;
+                }
+                Err(ProxyFail::Closed { partial: false }) => return Next::Close,
+                Err(ProxyFail::Closed { partial: true }) => {
+                    log::info!("{}: closed: the connection ended inside its PROXY protocol header", h.conn.peer);
+                    return Next::Close;
+                }
+                Err(ProxyFail::Invalid(e)) => {
+                    log::info!(
+                        "{}: closed: {e} (port {} expects a PROXY protocol header first)",
+                        h.conn.peer,
+                        h.conn.local_port
+                    );
+                    return Next::Close;
+                }
+            }
+        }
         for _ in 0..BURST {
             let head_end = match self.input.try_head(&mut t) {
                 Ok(Some(end)) => end,
@@ -314,6 +367,10 @@ impl<'c> Server<'c> {
     /// 408, a lingering close ends.
     pub fn expire(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
         if h.lingering() || (h.conn.requests > 0 && h.pending.is_empty()) {
+            return Next::Close;
+        }
+        if h.awaiting_proxy_header() {
+            log::info!("{}: closed: no whole PROXY protocol header within header_timeout", h.conn.peer);
             return Next::Close;
         }
         let mut t = &h.stream;
@@ -367,7 +424,17 @@ impl<'c> Server<'c> {
                 return Served::Linger;
             }
         };
-        obs.request(req.line, conn.peer);
+        // The client a trusted forwarder names, for this request only.
+        let client = match self.config.trusted_proxies.is_empty() {
+            true => None,
+            false => {
+                let header = self.config.forwarded_header;
+                req.header_list(header.name())
+                    .and_then(|v| forwarded::client(conn.peer.ip(), &self.config.trusted_proxies, header, &v))
+            }
+        };
+        let client = client.map_or(conn.peer, |ip| SocketAddr::new(ip, 0));
+        obs.request(req.line, client);
         conn.requests += 1;
 
         // No answer needs the body: one that is all there is dropped, one that is
@@ -417,7 +484,7 @@ impl<'c> Server<'c> {
         // master's dummy requests out.
         obs.state(ConnState::Logging);
         let duration = started.map_or(Duration::ZERO, |t| t.elapsed());
-        let asked = Asked::Request { req: &req, vhost, internal };
+        let asked = Asked::Request { req: &req, vhost, internal, client: client.ip() };
         self.out.log(self.config, conn, &asked, &answer, self.input.bytes_in(), duration);
         if answer.sent.is_err() {
             return Served::Close;
@@ -451,8 +518,9 @@ impl<'c> Server<'c> {
 
 /// What the client asked, as far as the log is concerned.
 enum Asked<'a> {
-    /// A request that was parsed, served by vhost number `vhost`.
-    Request { req: &'a Request<'a>, vhost: usize, internal: bool },
+    /// A parsed request, served by vhost number `vhost`, from `client` (the peer,
+    /// or the client a trusted forwarder named).
+    Request { req: &'a Request<'a>, vhost: usize, internal: bool, client: std::net::IpAddr },
     /// A head refused before or while it was read: only its line is known.
     Refused { line: &'a [u8] },
 }
@@ -522,15 +590,15 @@ impl Output {
         bytes_in: u64,
         duration: Duration,
     ) {
-        let (line, method, path, query, protocol, host, vhost, internal) = match *asked {
-            Asked::Request { req, vhost, internal } => {
+        let (line, method, path, query, protocol, host, vhost, internal, client) = match *asked {
+            Asked::Request { req, vhost, internal, client } => {
                 let (path, query) = split_query(req.target);
-                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, internal)
+                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, internal, client)
             }
             // Of a refused head only the line is known; the default vhost logs it.
             Asked::Refused { line } => {
                 let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
-                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, false)
+                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, false, conn.peer.ip())
             }
         };
         let headers_in = |name: &str| match asked {
@@ -552,7 +620,8 @@ impl Output {
             (Ok(_), false) => '-',
         };
         let record = Record {
-            client: conn.peer.ip(),
+            client,
+            peer: conn.socket_peer().ip(),
             local_port: conn.local_port,
             request_line: line,
             method,

@@ -14,6 +14,7 @@
 use std::io;
 
 use super::body;
+use super::proxy_protocol;
 use super::request::{self, Framing, HttpError, Limits, Request};
 use super::transport::Transport;
 
@@ -37,6 +38,16 @@ pub enum HeadError {
     /// The client closed (or the connection broke): close quietly.
     Quiet,
     Http(HttpError),
+}
+
+/// Why no PROXY protocol header came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyFail {
+    /// The client closed (or the connection broke); `partial`: after some bytes of
+    /// a header.
+    Closed { partial: bool },
+    /// What came cannot be a header.
+    Invalid(proxy_protocol::ProxyError),
 }
 
 /// The read side of a connection: the buffer and what is in it.
@@ -163,6 +174,30 @@ impl Input {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(_) => return Err(HeadError::Quiet),
+            }
+        }
+    }
+
+    /// Reads a PROXY protocol header from what has arrived (`proxy_protocol`):
+    /// `Ok(None)` when not all of it is there yet (what came stays in
+    /// [`Input::unread`]), else the header, taken out of the buffer; what follows it
+    /// is the first request.
+    pub fn try_proxy_header(&mut self, t: &mut impl Transport) -> Result<Option<proxy_protocol::Header>, ProxyFail> {
+        let cap = self.limit.max(proxy_protocol::MAX_HEADER);
+        loop {
+            match proxy_protocol::parse(&self.buf[self.start..self.end]) {
+                Ok(Some((len, header))) => {
+                    self.start += len;
+                    return Ok(Some(header));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ProxyFail::Invalid(e)),
+            }
+            match self.fill(t, cap) {
+                Ok(0) => return Err(ProxyFail::Closed { partial: self.has_unread() }),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(_) => return Err(ProxyFail::Closed { partial: self.has_unread() }),
             }
         }
     }
@@ -320,6 +355,39 @@ mod tests {
         let mut t = Memory::new(b"st: a\r\n\r\n", 4096);
         let end = input.try_head(&mut t).unwrap().expect("whole now");
         assert_eq!(input.take_head(end), b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+
+    #[test]
+    fn a_proxy_header_in_pieces_then_the_request() {
+        use crate::http::proxy_protocol::{ProxyError, v2_header};
+        let peer = "192.0.2.7:40000".parse().unwrap();
+        let header = v2_header(peer, "198.51.100.1:80".parse().unwrap(), &[4, 0, 2, 0, 0]);
+        for piece in [1, 5, 17, 4096] {
+            let stream = [&header[..], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"].concat();
+            let mut t = Memory::new(&stream, piece);
+            let mut input = Input::new(LIMITS);
+            input.begin(b"");
+            // Memory never blocks: the header is whole after one call.
+            let got = input.try_proxy_header(&mut t).unwrap().expect("a whole header");
+            assert_eq!(got.source, Some(peer));
+            let end = loop {
+                if let Some(end) = input.try_head(&mut t).unwrap() {
+                    break end;
+                }
+            };
+            assert_eq!(input.take_head(end), b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "pieces of {piece}");
+        }
+        // Half a header, then a wait: kept; then the client goes.
+        let mut t = Memory::new(&header[..9], 4096);
+        t.pieces.push_back(Vec::new());
+        let mut input = Input::new(LIMITS);
+        input.begin(b"");
+        assert_eq!(input.try_proxy_header(&mut t), Ok(None));
+        assert_eq!(input.unread(), &header[..9]);
+        assert_eq!(input.try_proxy_header(&mut t), Err(ProxyFail::Closed { partial: true }));
+        let mut t = Memory::new(b"GET / HTTP/1.1\r\n\r\n", 4096);
+        input.begin(b"");
+        assert_eq!(input.try_proxy_header(&mut t), Err(ProxyFail::Invalid(ProxyError::BadSignature)));
     }
 
     #[test]

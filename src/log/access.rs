@@ -300,6 +300,7 @@ mod tests {
     fn record<'a>(path: &'a [u8], headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
         Record {
             client: "127.0.0.1".parse().unwrap(),
+            peer: "127.0.0.1".parse().unwrap(),
             local_port: 80,
             request_line: b"GET / HTTP/1.1",
             method: b"GET",

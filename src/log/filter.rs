@@ -122,6 +122,7 @@ mod tests {
     fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>, status: u16, path: &'a [u8]) -> Record<'a> {
         Record {
             client: "10.1.2.3".parse().unwrap(),
+            peer: "10.1.2.3".parse().unwrap(),
             local_port: 80,
             request_line: b"GET / HTTP/1.1",
             method: b"GET",

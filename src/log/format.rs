@@ -21,6 +21,7 @@ const VHOST_COMBINED: &str = "%v:%p %h %l %u %t \"%r\" %>s %O \"%{Referer}i\" \"
 enum Token {
     Literal(String),
     RemoteHost, // %h, %a
+    PeerIp,     // %{c}a: the socket's peer (a balancer that named the client)
     Dash,       // %l, %u: no identd, no auth
     Time,       // %t
     TimeFormat(TimeFmt),
@@ -130,6 +131,7 @@ impl LogFormat {
                     lit.push('%');
                     continue;
                 }
+                ('a', Some(c)) if c == "c" => Token::PeerIp,
                 ('h' | 'a', _) => Token::RemoteHost,
                 ('l' | 'u', None) => Token::Dash,
                 ('t', None) => Token::Time,
@@ -226,6 +228,7 @@ impl LogFormat {
             match t {
                 Token::Literal(s) => out.extend_from_slice(s.as_bytes()),
                 Token::RemoteHost => text::push_ip(out, r.client),
+                Token::PeerIp => text::push_ip(out, r.peer),
                 Token::Dash => out.push(b'-'),
                 Token::Time => out.extend_from_slice(clf_time.as_bytes()),
                 Token::TimeFormat(f) => render_time(f, r.start, out),
@@ -388,6 +391,7 @@ pub(crate) mod tests {
     pub(crate) fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
         Record {
             client: "::ffff:127.0.0.1".parse().unwrap(),
+            peer: "::ffff:127.0.0.1".parse().unwrap(),
             local_port: 8080,
             request_line: b"GET /a%20b?x=1 HTTP/1.1",
             method: b"GET",

@@ -6,7 +6,11 @@ use std::time::{Duration, SystemTime};
 
 /// Everything a format may ask about one request. Byte fields are raw client input.
 pub struct Record<'a> {
+    /// The client: the socket's peer, or the one a PROXY protocol header or a
+    /// trusted forwarder named (`%a`, `%h`, filters).
     pub client: IpAddr,
+    /// The socket's peer (`%{c}a`): the balancer when one named the client.
+    pub peer: IpAddr,
     pub local_port: u16,
     pub request_line: &'a [u8],
     pub method: &'a [u8],

@@ -35,12 +35,14 @@ impl Master {
     }
 
     pub(super) fn dummy_connections(&self, n: usize) {
-        // A plain listener if there is one: its worker needs no handshake to read it.
+        // A plain listener if there is one: its worker needs no handshake to read it
+        // (and best one that expects no PROXY header either).
         let list = &self.listeners.list;
-        let Some(listener) = list.iter().find(|l| !l.tls).or(list.first()) else { return };
+        let plain = || list.iter().filter(|l| !l.tls);
+        let Some(listener) = plain().find(|l| !l.proxy_protocol).or(plain().next()).or(list.first()) else { return };
         let target = pod::dummy_target(listener.bound);
         for _ in 0..n {
-            if let Err(e) = pod::dummy_connection(target, &self.token) {
+            if let Err(e) = pod::dummy_connection(target, &self.token, listener.proxy_protocol) {
                 // The backlog is full or nobody accepts: the workers are busy and will
                 // check the pipe and generation when they finish.
                 log::debug!("dummy connection to {target}: {e}");

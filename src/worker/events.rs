@@ -300,8 +300,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             bell.ring(ctx.scoreboard.header);
         }
         self.obs.slot.connections.fetch_add(1, Relaxed);
-        let port = l.bound.port();
-        self.take(Held::new(stream, peer, port));
+        let held = Held::new(stream, peer, l.bound.port());
+        self.take(if l.proxy_protocol { held.expect_proxy_header() } else { held });
         if self.table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
             // last on the listeners' queues.
@@ -316,8 +316,13 @@ impl<'a, 'c> Loop<'a, 'c> {
         let Some(h) = self.ctx.handover else { return };
         match h.receive(&mut self.scratch) {
             Ok(Some((fd, meta))) => {
-                let conn =
-                    Conn { peer: meta.peer, local_port: meta.local_port, requests: meta.requests, internal: false };
+                let conn = Conn {
+                    peer: meta.peer,
+                    balancer: meta.balancer,
+                    local_port: meta.local_port,
+                    requests: meta.requests,
+                    internal: false,
+                };
                 let held = Held::resume(std::net::TcpStream::from(fd), conn, meta.pending, meta.waited_ms);
                 self.take(held);
             }
@@ -465,7 +470,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         let (mut sent, mut kept) = (0, 0);
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.get(i) else { continue };
-            if h.lingering() || h.pending().len() > handover::MAX_PENDING {
+            // A connection still owing its PROXY header finishes it here (within
+            // header_timeout), so the header's client always travels with it.
+            if h.lingering() || h.awaiting_proxy_header() || h.pending().len() > handover::MAX_PENDING {
                 kept += 1;
                 continue;
             }
@@ -473,6 +480,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             let _ = self.epoll.delete(h.stream.as_fd());
             let meta = handover::Meta {
                 peer: h.conn.peer,
+                balancer: h.conn.balancer,
                 local_port: h.conn.local_port,
                 requests: h.conn.requests,
                 waited_ms: h.waited_ms(),
