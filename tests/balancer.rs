@@ -163,13 +163,19 @@ fn the_status_page_and_log_filters_see_the_real_client() {
 #[test]
 fn forwarded_headers_count_only_from_trusted_proxies() {
     // 127.0.0.1 (this test) is trusted; the PROXY header's clients in 10/8 are too.
-    let site = balanced_site(false, "trusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\"]", "");
+    let site = balanced_site(
+        false,
+        "trusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\"]",
+        "[status]\nenabled = true\nallow = [\"203.0.113.0/24\"]\n",
+    );
     let p = Pika::start(&site, "-F");
+    assert_eq!(get_with(p.addr, "/server-status", "X-Forwarded-For: 203.0.113.9\r\n").status, 200);
+    assert_eq!(get(p.addr, "/server-status").status, 403, "the forwarder itself is not allowed");
     get_with(p.addr, "/a", "X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.0.0.2\r\n");
     get_with(p.addr, "/b", "X-Forwarded-For: 10.0.0.3\r\nX-Forwarded-For: 10.0.0.2\r\n");
     get_with(p.addr, "/c", "Forwarded: for=203.0.113.9\r\n");
     get_with(p.addr, "/d", "X-Forwarded-For: unknown\r\n");
-    let lines = access_lines(&site, 4);
+    let lines = access_lines(&site, 6);
     assert_eq!(line_for(&lines, "/a"), "203.0.113.9 127.0.0.1 203.0.113.9 \"GET /a HTTP/1.1\" 404");
     assert_eq!(
         line_for(&lines, "/b"),

@@ -449,7 +449,7 @@ impl<'c> Server<'c> {
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut internal = false;
-        let vhost = dispatch(&self.sites, self.config, &req, conn, &mut reply, &self.token, &mut internal);
+        let vhost = dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut internal);
         conn.internal |= internal;
         if reply.status >= 400 {
             self.sites[vhost].error_page(&mut reply);
@@ -665,7 +665,7 @@ fn dispatch(
     sites: &[Site<'_>],
     config: &Config,
     req: &Request<'_>,
-    conn: &Conn,
+    client: std::net::IpAddr,
     reply: &mut Reply<'_>,
     token: &str,
     internal: &mut bool,
@@ -706,7 +706,7 @@ fn dispatch(
         }
     };
     let site = &sites[index];
-    let ask = Ask { req, path: &clean, query, client: conn.peer.ip() };
+    let ask = Ask { req, path: &clean, query, client };
     site.handler(&clean.bytes).serve(&ask, reply);
     index
 }
