@@ -112,6 +112,7 @@ pub mod handlers;
 pub mod handover;
 pub mod http;
 pub mod listen;
+pub mod location;
 pub mod log;
 pub mod master;
 pub mod pidfile;

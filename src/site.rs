@@ -1,12 +1,14 @@
 //! One vhost as a worker serves it: what answers where, and its error pages.
 //!
-//! Made once per worker from the config ([`Site::open`]): the vhost's own files (what
-//! answers when no location matches, and where its error pages are found) and the
-//! status page if the config puts it there. Directories are opened once per worker
-//! and shared ([`Root`]), so two vhosts or locations serving the same folder share
+//! Made once per worker from the config ([`Site::open`]): a [`Handler`] for each of
+//! the vhost's locations, picked by the table built when the config was loaded
+//! ([`crate::location`]), and the vhost's own files (what answers when no location
+//! matches, and where its error pages are found). Directories are opened once per
+//! worker and shared ([`Root`]), so vhosts and locations serving the same folder share
 //! its descriptor and its cache of files.
 
 use std::io;
+use std::path::Path;
 use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
@@ -14,14 +16,15 @@ use crate::handlers::Handler;
 use crate::handlers::static_file::{Root, StaticFiles};
 use crate::handlers::status_page::StatusPage;
 use crate::http::response::{Body, Reply};
+use crate::location::Serve;
 
 /// One vhost, ready to serve.
 pub struct Site<'c> {
     pub vhost: &'c Vhost,
     /// The vhost's own files.
     files: Handler<'c>,
-    /// The status page at `[status] path`, if enabled.
-    status: Option<(&'c [u8], Handler<'c>)>,
+    /// What answers at each of `vhost.locations`, in the same order.
+    at: Vec<Handler<'c>>,
     /// Every directory this site serves from (to tell each of a change).
     roots: Vec<Rc<Root>>,
 }
@@ -31,11 +34,12 @@ pub struct Site<'c> {
 pub struct Roots(Vec<Rc<Root>>);
 
 impl Roots {
-    fn get(&mut self, vhost: &Vhost, config: &Config) -> io::Result<Rc<Root>> {
-        if let Some(r) = self.0.iter().find(|r| r.path == vhost.root) {
+    /// `dir` as `vhost` serves it (its links rule), opened once.
+    fn get(&mut self, dir: &Path, vhost: &Vhost, config: &Config) -> io::Result<Rc<Root>> {
+        if let Some(r) = self.0.iter().find(|r| r.path == dir && r.symlinks == vhost.symlinks) {
             return Ok(r.clone());
         }
-        let root = Rc::new(Root::open(&vhost.root, vhost.symlinks, config.http.file_check_interval)?);
+        let root = Rc::new(Root::open(dir, vhost.symlinks, config.http.file_check_interval)?);
         self.0.push(root.clone());
         Ok(root)
     }
@@ -54,25 +58,45 @@ impl<'c> Site<'c> {
         status: StatusPage<'c>,
         roots: &mut Roots,
     ) -> io::Result<Site<'c>> {
-        let root = roots.get(vhost, config)?;
-        let files = Handler::Files(StaticFiles {
-            root: root.clone(),
-            strip: 0,
-            index: &vhost.index,
-            autoindex: vhost.autoindex,
-            serve_hidden: vhost.serve_hidden,
-            mime: &config.mime,
-            max_ranges: config.http.max_ranges,
-        });
-        let status = config.status.enabled.then(|| (config.status.path.as_bytes(), Handler::Status(status)));
-        Ok(Site { vhost, files, status, roots: vec![root] })
+        let files = |root, strip, index: &'c [String], autoindex| {
+            Handler::Files(StaticFiles {
+                root,
+                strip,
+                index,
+                autoindex,
+                serve_hidden: vhost.serve_hidden,
+                mime: &config.mime,
+                max_ranges: config.http.max_ranges,
+            })
+        };
+        let root = roots.get(&vhost.root, vhost, config)?;
+        let mut site_roots = vec![root.clone()];
+        let mut at = Vec::with_capacity(vhost.locations.list.len());
+        for l in &vhost.locations.list {
+            at.push(match &l.serve {
+                Serve::Status => Handler::Status(status),
+                Serve::Files(f) => {
+                    let root = roots.get(&f.dir, vhost, config)?;
+                    if !site_roots.iter().any(|r| Rc::ptr_eq(r, &root)) {
+                        site_roots.push(root.clone());
+                    }
+                    // An alias stands for the prefix: what follows it is looked up.
+                    let strip = if f.alias { l.pattern.text().len() } else { 0 };
+                    files(root, strip, &f.index, f.autoindex)
+                }
+            });
+        }
+        let files = files(root, 0, &vhost.index, vhost.autoindex);
+        Ok(Site { vhost, files, at, roots: site_roots })
     }
 
-    /// What answers `path` (decoded and cleaned).
+    /// What answers `path` (decoded and cleaned): its location's handler, or the
+    /// vhost's own files.
+    #[inline]
     pub fn handler(&self, path: &[u8]) -> &Handler<'c> {
-        match &self.status {
-            Some((at, page)) if *at == path => page,
-            _ => &self.files,
+        match self.vhost.locations.find(path) {
+            Some(i) => &self.at[i],
+            None => &self.files,
         }
     }
 

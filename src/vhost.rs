@@ -78,6 +78,7 @@ mod tests {
             tls: None,
             https_redirect: None,
             hsts: None,
+            locations: Default::default(),
         }
     }
 

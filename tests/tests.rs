@@ -13,6 +13,7 @@ mod hostile;
 mod http_engine;
 mod init_scripts;
 mod keepalive;
+mod locations;
 mod logs;
 mod man;
 mod package;

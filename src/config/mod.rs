@@ -12,6 +12,7 @@ mod include;
 mod raw;
 pub mod show;
 pub mod units;
+mod vhost;
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -27,11 +28,13 @@ use toml::Spanned;
 use crate::cidr::Cidr;
 pub use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
+use crate::location::Serve;
 pub use crate::log::ErrorLogTarget;
 use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
 use crate::log::rotate::{Interval, Naming, Rotate};
 pub use crate::sys::Symlinks;
+pub use vhost::Vhost;
 
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
@@ -159,27 +162,6 @@ pub struct Status {
 }
 
 #[derive(Debug, Clone)]
-pub struct Vhost {
-    /// Lower-case names; `*.example.com` entries are kept with their `*.`.
-    pub server_names: Vec<String>,
-    pub root: PathBuf,
-    pub index: Vec<String>,
-    pub autoindex: bool,
-    pub serve_hidden: bool,
-    pub symlinks: Symlinks,
-    /// Status code → path of the page (URL path under this vhost's root).
-    pub error_pages: Vec<(u16, String)>,
-    /// The included file that declares it (`None`: the main file).
-    pub source: Option<PathBuf>,
-    /// The certificate served to clients that name this vhost (SNI).
-    pub tls: Option<Arc<crate::tls::VhostCert>>,
-    /// 301 or 308: a request on a plain listener is redirected to `https://`.
-    pub https_redirect: Option<u16>,
-    /// The `Strict-Transport-Security` value of this vhost's HTTPS answers.
-    pub hsts: Option<String>,
-}
-
-#[derive(Debug, Clone)]
 pub struct AccessLog {
     pub path: PathBuf,
     pub format: LogFormat,
@@ -283,6 +265,12 @@ impl Ctx<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// `file:line` of a span, for messages that are not errors.
+    fn position(&self, span: Range<usize>) -> String {
+        let line = self.text[..span.start.min(self.text.len())].matches('\n').count() + 1;
+        format!("{}:{line}", self.file.display())
     }
 
     fn error(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
@@ -447,10 +435,12 @@ impl Ctx<'_> {
         let tls_listener = raw.server.listen.iter().zip(&listen).find(|(_, l)| l.tls).map(|(raw, _)| raw);
         let mut vhosts = Vec::new();
         let mut vhost_logs = Vec::new();
+        let mut notes = self.notes(&raw);
         for s in &sources {
             for v in s.vhosts {
                 let mut vhost = s.ctx.vhost(v, &root, tls_listener.is_some())?;
                 vhost.source = s.file.map(Path::to_path_buf);
+                s.ctx.locations(&v.location, &mut vhost, &root, &status, &mut notes)?;
                 for a in &v.access_log {
                     vhost_logs.push(s.ctx.access_log(a, &root, Some(vhosts.len()), s.file)?);
                 }
@@ -495,7 +485,7 @@ impl Ctx<'_> {
                     ErrorLogTarget::File(p) => Some(p),
                     _ => None,
                 });
-                for p in vhosts.iter().map(|v| &v.root).chain(logs).chain(&coredump_dir) {
+                for p in vhosts.iter().flat_map(Vhost::dirs).chain(logs).chain(&coredump_dir) {
                     if !p.starts_with(&dir) {
                         return Err(self.spanned(
                             c,
@@ -547,7 +537,7 @@ impl Ctx<'_> {
             access_logs,
             tls,
             root,
-            notes: self.notes(&raw),
+            notes,
         })
     }
 
@@ -750,90 +740,6 @@ impl Ctx<'_> {
             .map_err(|e| self.spanned(user, format!("cannot list the groups of {:?}: {e}", u.name)))?;
         Ok(Some(RunAs { user: u.name, uid: u.uid, gid, groups }))
     }
-
-    /// One `[[vhost]]`; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
-    /// needs one).
-    fn vhost(&self, v: &RawVhost, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
-        let doc_root = absolute(root, v.root.get_ref());
-        let meta = std::fs::metadata(&doc_root)
-            .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
-        if !meta.is_dir() {
-            return Err(self.spanned(&v.root, format!("vhost root {} is not a directory", doc_root.display())));
-        }
-        let mut error_pages = Vec::new();
-        for (code, page) in &v.error_pages {
-            let code: u16 = code.parse().ok().filter(|c| (400..600).contains(c)).ok_or_else(|| {
-                self.spanned(page, format!("error_pages key {code:?} is not a status from 400 to 599"))
-            })?;
-            if !page.get_ref().starts_with('/') {
-                return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
-            }
-            error_pages.push((code, page.get_ref().clone()));
-        }
-        for idx in &v.index {
-            if idx.is_empty() || idx.contains('/') {
-                return Err(self.spanned(&v.root, format!("index entry {idx:?} must be a plain file name")));
-            }
-        }
-        let symlinks = match &v.symlinks {
-            None => Symlinks::Inside,
-            Some(s) => match s.get_ref().as_str() {
-                "inside" => Symlinks::Inside,
-                "never" => Symlinks::Never,
-                "follow" => Symlinks::Follow,
-                _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
-            },
-        };
-        let server_names: Vec<String> =
-            v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
-        let tls = match (&v.tls_cert, &v.tls_key) {
-            (None, None) => None,
-            (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
-            (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
-            (Some(c), Some(k)) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64);
-                let key_file = absolute(root, k.get_ref());
-                let cert = crate::tls::load(&absolute(root, c.get_ref()), &key_file, &server_names, now)
-                    // The error points at the line of the file at fault.
-                    .map_err(|e| self.spanned(if e.file() == key_file { k } else { c }, e.to_string()))?;
-                Some(Arc::new(cert))
-            }
-        };
-        let https_redirect = match &v.https_redirect {
-            None => None,
-            Some(r) if !tls_listener => {
-                return Err(self.spanned(r, "https_redirect needs a listen entry with tls = true"));
-            }
-            Some(r) if matches!(*r.get_ref(), 301 | 308) => Some(*r.get_ref()),
-            Some(r) => return Err(self.spanned(r, "https_redirect must be 301 or 308")),
-        };
-        let hsts = match &v.hsts {
-            None => None,
-            Some(h) if valid_hsts(h.get_ref()) => Some(h.get_ref().clone()),
-            Some(h) => {
-                return Err(self.spanned(
-                    h,
-                    "hsts must be a Strict-Transport-Security value: \"max-age=SECONDS\", then optionally \"; includeSubDomains\" and \"; preload\"",
-                ));
-            }
-        };
-        Ok(Vhost {
-            symlinks,
-            tls,
-            https_redirect,
-            hsts,
-            server_names,
-            // Canonical, so that containment checks compare like with like.
-            root: std::fs::canonicalize(&doc_root).unwrap_or(doc_root),
-            index: v.index.clone(),
-            autoindex: v.autoindex,
-            serve_hidden: v.serve_hidden,
-            error_pages,
-            source: None,
-        })
-    }
 }
 
 impl Config {
@@ -854,6 +760,11 @@ impl Config {
         let mut c = self.clone();
         for v in &mut c.vhosts {
             v.root = inside(&v.root);
+            for l in &mut v.locations.list {
+                if let Serve::Files(f) = &mut l.serve {
+                    f.dir = inside(&f.dir);
+                }
+            }
         }
         for a in &mut c.access_logs {
             a.path = inside(&a.path);
@@ -871,15 +782,6 @@ impl Config {
 fn absolute(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
     if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
-}
-
-/// A `Strict-Transport-Security` value (RFC 6797 §6.1): `max-age` and the two
-/// directives browsers know.
-fn valid_hsts(v: &str) -> bool {
-    let mut parts = v.split(';').map(str::trim);
-    let max_age = parts.next().and_then(|p| p.strip_prefix("max-age="));
-    max_age.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        && parts.all(|p| p.eq_ignore_ascii_case("includeSubDomains") || p.eq_ignore_ascii_case("preload"))
 }
 
 /// `"8080"` (all IPv4 addresses), `"127.0.0.1:8080"`, `"[::1]:8080"`, `"*:8080"`.

@@ -241,6 +241,24 @@ pub(crate) struct RawVhost {
     pub(crate) https_redirect: Option<Spanned<u16>>,
     /// The `Strict-Transport-Security` value sent with HTTPS answers.
     pub(crate) hsts: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) location: Vec<Spanned<RawLocation>>,
+}
+
+/// `[[vhost.location]]`: one of `exact`, `prefix`, `regex`; then what answers there
+/// (the status page, or files with their own `root` or `alias`, `index`, `autoindex`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLocation {
+    pub(crate) exact: Option<Spanned<String>>,
+    pub(crate) prefix: Option<Spanned<String>>,
+    pub(crate) regex: Option<Spanned<String>>,
+    pub(crate) root: Option<Spanned<String>>,
+    pub(crate) alias: Option<Spanned<String>>,
+    pub(crate) index: Option<Vec<String>>,
+    pub(crate) autoindex: Option<bool>,
+    #[serde(default)]
+    pub(crate) status: bool,
 }
 
 #[derive(Debug, Deserialize)]

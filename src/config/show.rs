@@ -14,6 +14,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
+use crate::location::Serve;
 use crate::log::filter::Condition;
 use crate::log::rotate::{Interval, Naming, Rotate};
 
@@ -97,6 +98,19 @@ pub fn show(c: &Config) -> String {
         for log in c.access_logs.iter().filter(|a| a.vhost == Some(i)) {
             t.array_table("vhost.access_log");
             access_log(&mut t, log);
+        }
+        // The status page's location that `[status] enabled` adds is said there.
+        for l in v.locations.list.iter().filter(|l| l.at.is_some()) {
+            t.array_table("vhost.location");
+            t.key(l.pattern.key(), string(l.pattern.text()));
+            match &l.serve {
+                Serve::Status => t.key("status", Value::Boolean(true)),
+                Serve::Files(f) => {
+                    t.key(if f.alias { "alias" } else { "root" }, path(&f.dir));
+                    t.key("index", strings(&f.index));
+                    t.key("autoindex", Value::Boolean(f.autoindex));
+                }
+            }
         }
     }
     for log in c.access_logs.iter().filter(|a| a.vhost.is_none()) {
@@ -412,6 +426,17 @@ flush = "250ms"
 include = [{ status = "4xx" }, { status = 418 }, { status = "300-302", method = "GET" }]
 exclude = [{ client = "10.1.0.0/16", path = "/health", path_pattern = "^/x", user_agent = "bot", header = "X-Skip", internal = false }]
 rotate = { interval = "hourly", naming = "%Y%m%d%H", local_time = false, compress = true }
+[[vhost.location]]
+exact = "/robots.txt"
+root = "site2"
+[[vhost.location]]
+prefix = "/files/"
+alias = "site2"
+index = []
+autoindex = false
+[[vhost.location]]
+regex = '^/(\w+)\.st$'
+status = true
 [[vhost]]
 root = "site2"
 symlinks = "never"
@@ -445,6 +470,9 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
              { addr = \"127.0.0.1:8444\", proxy_protocol = true }]",
             "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nforwarded_header = \"Forwarded\"",
             "https_redirect = 308\nhsts = \"max-age=600; includeSubDomains\"",
+            "[[vhost.location]]\nprefix = \"/files/\"\nalias = \"",
+            "[[vhost.location]]\nregex = '^/(\\w+)\\.st$'\nstatus = true",
+            "[[vhost.location]]\nexact = \"/robots.txt\"\nroot = \"",
         ] {
             assert!(first.contains(want), "{want} not in\n{first}");
         }
@@ -506,6 +534,17 @@ hsts = "max-age=1"
 [[vhost.access_log]]
 path = "v.log"
 rotate = { interval = "daily" }
+[[vhost.location]]
+exact = "/a"
+root = "core"
+[[vhost.location]]
+prefix = "/b/"
+alias = "core"
+index = ["x.html"]
+autoindex = true
+[[vhost.location]]
+regex = "^/c"
+status = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

@@ -32,8 +32,8 @@ use crate::sys::{self, Symlinks};
 /// location that serves from it.
 pub struct Root {
     pub path: PathBuf,
+    pub symlinks: Symlinks,
     dir: File,
-    symlinks: Symlinks,
     cache: RefCell<FileCache>,
 }
 

@@ -227,6 +227,7 @@ mod tests {
                 https_redirect: None,
                 hsts: None,
                 source: None,
+                locations: Default::default(),
             }
         };
         let vhosts =

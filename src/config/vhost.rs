@@ -1,0 +1,312 @@
+//! A `[[vhost]]` as the config resolves it: names, root, files, TLS, and its
+//! `[[vhost.location]]` blocks (see [`crate::location`]), checked so that a location
+//! that can never be chosen is an error and one that takes another's paths is said
+//! by `pika -t` and in the error log.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toml::Spanned;
+
+use super::raw::{RawLocation, RawVhost};
+use super::{ConfigError, Ctx, Status, Symlinks, absolute};
+use crate::location::{self, Files, Finding, Location, Locations, Pattern, Serve};
+
+#[derive(Debug, Clone)]
+pub struct Vhost {
+    /// Lower-case names; `*.example.com` entries are kept with their `*.`.
+    pub server_names: Vec<String>,
+    pub root: PathBuf,
+    pub index: Vec<String>,
+    pub autoindex: bool,
+    pub serve_hidden: bool,
+    pub symlinks: Symlinks,
+    /// Status code → path of the page (URL path under this vhost's root).
+    pub error_pages: Vec<(u16, String)>,
+    /// The included file that declares it (`None`: the main file).
+    pub source: Option<PathBuf>,
+    /// The certificate served to clients that name this vhost (SNI).
+    pub tls: Option<Arc<crate::tls::VhostCert>>,
+    /// 301 or 308: a request on a plain listener is redirected to `https://`.
+    pub https_redirect: Option<u16>,
+    /// The `Strict-Transport-Security` value of this vhost's HTTPS answers.
+    pub hsts: Option<String>,
+    /// Its `[[vhost.location]]` blocks (and the status page's, from `[status]`).
+    pub locations: Locations,
+}
+
+impl Vhost {
+    /// Every directory it serves files from: its root, then its locations' own.
+    pub fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        let own = self.locations.list.iter().filter_map(|l| match &l.serve {
+            Serve::Files(f) => Some(&f.dir),
+            Serve::Status => None,
+        });
+        std::iter::once(&self.root).chain(own)
+    }
+}
+
+impl Ctx<'_> {
+    /// One `[[vhost]]`; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
+    /// needs one). Its locations come from [`Ctx::locations`].
+    pub(super) fn vhost(&self, v: &RawVhost, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
+        let doc_root = absolute(root, v.root.get_ref());
+        let meta = std::fs::metadata(&doc_root)
+            .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
+        if !meta.is_dir() {
+            return Err(self.spanned(&v.root, format!("vhost root {} is not a directory", doc_root.display())));
+        }
+        let mut error_pages = Vec::new();
+        for (code, page) in &v.error_pages {
+            let code: u16 = code.parse().ok().filter(|c| (400..600).contains(c)).ok_or_else(|| {
+                self.spanned(page, format!("error_pages key {code:?} is not a status from 400 to 599"))
+            })?;
+            if !page.get_ref().starts_with('/') {
+                return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
+            }
+            error_pages.push((code, page.get_ref().clone()));
+        }
+        for idx in &v.index {
+            if idx.is_empty() || idx.contains('/') {
+                return Err(self.spanned(&v.root, format!("index entry {idx:?} must be a plain file name")));
+            }
+        }
+        let symlinks = match &v.symlinks {
+            None => Symlinks::Inside,
+            Some(s) => match s.get_ref().as_str() {
+                "inside" => Symlinks::Inside,
+                "never" => Symlinks::Never,
+                "follow" => Symlinks::Follow,
+                _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
+            },
+        };
+        let server_names: Vec<String> =
+            v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
+        let tls = match (&v.tls_cert, &v.tls_key) {
+            (None, None) => None,
+            (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
+            (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
+            (Some(c), Some(k)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let key_file = absolute(root, k.get_ref());
+                let cert = crate::tls::load(&absolute(root, c.get_ref()), &key_file, &server_names, now)
+                    // The error points at the line of the file at fault.
+                    .map_err(|e| self.spanned(if e.file() == key_file { k } else { c }, e.to_string()))?;
+                Some(Arc::new(cert))
+            }
+        };
+        let https_redirect = match &v.https_redirect {
+            None => None,
+            Some(r) if !tls_listener => {
+                return Err(self.spanned(r, "https_redirect needs a listen entry with tls = true"));
+            }
+            Some(r) if matches!(*r.get_ref(), 301 | 308) => Some(*r.get_ref()),
+            Some(r) => return Err(self.spanned(r, "https_redirect must be 301 or 308")),
+        };
+        let hsts = match &v.hsts {
+            None => None,
+            Some(h) if valid_hsts(h.get_ref()) => Some(h.get_ref().clone()),
+            Some(h) => {
+                return Err(self.spanned(
+                    h,
+                    "hsts must be a Strict-Transport-Security value: \"max-age=SECONDS\", then optionally \"; includeSubDomains\" and \"; preload\"",
+                ));
+            }
+        };
+        Ok(Vhost {
+            symlinks,
+            tls,
+            https_redirect,
+            hsts,
+            server_names,
+            // Canonical, so that containment checks compare like with like.
+            root: std::fs::canonicalize(&doc_root).unwrap_or(doc_root),
+            index: v.index.clone(),
+            autoindex: v.autoindex,
+            serve_hidden: v.serve_hidden,
+            error_pages,
+            source: None,
+            locations: Locations::default(),
+        })
+    }
+
+    /// The locations of a vhost resolved by [`Ctx::vhost`], and the status page's
+    /// from the old `[status] enabled`/`path` keys unless a location has that exact
+    /// path already. What `check` finds either fails the config (a location that can
+    /// never be chosen) or goes to `notes`.
+    pub(super) fn locations(
+        &self,
+        raw: &[Spanned<RawLocation>],
+        vhost: &mut Vhost,
+        root: &Path,
+        status: &Status,
+        notes: &mut Vec<String>,
+    ) -> Result<(), ConfigError> {
+        let mut list = Vec::with_capacity(raw.len() + 1);
+        for l in raw {
+            list.push(self.location(l, vhost, root)?);
+        }
+        if status.enabled {
+            let taken = list.iter().any(|l| matches!(&l.pattern, Pattern::Exact(p) if *p == status.path));
+            if taken {
+                notes.push(format!(
+                    "{}: [status] path {:?} is also an exact location of vhost {}: that location answers there",
+                    self.file.display(),
+                    status.path,
+                    vhost.server_names.first().map_or("(no name)", String::as_str)
+                ));
+            } else {
+                list.push(Location { pattern: Pattern::Exact(status.path.clone()), serve: Serve::Status, at: None });
+            }
+        }
+        for f in location::check(&list) {
+            let text = location::describe(&f, &list);
+            match f {
+                Finding::Unreachable { at, .. } => {
+                    return Err(self.spanned(&raw[at], text));
+                }
+                Finding::Overlap { .. } | Finding::Shadowed { .. } => notes.push(text),
+            }
+        }
+        vhost.locations = Locations::new(list);
+        Ok(())
+    }
+
+    /// One `[[vhost.location]]`: what it matches, what answers there.
+    fn location(&self, l: &Spanned<RawLocation>, vhost: &Vhost, root: &Path) -> Result<Location, ConfigError> {
+        let raw = l.get_ref();
+        let at = Some(self.position(l.span()));
+        let pattern = match (&raw.exact, &raw.prefix, &raw.regex) {
+            (Some(p), None, None) => Pattern::Exact(self.location_path(p)?),
+            (None, Some(p), None) => Pattern::Prefix(self.location_path(p)?),
+            (None, None, Some(r)) => Pattern::Regex(
+                regex_lite::Regex::new(r.get_ref())
+                    .map_err(|e| self.spanned(r, format!("bad regex {:?}: {e}", r.get_ref())))?,
+            ),
+            _ => return Err(self.spanned(l, "a location needs exactly one of exact, prefix or regex")),
+        };
+        if raw.status {
+            if raw.root.is_some() || raw.alias.is_some() || raw.index.is_some() || raw.autoindex.is_some() {
+                return Err(self.spanned(
+                    l,
+                    "a location with status = true serves the status page, not files: \
+                     no root, alias, index or autoindex",
+                ));
+            }
+            return Ok(Location { pattern, serve: Serve::Status, at });
+        }
+        let (dir, alias) = match (&raw.root, &raw.alias) {
+            (Some(_), Some(a)) => return Err(self.spanned(a, "a location has root or alias, not both")),
+            (Some(r), None) => (self.location_dir(r, root, "root")?, false),
+            (None, Some(a)) if !matches!(pattern, Pattern::Prefix(_)) => {
+                return Err(self.spanned(
+                    a,
+                    "alias stands for a location's prefix: it goes with prefix (use root with exact or regex)",
+                ));
+            }
+            (None, Some(a)) => (self.location_dir(a, root, "alias")?, true),
+            (None, None) => (vhost.root.clone(), false),
+        };
+        let index = match &raw.index {
+            Some(list) => {
+                if let Some(bad) = list.iter().find(|i| i.is_empty() || i.contains('/')) {
+                    return Err(self.spanned(l, format!("index entry {bad:?} must be a plain file name")));
+                }
+                list.clone()
+            }
+            None => vhost.index.clone(),
+        };
+        let autoindex = raw.autoindex.unwrap_or(vhost.autoindex);
+        Ok(Location { pattern, serve: Serve::Files(Files { dir, alias, index, autoindex }), at })
+    }
+
+    fn location_path(&self, p: &Spanned<String>) -> Result<String, ConfigError> {
+        if !p.get_ref().starts_with('/') {
+            return Err(self.spanned(p, "a location's path starts with '/'"));
+        }
+        Ok(p.get_ref().clone())
+    }
+
+    /// A location's `root` or `alias`: a directory, made absolute and canonical.
+    fn location_dir(&self, d: &Spanned<String>, root: &Path, key: &str) -> Result<PathBuf, ConfigError> {
+        let dir = absolute(root, d.get_ref());
+        let meta = std::fs::metadata(&dir).map_err(|e| self.spanned(d, format!("{key} {}: {e}", dir.display())))?;
+        if !meta.is_dir() {
+            return Err(self.spanned(d, format!("{key} {} is not a directory", dir.display())));
+        }
+        Ok(std::fs::canonicalize(&dir).unwrap_or(dir))
+    }
+}
+
+/// A `Strict-Transport-Security` value (RFC 6797 §6.1): `max-age` and the two
+/// directives browsers know.
+fn valid_hsts(v: &str) -> bool {
+    let mut parts = v.split(';').map(str::trim);
+    let max_age = parts.next().and_then(|p| p.strip_prefix("max-age="));
+    max_age.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        && parts.all(|p| p.eq_ignore_ascii_case("includeSubDomains") || p.eq_ignore_ascii_case("preload"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::location::{Pattern, Serve};
+
+    fn parse(vhosts: &str, extra: &str) -> Result<crate::config::Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["conf", "htdocs", "other"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let text = format!("[server]\nlisten = [\"8080\"]\nmime_types = \"builtin\"\n{extra}\n{vhosts}");
+        crate::config::parse(&text, &dir.path().join("conf/pika.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_old_status_keys_add_an_exact_location_to_every_vhost() {
+        let two = "[[vhost]]\nroot = \"htdocs\"\n[[vhost]]\nroot = \"other\"\n";
+        let c = parse(two, "[status]\nenabled = true\npath = \"/st\"\n").unwrap();
+        for v in &c.vhosts {
+            let l = &v.locations.list[0];
+            assert!(matches!(&l.pattern, Pattern::Exact(p) if p == "/st") && l.serve == Serve::Status);
+            assert_eq!(v.locations.find(b"/st"), Some(0));
+        }
+        assert!(parse(two, "").unwrap().vhosts.iter().all(|v| v.locations.list.is_empty()), "off by default");
+        // A vhost with its own exact location there keeps it, and hears of it.
+        let own = "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/st\"\nroot = \"other\"\n";
+        let c = parse(own, "[status]\nenabled = true\npath = \"/st\"\n").unwrap();
+        assert_eq!(c.vhosts[0].locations.list.len(), 1);
+        assert!(matches!(c.vhosts[0].locations.list[0].serve, Serve::Files(_)));
+        assert!(c.notes.iter().any(|n| n.contains("[status] path \"/st\" is also an exact location")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn files_inherit_the_vhost_unless_the_location_says() {
+        let v = "[[vhost]]\nroot = \"htdocs\"\nindex = [\"a.html\"]\nautoindex = true\n\
+                 [[vhost.location]]\nprefix = \"/p/\"\n\
+                 [[vhost.location]]\nprefix = \"/q/\"\nalias = \"other\"\nindex = []\nautoindex = false\n";
+        let c = parse(v, "").unwrap();
+        let files = |i: usize| match &c.vhosts[0].locations.list[i].serve {
+            Serve::Files(f) => f.clone(),
+            Serve::Status => panic!("files expected"),
+        };
+        let (p, q) = (files(0), files(1));
+        assert_eq!(
+            (p.dir == c.vhosts[0].root, p.alias, p.index.as_slice(), p.autoindex),
+            (true, false, &["a.html".to_string()][..], true)
+        );
+        assert!(q.dir.ends_with("other") && q.alias && q.index.is_empty() && !q.autoindex);
+        let dirs: Vec<_> = c.vhosts[0].dirs().collect();
+        assert_eq!(dirs.len(), 3);
+        // A chroot must hold a location's directory too (`extra` lands in [server]).
+        let outside = "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/x/\"\nroot = \"/\"\n";
+        assert!(parse(outside, "").is_ok());
+        let e = parse(outside, "chroot = \".\"").unwrap_err();
+        assert!(e.contains("is outside the chroot"), "{e}");
+        let jailed = parse(&outside.replace("root = \"/\"", "root = \"other\""), "chroot = \".\"").unwrap();
+        let inside = jailed.jailed(jailed.chroot.as_deref().unwrap());
+        assert!(
+            matches!(&inside.vhosts[0].locations.list[0].serve, Serve::Files(f) if f.dir == std::path::Path::new("/other"))
+        );
+    }
+}

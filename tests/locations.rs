@@ -1,0 +1,178 @@
+//! `[[vhost.location]]`: which location answers (exact, then the first regex, then
+//! the longest prefix), files from a location's own root or alias, the status page
+//! as a location (and the old `[status] path`), and what `pika -t` says about
+//! locations that overlap or can never be chosen.
+
+use std::process::Command;
+
+use crate::util::*;
+
+/// A site where each folder's `f.txt` says which folder it is.
+fn site_with_folders(folders: &[&str]) -> Site {
+    let site = Site::new();
+    for f in folders {
+        site.write(&format!("{f}/f.txt"), format!("{f}\n"));
+        site.write(&format!("{f}/static/f.txt"), format!("{f}/static\n"));
+        site.write(&format!("{f}/static/img/f.txt"), format!("{f}/static/img\n"));
+    }
+    site
+}
+
+fn start(site: &Site, locations: &str) -> Pika {
+    site.config("", &format!("[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n{locations}"));
+    Pika::start(site, "-X")
+}
+
+fn body(p: &Pika, path: &str) -> String {
+    let r = get(p.addr, path);
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    r.text()
+}
+
+#[test]
+fn exact_beats_prefix_and_the_longest_prefix_wins() {
+    let site = site_with_folders(&["htdocs", "a", "b", "c"]);
+    let p = start(
+        &site,
+        "[[vhost.location]]\nprefix = \"/static/\"\nroot = \"a\"\n\
+         [[vhost.location]]\nexact = \"/static/f.txt\"\nroot = \"b\"\n\
+         [[vhost.location]]\nprefix = \"/static/img/\"\nroot = \"c\"\n",
+    );
+    assert_eq!(body(&p, "/static/f.txt"), "b/static\n", "exact beats the prefix written before it");
+    assert_eq!(body(&p, "/static/img/f.txt"), "c/static/img\n", "the longest prefix");
+    assert_eq!(get(p.addr, "/static/missing").status, 404, "the prefix's root, not the vhost's");
+    assert_eq!(body(&p, "/f.txt"), "htdocs\n", "no location: the vhost's root");
+    // Matched on the cleaned path: what a client spells differently lands alike.
+    assert_eq!(body(&p, "/static/x/../f.txt"), "b/static\n");
+    assert_eq!(get(p.addr, "/static%2Fimg/f.txt").status, 404, "an encoded slash is refused before any location");
+}
+
+#[test]
+fn the_first_regex_in_the_file_wins_and_beats_a_prefix() {
+    let site = site_with_folders(&["htdocs", "a", "b", "c"]);
+    site.write("a/static/x.css", "a css\n");
+    site.write("b/static/x.css", "b css\n");
+    site.write("c/static/x.css", "c css\n");
+    let p = start(
+        &site,
+        "[[vhost.location]]\nprefix = \"/static/\"\nroot = \"c\"\n\
+         [[vhost.location]]\nregex = '\\.css$'\nroot = \"a\"\n\
+         [[vhost.location]]\nregex = '^/static/'\nroot = \"b\"\n",
+    );
+    assert_eq!(body(&p, "/static/x.css"), "a css\n", "both regexes match: the first in the file");
+    assert_eq!(body(&p, "/static/f.txt"), "b/static\n", "a regex beats a prefix");
+    assert_eq!(body(&p, "/f.txt"), "htdocs\n");
+}
+
+#[test]
+fn a_location_serves_from_its_own_root_or_alias_with_its_own_index() {
+    let site = site_with_folders(&["htdocs"]);
+    site.write("shared/robots.txt", "shared robots\n");
+    site.write("files/doc/readme.txt", "readme\n");
+    site.write("files/doc/start.html", "start page\n");
+    site.write("files/list/one.txt", "1\n");
+    let p = start(
+        &site,
+        "[[vhost.location]]\nexact = \"/robots.txt\"\nroot = \"shared\"\n\
+         [[vhost.location]]\nprefix = \"/docs/\"\nalias = \"files/doc\"\nindex = [\"start.html\"]\n\
+         [[vhost.location]]\nprefix = \"/list\"\nalias = \"files/list\"\nautoindex = true\n",
+    );
+    assert_eq!(body(&p, "/robots.txt"), "shared robots\n", "root: the whole path under the location's root");
+    assert_eq!(body(&p, "/docs/readme.txt"), "readme\n", "alias: what follows the prefix, under the alias");
+    assert_eq!(body(&p, "/docs/"), "start page\n", "the location's own index");
+    let listing = get(p.addr, "/list/");
+    assert_eq!(listing.status, 200);
+    assert!(listing.text().contains("one.txt"), "the location's own autoindex: {}", listing.text());
+    let r = get(p.addr, "/list");
+    assert_eq!((r.status, r.header("location").as_deref()), (301, Some("/list/")), "a directory gets its slash");
+    assert_eq!(get(p.addr, "/listing").status, 404, "only looks like it continues the prefix");
+    assert_eq!(get(p.addr, "/docs/../f.txt").status, 200, "cleaned first: /f.txt, the vhost's");
+    assert_eq!(get(p.addr, "/docs/%2e%2e/%2e%2e/etc/passwd").status, 400, "no way above the root");
+}
+
+#[test]
+fn the_status_page_is_a_location_and_the_old_key_still_works() {
+    let site = Site::new();
+    let p = start(&site, "[[vhost.location]]\nexact = \"/st\"\nstatus = true\n");
+    let r = get(p.addr, "/st?auto");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("Scoreboard: "), "{}", r.text());
+    assert_eq!(get(p.addr, "/server-status").status, 404, "not at the old path unless [status] says so");
+
+    // The old way: [status] enabled and path, read as an exact location in every vhost.
+    let site = Site::new();
+    site.config(
+        "",
+        "[status]\nenabled = true\npath = \"/old-status\"\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost]]\nserver_names = [\"other\"]\nroot = \"htdocs\"\n",
+    );
+    let p = Pika::start(&site, "-X");
+    for host in ["localhost", "other"] {
+        let r = raw(
+            p.addr,
+            format!("GET /old-status?auto HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{host}");
+        assert!(r.text().contains("Scoreboard: "), "{host}: {}", r.text());
+    }
+    let r = raw(p.addr, b"POST /old-status HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(r.status, 405, "the status page is only read");
+}
+
+fn check(site: &Site, locations: &str) -> (Option<i32>, String) {
+    site.config("", &format!("[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n{locations}"));
+    let o = Command::new(BIN).args(["-t", "-f"]).arg(site.path("conf/pika.toml")).output().expect("run pika -t");
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn dash_t_reports_overlapping_and_unreachable_locations() {
+    let site = Site::new();
+    site.write("a/x", "");
+    // A regex that takes paths written for a prefix: said, and the config is fine.
+    let (code, out) = check(
+        &site,
+        "[[vhost.location]]\nprefix = \"/static/\"\nroot = \"a\"\n\
+         [[vhost.location]]\nregex = '^/static/'\nstatus = true\n",
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("warning: the location at ")
+            && out.contains("(prefix = \"/static/\") does not answer \"/static/\"")
+            && out.contains("(regex = \"^/static/\") is chosen there"),
+        "{out}"
+    );
+    assert!(out.contains("syntax is ok"), "{out}");
+    // A regex that matches every path shadows every prefix.
+    let (code, out) = check(
+        &site,
+        "[[vhost.location]]\nregex = '.'\nroot = \"a\"\n[[vhost.location]]\nprefix = \"/p/\"\nroot = \"a\"\n",
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("(prefix = \"/p/\") is never chosen") && out.contains("matches every path"), "{out}");
+    // The same exact path twice: the second can never be chosen, an error with its line.
+    let (code, out) = check(
+        &site,
+        "[[vhost.location]]\nexact = \"/a\"\nroot = \"a\"\n[[vhost.location]]\nexact = \"/a\"\nstatus = true\n",
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("pika.toml:11:1: this location (exact = \"/a\") can never be chosen"), "{out}");
+    assert!(out.contains("pika.toml:8 (exact = \"/a\") is the same"), "{out}");
+    // A path no cleaned request path has.
+    let (code, out) = check(&site, "[[vhost.location]]\nprefix = \"/a/../b/\"\nroot = \"a\"\n");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("can never be chosen") && out.contains("'..'"), "{out}");
+    // And the mistakes that are not about matching.
+    for (block, says) in [
+        ("exact = \"/a\"\nprefix = \"/b\"\n", "exactly one of exact, prefix or regex"),
+        ("exact = \"/a\"\nalias = \"a\"\n", "alias stands for a location's prefix"),
+        ("prefix = \"/a\"\nstatus = true\nroot = \"a\"\n", "serves the status page, not files"),
+        ("regex = '('\n", "bad regex"),
+        ("prefix = \"/a\"\nroot = \"missing\"\n", "root"),
+    ] {
+        let (code, out) = check(&site, &format!("[[vhost.location]]\n{block}"));
+        assert_eq!(code, Some(1), "{block}: {out}");
+        assert!(out.contains(says), "{block}: {out}");
+    }
+}
