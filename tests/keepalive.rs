@@ -302,3 +302,57 @@ fn a_worker_takes_no_more_than_max_connections_and_the_pool_grows_instead() {
     assert!(per_worker.iter().filter(|&&n| n > 0).count() >= 4, "{per_worker:?}");
     assert!(all_answer_again(&mut held).iter().all(|&open| open));
 }
+
+/// A worker blocked in a write to a client that does not read hands the idle
+/// connections it holds to another worker, so their next requests do not wait for
+/// the slow download to end (it could take until `send_timeout`).
+#[test]
+fn a_slow_reader_does_not_hold_up_the_connections_beside_it() {
+    let site = Site::new();
+    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(256 << 20).unwrap();
+    site.config(
+        "",
+        "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\nmax = 4\n\
+         [http]\nkeepalive_timeout = \"60s\"\nsend_timeout = \"60s\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%P %{X-Id}i\"\nbuffer = 0\n",
+    );
+    let p = Pika::start(&site, "-F");
+    // Eight kept-alive connections; the log says which worker holds which.
+    let mut conns: Vec<TcpStream> = (0..8)
+        .map(|n| {
+            let mut s = connect(p.addr);
+            s.write_all(format!("GET / HTTP/1.1\r\nHost: localhost\r\nX-Id: {n}\r\n\r\n").as_bytes()).unwrap();
+            assert_eq!(read_response(&mut s, false).unwrap().status, 200);
+            s
+        })
+        .collect();
+    let lines = wait_lines(&site, 8);
+    let worker_of = |n: usize| -> i32 {
+        lines.iter().find_map(|l| l.strip_suffix(&format!(" {n}"))?.parse().ok()).expect("a line per connection")
+    };
+    // A connection whose worker holds at least one other: it asks for a large file
+    // and reads none of it.
+    let slow = (0..8).find(|&n| (0..8).any(|m| m != n && worker_of(m) == worker_of(n))).expect("two on one worker");
+    let stuck = worker_of(slow);
+    let beside: Vec<usize> = (0..8).filter(|&m| m != slow && worker_of(m) == stuck).collect();
+    nix::sys::socket::setsockopt(&conns[slow], nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
+    conns[slow].write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the worker blocked in sendfile", || {
+        let call = std::fs::read_to_string(format!("/proc/{stuck}/syscall")).ok()?;
+        (call.split_whitespace().next()? == libc::SYS_sendfile.to_string()).then_some(())
+    });
+    let t = Instant::now();
+    for &m in &beside {
+        conns[m].write_all(GET).unwrap();
+    }
+    for &m in &beside {
+        let r = read_response(&mut conns[m], false).expect("an answer");
+        assert_eq!((r.status, r.header("connection")), (200, None), "answered on its own connection, kept alive");
+    }
+    let waited = t.elapsed();
+    eprintln!("beside a stalled download, {} held connections were answered after {waited:?}", beside.len());
+    assert!(waited < Duration::from_secs(10), "they waited {waited:?} behind the slow reader");
+    let log = site.error_log();
+    assert!(log.contains("a slow client holds this worker: handed"), "{log}");
+    assert!(alive(stuck), "the slow download goes on");
+}

@@ -56,6 +56,9 @@ pub trait Observer {
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
+    /// A write has waited a slice on a client slow to read: the worker may let the
+    /// other connections it holds be served elsewhere meanwhile.
+    fn stalled(&mut self) {}
 }
 
 /// What is known of one connection between its requests: owned by the caller, so a
@@ -565,8 +568,14 @@ impl HeadWriter {
         let date = self.date.at(start);
         response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
         let send_body = !how.head_only && !response::bodiless(reply.status);
-        let mut heartbeat = || obs.heartbeat();
-        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, waiting);
+        // Both callbacks reach the observer; they never run at the same time.
+        let obs = std::cell::RefCell::new(obs);
+        let mut heartbeat = || obs.borrow_mut().heartbeat();
+        let mut stalled = || {
+            waiting();
+            obs.borrow_mut().stalled();
+        };
+        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
         let sent = response::send(t, &self.head, send_body.then_some(&body), &mut pacer);
         let body_bytes = if send_body { body.len() } else { 0 };
         Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start }

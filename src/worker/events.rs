@@ -18,21 +18,27 @@
 //! (`http::body`). Only writes block, each bounded by `send_timeout` and watched by
 //! the master's stuck-worker watchdog.
 //!
+//! A worker whose write to a slow reader has waited a second hands the idle
+//! connections it holds to the others meanwhile (`Parked::hand_over`), so one slow
+//! download does not hold up the requests of the connections parked beside it.
+//!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
 //! stops taking connections and hands every idle one to a worker that stays
 //! ([`crate::handover`]); what cannot be handed over is served with
 //! `Connection: close` at its next request or closed at `keepalive_timeout`, so no
 //! connection is ever closed under a request on its way. Then the worker exits.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
-use crate::handover;
+use crate::handover::{self, Handover};
 use crate::http::connection::{Conn, Held, Next, Server};
 use crate::scoreboard::{State, now_ms};
 
@@ -76,11 +82,10 @@ pub(super) struct Loop<'a, 'c> {
     ctx: &'a WorkerCtx<'a>,
     server: &'a mut Server<'c>,
     obs: &'a mut SlotObserver<'a>,
-    epoll: Epoll,
-    table: Table,
-    /// Connections with a whole request already in their buffer (pipelined): served
-    /// before the next wait, a burst each, in turn.
-    ready: VecDeque<usize>,
+    /// Shared with the observer, which hands the idle connections over when a write
+    /// stalls. Borrowed only between requests: a connection being served is taken
+    /// out of the table for that time.
+    parked: Rc<RefCell<Parked>>,
     listening: bool,
     adopting: bool,
     /// The most connections it holds (`workers.max_connections`, within the
@@ -95,7 +100,18 @@ pub(super) struct Loop<'a, 'c> {
     scratch: Vec<u8>,
 }
 
-/// The connections this worker holds, by index (the index is the epoll tag).
+/// What a worker holds between requests: its `epoll` set and the connections in it.
+pub(crate) struct Parked {
+    epoll: Epoll,
+    table: Table,
+    /// Connections with a whole request already in their buffer (pipelined): served
+    /// before the next wait, a burst each, in turn.
+    ready: VecDeque<usize>,
+    scratch: Vec<u8>,
+}
+
+/// The connections this worker holds, by index (the index is the epoll tag). A
+/// connection being served is out of its slot (`take_out`) and back after it.
 #[derive(Default)]
 struct Table {
     slots: Vec<Option<Held>>,
@@ -118,16 +134,117 @@ impl Table {
         }
     }
 
-    fn remove(&mut self, i: usize) -> Option<Held> {
-        let h = self.slots.get_mut(i)?.take()?;
+    /// Takes a connection out of its slot while it is served; the slot stays its.
+    fn take_out(&mut self, i: usize) -> Option<Held> {
+        self.slots.get_mut(i)?.take()
+    }
+
+    fn put_back(&mut self, i: usize, h: Held) {
+        self.slots[i] = Some(h);
+    }
+
+    /// Frees the slot of a connection taken out (and closed).
+    fn release(&mut self, i: usize) {
         self.free.push(i);
         self.len -= 1;
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Held> {
+        let h = self.slots.get_mut(i)?.take()?;
+        self.release(i);
         Some(h)
     }
 
     fn get(&mut self, i: usize) -> Option<&mut Held> {
         self.slots.get_mut(i)?.as_mut()
     }
+}
+
+impl Parked {
+    /// Connections waiting for a request, and lingering closes.
+    fn counts(&self) -> (u32, u32) {
+        let (mut waiting, mut closing) = (0, 0);
+        for h in self.table.slots.iter().flatten() {
+            if h.lingering() {
+                closing += 1;
+            } else {
+                waiting += 1;
+            }
+        }
+        (waiting, closing)
+    }
+
+    /// Sends every connection it can to the workers that stay (all but lingering
+    /// closes and oversized pending heads). Returns how many went and how many stay.
+    pub(crate) fn hand_over(&mut self, handover: &Handover) -> (usize, usize) {
+        let (mut sent, mut kept) = (0, 0);
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.slots[i].as_ref() else { continue };
+            // A connection still owing its PROXY header finishes it here (within
+            // header_timeout), so the header's client always travels with it.
+            if h.lingering() || h.awaiting_proxy_header() || h.pending().len() > handover::MAX_PENDING {
+                kept += 1;
+                continue;
+            }
+            // Out of this worker's set first, so it never reports the socket again.
+            let _ = self.epoll.delete(h.stream.as_fd());
+            let meta = handover::Meta {
+                peer: h.conn.peer,
+                balancer: h.conn.balancer,
+                local_port: h.conn.local_port,
+                requests: h.conn.requests,
+                waited_ms: h.waited_ms(),
+                pending: h.pending().to_vec(),
+            };
+            match handover.send(h.stream.as_fd(), &meta, &mut self.scratch) {
+                Ok(()) => {
+                    self.table.remove(i);
+                    self.ready.retain(|&r| r != i);
+                    sent += 1;
+                }
+                Err(e) => {
+                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
+                    let _ = self.epoll.add(h.stream.as_fd(), ev);
+                    kept += 1;
+                    if e.kind() != std::io::ErrorKind::WouldBlock {
+                        log::warn!("handover: {e}");
+                    }
+                }
+            }
+        }
+        (sent, kept)
+    }
+
+    /// Closes the connections that wait between requests (a clean close at a request
+    /// boundary). Returns how many.
+    fn close_idle(&mut self) -> usize {
+        let mut closed = 0;
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.slots[i].as_ref() else { continue };
+            if !h.lingering() && h.conn.requests > 0 && h.pending().is_empty() {
+                self.table.remove(i);
+                self.ready.retain(|&r| r != i);
+                closed += 1;
+            }
+        }
+        closed
+    }
+}
+
+/// Whether idle connections may be handed over now: a worker of the current
+/// generation stays to adopt them (not while stopping, nor after WINCH).
+pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
+    let header = ctx.scoreboard.header;
+    let open = header.handover_open.load(Relaxed) != 0 && header.stopping.load(Relaxed) == 0;
+    ctx.handover.filter(|_| open)
+}
+
+/// Writes what a worker holds into its scoreboard slot (the status page's async
+/// connections).
+pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
+    let (waiting, closing) = parked.counts();
+    slot.conns_waiting.store(waiting, Relaxed);
+    slot.conns_closing.store(closing, Relaxed);
 }
 
 impl<'a, 'c> Loop<'a, 'c> {
@@ -139,13 +256,18 @@ impl<'a, 'c> Loop<'a, 'c> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
+        let parked = Rc::new(RefCell::new(Parked {
+            epoll,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            scratch: Vec::new(),
+        }));
+        obs.parked = Some(parked.clone());
         let mut l = Loop {
             ctx,
             server,
             obs,
-            epoll,
-            table: Table::default(),
-            ready: VecDeque::new(),
+            parked,
             listening: false,
             adopting: false,
             cap,
@@ -158,7 +280,8 @@ impl<'a, 'c> Loop<'a, 'c> {
         };
         l.listen(true)?;
         if let Some(h) = ctx.handover {
-            l.epoll.add(h.fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER))?;
+            let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
+            l.parked.borrow().epoll.add(h.fd(), ev)?;
             l.adopting = true;
         }
         Ok(l)
@@ -171,7 +294,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             return;
         }
         let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
-        let done = if on { self.epoll.add(h.fd(), ev) } else { self.epoll.delete(h.fd()) };
+        let epoll = &self.parked.borrow().epoll;
+        let done = if on { epoll.add(h.fd(), ev) } else { epoll.delete(h.fd()) };
         if done.is_ok() {
             self.adopting = on;
         }
@@ -183,12 +307,13 @@ impl<'a, 'c> Loop<'a, 'c> {
         if on == self.listening {
             return Ok(());
         }
+        let epoll = &self.parked.borrow().epoll;
         for (i, l) in self.ctx.listeners.list.iter().enumerate() {
             if on {
                 let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, LISTENER + i as u64);
-                self.epoll.add(l.socket.as_fd(), ev)?;
+                epoll.add(l.socket.as_fd(), ev)?;
             } else {
-                let _ = self.epoll.delete(l.socket.as_fd());
+                let _ = epoll.delete(l.socket.as_fd());
             }
         }
         self.listening = on;
@@ -202,20 +327,21 @@ impl<'a, 'c> Loop<'a, 'c> {
             if self.leaving.is_none() && self.obs.slot.state() != State::Ready {
                 self.obs.slot.set_state(State::Ready);
             }
-            let wait = if self.ready.is_empty() {
+            let wait = if self.parked.borrow().ready.is_empty() {
                 self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
             } else {
                 0
             };
-            let n =
-                match self.epoll.wait(&mut events, EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO)) {
-                    Ok(n) => n,
-                    Err(nix::errno::Errno::EINTR) => 0,
-                    Err(e) => {
-                        log::error!("epoll_wait: {e}; the worker exits to be replaced");
-                        return ChildExit::Sick;
-                    }
-                };
+            let timeout = EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO);
+            let waited = self.parked.borrow().epoll.wait(&mut events, timeout);
+            let n = match waited {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => 0,
+                Err(e) => {
+                    log::error!("epoll_wait: {e}; the worker exits to be replaced");
+                    return ChildExit::Sick;
+                }
+            };
             for ev in &events[..n] {
                 let tag = ev.data();
                 let outcome = if tag >= LISTENER {
@@ -232,8 +358,10 @@ impl<'a, 'c> Loop<'a, 'c> {
                 }
             }
             // Pipelined requests already buffered: one burst each, in turn.
-            for _ in 0..self.ready.len() {
-                let Some(i) = self.ready.pop_front() else { break };
+            let turns = self.parked.borrow().ready.len();
+            for _ in 0..turns {
+                let next = self.parked.borrow_mut().ready.pop_front();
+                let Some(i) = next else { break };
                 self.serve(i);
             }
             let now = now_ms();
@@ -252,9 +380,13 @@ impl<'a, 'c> Loop<'a, 'c> {
             }
             if self.leaving.is_some() && now >= self.close_idle_at && self.close_idle_at != 0 {
                 self.close_idle_at = 0;
-                self.close_idle();
+                let closed = self.parked.borrow_mut().close_idle();
+                if closed > 0 {
+                    log::debug!("leaving: closed {closed} idle connections");
+                    self.publish();
+                }
             }
-            if self.leaving.is_some() && self.table.len == 0 {
+            if self.leaving.is_some() && self.parked.borrow().table.len == 0 {
                 return match self.leaving {
                     Some(Leaving::Recycle) => ChildExit::Recycle,
                     _ => ChildExit::Retired,
@@ -302,7 +434,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.connections.fetch_add(1, Relaxed);
         let held = Held::new(stream, peer, l.bound.port());
         self.take(if l.proxy_protocol { held.expect_proxy_header() } else { held });
-        if self.table.len >= SPREAD_FROM && self.listening {
+        if self.parked.borrow().table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
             // last on the listeners' queues.
             let _ = self.listen(false);
@@ -339,35 +471,51 @@ impl<'a, 'c> Loop<'a, 'c> {
             return;
         }
         let fd = held.stream.as_raw_fd();
-        let i = self.table.insert(held);
-        let h = self.table.get(i).expect("just inserted");
-        // The tag is the table index, the connection's until it leaves the table.
-        if let Err(e) = self.epoll.add(h.stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
-            log::warn!("cannot watch connection {fd}: {e}");
-            self.table.remove(i);
-            return;
-        }
-        if next == Next::Again {
-            self.ready.push_back(i);
+        {
+            let mut guard = self.parked.borrow_mut();
+            let p = &mut *guard;
+            let i = p.table.insert(held);
+            let h = p.table.get(i).expect("just inserted");
+            // The tag is the table index, the connection's until it leaves the table.
+            if let Err(e) = p.epoll.add(h.stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
+                log::warn!("cannot watch connection {fd}: {e}");
+                p.table.remove(i);
+                return;
+            }
+            if next == Next::Again {
+                p.ready.push_back(i);
+            }
         }
         self.publish();
     }
 
-    /// A held connection has input (or was left with a whole request buffered).
+    /// A held connection has input (or was left with a whole request buffered). It
+    /// is out of the table while it is served.
     fn serve(&mut self, i: usize) {
-        let Some(h) = self.table.get(i) else { return };
+        let taken = self.parked.borrow_mut().table.take_out(i);
+        let Some(mut h) = taken else { return };
         self.server.sync_logs();
-        match self.server.serve_ready(h, self.obs) {
-            Next::Park => {}
+        let next = self.server.serve_ready(&mut h, self.obs);
+        self.settle(i, h, next);
+    }
+
+    /// Puts a connection back after it was served, or lets it go.
+    fn settle(&mut self, i: usize, h: Held, next: Next) {
+        let mut p = self.parked.borrow_mut();
+        match next {
+            Next::Park => p.table.put_back(i, h),
             Next::Again => {
-                if !self.ready.contains(&i) {
-                    self.ready.push_back(i);
+                p.table.put_back(i, h);
+                if !p.ready.contains(&i) {
+                    p.ready.push_back(i);
                 }
             }
             Next::Close => {
                 // Closing the only descriptor of the socket takes it out of the set.
-                self.table.remove(i);
-                self.ready.retain(|&r| r != i);
+                drop(h);
+                p.table.release(i);
+                p.ready.retain(|&r| r != i);
+                drop(p);
                 self.publish();
             }
         }
@@ -377,30 +525,29 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// `header_timeout`, lingering closes past their moment.
     fn sweep(&mut self, now: u64) {
         let http = &self.ctx.config.http;
-        let mut closed = false;
-        for i in 0..self.table.slots.len() {
-            let Some(h) = self.table.get(i) else { continue };
-            if h.deadline_ms(http) > now {
-                continue;
-            }
-            if self.server.expire(h, self.obs) == Next::Close {
-                self.table.remove(i);
-                self.ready.retain(|&r| r != i);
-                closed = true;
-            }
-        }
-        if closed {
-            self.publish();
+        let slots = self.parked.borrow().table.slots.len();
+        for i in 0..slots {
+            let due = {
+                let mut p = self.parked.borrow_mut();
+                match p.table.get(i) {
+                    Some(h) if h.deadline_ms(http) <= now => p.table.take_out(i),
+                    _ => None,
+                }
+            };
+            let Some(mut h) = due else { continue };
+            let next = self.server.expire(&mut h, self.obs);
+            self.settle(i, h, next);
         }
     }
 
     /// Tells the scoreboard what this worker holds (the status page's async
     /// connections), and stops or resumes taking connections at its cap.
     fn publish(&mut self) {
+        let len = self.parked.borrow().table.len;
         if self.leaving.is_none() {
-            let full = self.table.len >= self.cap;
+            let full = len >= self.cap;
             // Resume a little below the cap, not at every close.
-            let resume = self.table.len < self.cap - self.cap / 8;
+            let resume = len < self.cap - self.cap / 8;
             if full && !self.full || resume && self.full {
                 self.full = full;
                 self.obs.slot.full.store(u32::from(full), Relaxed);
@@ -411,16 +558,7 @@ impl<'a, 'c> Loop<'a, 'c> {
                 }
             }
         }
-        let (mut waiting, mut closing) = (0, 0);
-        for h in self.table.slots.iter().flatten() {
-            if h.lingering() {
-                closing += 1;
-            } else {
-                waiting += 1;
-            }
-        }
-        self.obs.slot.conns_waiting.store(waiting, Relaxed);
-        self.obs.slot.conns_closing.store(closing, Relaxed);
+        publish_counts(self.obs.slot, &self.parked.borrow());
     }
 
     /// `quiet`: nothing happened for a while, so the pipe of death is read even with
@@ -436,25 +574,6 @@ impl<'a, 'c> Loop<'a, 'c> {
         (max > 0 && self.obs.slot.worker_requests.load(Relaxed) >= max).then_some(Leaving::Recycle)
     }
 
-    /// A leaving worker, once its grace is over: closes the connections that wait
-    /// between requests (a clean close at a request boundary; every later answer
-    /// says `Connection: close` anyway).
-    fn close_idle(&mut self) {
-        let mut closed = 0;
-        for i in 0..self.table.slots.len() {
-            let Some(h) = self.table.get(i) else { continue };
-            if !h.lingering() && h.conn.requests > 0 && h.pending().is_empty() {
-                self.table.remove(i);
-                self.ready.retain(|&r| r != i);
-                closed += 1;
-            }
-        }
-        if closed > 0 {
-            log::debug!("leaving: closed {closed} idle connections");
-            self.publish();
-        }
-    }
-
     /// Stops taking connections and hands over the idle ones it holds.
     fn leave(&mut self, why: Leaving) {
         self.leaving = Some(why);
@@ -464,44 +583,8 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.adopt_from_handover(false);
         self.obs.slot.full.store(0, Relaxed);
         self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
-        let header = self.ctx.scoreboard.header;
-        let open = header.handover_open.load(Relaxed) != 0 && header.stopping.load(Relaxed) == 0;
-        let Some(handover) = self.ctx.handover.filter(|_| open) else { return };
-        let (mut sent, mut kept) = (0, 0);
-        for i in 0..self.table.slots.len() {
-            let Some(h) = self.table.get(i) else { continue };
-            // A connection still owing its PROXY header finishes it here (within
-            // header_timeout), so the header's client always travels with it.
-            if h.lingering() || h.awaiting_proxy_header() || h.pending().len() > handover::MAX_PENDING {
-                kept += 1;
-                continue;
-            }
-            // Out of this worker's set first, so it never reports the socket again.
-            let _ = self.epoll.delete(h.stream.as_fd());
-            let meta = handover::Meta {
-                peer: h.conn.peer,
-                balancer: h.conn.balancer,
-                local_port: h.conn.local_port,
-                requests: h.conn.requests,
-                waited_ms: h.waited_ms(),
-                pending: h.pending().to_vec(),
-            };
-            match handover.send(h.stream.as_fd(), &meta, &mut self.scratch) {
-                Ok(()) => {
-                    self.table.remove(i);
-                    self.ready.retain(|&r| r != i);
-                    sent += 1;
-                }
-                Err(e) => {
-                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-                    let _ = self.epoll.add(h.stream.as_fd(), ev);
-                    kept += 1;
-                    if e.kind() != std::io::ErrorKind::WouldBlock {
-                        log::warn!("handover: {e}");
-                    }
-                }
-            }
-        }
+        let Some(handover) = handover_open(self.ctx) else { return };
+        let (sent, kept) = self.parked.borrow_mut().hand_over(handover);
         if sent + kept > 0 {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }
