@@ -17,13 +17,14 @@ usage: pika [-f FILE] [-F | -X | -t | -T | -k COMMAND | -V | -h]
   -T          check the configuration and print it whole: every key after
               defaults, included files in place
   -k COMMAND  control the server: start, stop, graceful-stop, reload, restart,
-              reopen-logs, status
+              reopen-logs, upgrade, status
   -V          print the version and exit
   -h          print this help and exit
 
 With no mode, pika starts as a daemon (the same as -k start).
 Signals to the master: TERM/INT fast stop, QUIT graceful stop, HUP reload,
-USR1 reopen logs, WINCH stop workers, TTIN/TTOU one more/fewer spare worker.
+USR1 reopen logs, USR2 upgrade the binary (a new master takes the listening
+sockets over), WINCH stop workers, TTIN/TTOU one more/fewer spare worker.
 ";
 
 #[derive(Debug, Clone, PartialEq, Eq)]

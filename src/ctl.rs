@@ -19,6 +19,9 @@ use crate::{pidfile, statusfile};
 const STOP_SLACK: Duration = Duration::from_secs(10);
 /// How long `reload` waits for the new generation.
 const RELOAD_WAIT: Duration = Duration::from_secs(30);
+/// How long `upgrade` waits for the new master to serve: the master's own limit,
+/// and a margin.
+const UPGRADE_WAIT: Duration = Duration::from_secs(40);
 
 pub fn run(command: &str, config_path: &Path) -> ExitCode {
     let config = match config::load(config_path) {
@@ -37,6 +40,7 @@ pub fn run(command: &str, config_path: &Path) -> ExitCode {
     match command {
         "start" => start(config),
         "reload" | "graceful" => reload(&target),
+        "upgrade" => upgrade(&target),
         "restart" => {
             if pidfile::running(&target.pid_file).is_some() {
                 let code = stop(&target, Signal::SIGTERM, "stopped");
@@ -137,6 +141,42 @@ fn reload(config: &Target) -> ExitCode {
     } else {
         fail(format!("pid {pid} did not start a new generation within {RELOAD_WAIT:?} (see the error log)"))
     }
+}
+
+/// USR2, then waits until a new master serves (exit 0) or the old one says the
+/// upgrade failed (exit 1); then until the old master is gone.
+fn upgrade(t: &Target) -> ExitCode {
+    let Some(old) = master_pid(t) else { return fail("not running") };
+    let failed = |s: Option<String>| s.and_then(|s| statusfile::field(&s, "upgrades_failed")).unwrap_or(0);
+    let failed_before = failed(statusfile::read(&t.pid_file));
+    if let Err(e) = kill(old, Signal::SIGUSR2) {
+        return fail(format!("cannot signal pid {old}: {e}"));
+    }
+    let mut new = None;
+    let done = wait_for(UPGRADE_WAIT, || {
+        if let Some(pid) = pidfile::running(&t.pid_file).filter(|p| *p != old.as_raw()) {
+            let s = statusfile::read(&t.pid_file);
+            if s.as_deref().and_then(|s| statusfile::field(s, "current_generation_ready")).unwrap_or(0) > 0 {
+                new = Some(pid);
+                return true;
+            }
+        }
+        // The old master took its pid file back and counted a failure.
+        pidfile::running(&t.pid_file) == Some(old.as_raw()) && failed(statusfile::read(&t.pid_file)) > failed_before
+    });
+    let Some(new) = new else {
+        return fail(if done {
+            format!("the upgrade failed; pid {old} goes on serving (its error log says why)")
+        } else {
+            format!("no new master served within {UPGRADE_WAIT:?}; see the error log")
+        });
+    };
+    println!("pika upgraded: pid {new} serves; pid {old} retires its workers and exits");
+    let limit = t.graceful_timeout + STOP_SLACK;
+    if !wait_for(limit, || kill(old, None).is_err()) {
+        eprintln!("pika: warning: the old master (pid {old}) is still there after {limit:?}");
+    }
+    ExitCode::SUCCESS
 }
 
 fn status(config: &Target) -> ExitCode {

@@ -108,7 +108,10 @@ pub fn start_daemon(config: Config) -> ExitCode {
 
 fn boot(config: Config, ready: Option<File>) -> ExitCode {
     let daemon = ready.is_some();
-    let mut ready = Ready::new(ready);
+    // Sockets from an old master (binary upgrade) or from systemd, and the pipe an
+    // old master waits on.
+    let mut inherited = crate::inherit::take();
+    let mut ready = Ready::new(ready.or(inherited.ready.take()));
     let fail = |ready: &mut Ready, msg: String| {
         ready.fail(&msg);
         if !daemon {
@@ -122,7 +125,7 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(&mut ready, e),
     };
-    let master = match Master::new(config.clone()) {
+    let master = match Master::new(config.clone(), &mut inherited) {
         Ok(m) => m,
         Err(e) => {
             pid_file.remove();
@@ -141,8 +144,14 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
             "running as root with no server.user set: workers keep root's rights (set server.user, e.g. \"www-data\")"
         );
     }
+    for note in &inherited.notes {
+        log::warn!("{note}");
+    }
     for addr in master.bound() {
         log::info!("listening on {addr}");
+    }
+    if let Some(old) = inherited.old_master {
+        log::info!("binary upgrade: taking over from pid {old}");
     }
     log::info!(
         "pika {} started (pid {}), config {}",

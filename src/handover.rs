@@ -140,9 +140,19 @@ impl Handover {
         Ok(Handover { send, recv })
     }
 
+    /// The pair an old master passed on (binary upgrade).
+    pub fn from_fds(send: OwnedFd, recv: OwnedFd) -> Handover {
+        Handover { send, recv }
+    }
+
     /// Both ends (a worker keeps them across its descriptor clean-up).
     pub fn fds(&self) -> [RawFd; 2] {
         [self.send.as_raw_fd(), self.recv.as_raw_fd()]
+    }
+
+    /// Both ends, borrowed (an upgrade makes them inheritable).
+    pub fn borrowed(&self) -> [BorrowedFd<'_>; 2] {
+        [self.send.as_fd(), self.recv.as_fd()]
     }
 
     /// What a worker polls to adopt connections.

@@ -51,6 +51,19 @@ pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>)
     Ok(Listener { configured: addr, bound, socket, tls: entry.tls, proxy_protocol: entry.proxy_protocol })
 }
 
+/// A listener given to this process (binary upgrade, socket activation) for `entry`:
+/// used as it is, never bound again, so no connection waiting in it is lost.
+pub fn adopt(entry: crate::config::Listen, given: crate::inherit::Given) -> io::Result<Listener> {
+    let bound = given.socket.local_addr()?;
+    Ok(Listener {
+        configured: entry.addr,
+        bound,
+        socket: given.socket,
+        tls: entry.tls,
+        proxy_protocol: entry.proxy_protocol,
+    })
+}
+
 /// The listeners, set up for the workers' event loops.
 pub struct Listeners {
     pub list: Vec<Listener>,

@@ -14,6 +14,9 @@ fn main() -> ExitCode {
         }
     };
     pika::log::init_stderr(log::LevelFilter::Info);
+    // Sockets and pipes passed by an old master or by systemd: read before a daemon
+    // forks (LISTEN_PID names this process), and taken out of the environment.
+    pika::inherit::capture();
     match args.mode {
         Mode::Help => {
             print!("{}", cli::USAGE);
@@ -52,7 +55,11 @@ fn main() -> ExitCode {
         Mode::Foreground | Mode::Single | Mode::Daemon => {
             let config = match pika::config::load(&args.config) {
                 Ok(c) => c,
-                Err(e) => return cli::fail(e),
+                Err(e) => {
+                    // The old master of an upgrade hears why, too.
+                    pika::inherit::report_failure(&e.to_string());
+                    return cli::fail(e);
+                }
             };
             match args.mode {
                 Mode::Foreground => pika::daemon::run_foreground(config),

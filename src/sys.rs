@@ -416,3 +416,47 @@ pub fn own_fd(raw: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     // process knows the number, so the OwnedFd is its only owner.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) }
 }
+
+/// Takes a variable out of the environment (a socket number another process passed,
+/// which no child must see again).
+///
+/// Called once, at the start of `main`, before anything could start a thread.
+pub fn take_env(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok();
+    if value.is_some() {
+        // SAFETY: the process is single-threaded (the master never starts a thread,
+        // and this runs at the start of main), so nothing reads the environment
+        // while it changes.
+        unsafe { std::env::remove_var(name) };
+    }
+    value
+}
+
+/// Takes ownership of descriptor `raw`, which the process that started this one
+/// left open for it (a listening socket, a pipe): checked to be open and not one of
+/// stdin, stdout or stderr, then made close-on-exec.
+pub fn adopt_inherited_fd(raw: std::os::fd::RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if raw < 3 {
+        return Err(io::Error::other(format!("descriptor {raw} is stdin, stdout or stderr")));
+    }
+    // SAFETY: F_GETFD only reads the descriptor's flags; on a number that is not open
+    // it fails with EBADF and touches nothing.
+    if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+        return Err(io::Error::other(format!("descriptor {raw}: {}", io::Error::last_os_error())));
+    }
+    // SAFETY: the descriptor is open, and the environment that named it is how the
+    // parent hands it to this process alone: it is read once, at start, and removed
+    // (`take_env`), so no other owner of the number exists in this process.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    set_cloexec(std::os::fd::AsFd::as_fd(&fd), true)?;
+    Ok(fd)
+}
+
+/// Sets or clears `FD_CLOEXEC` (cleared: an `exec`'d program inherits it).
+pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    let flags = if on { FdFlag::FD_CLOEXEC } else { FdFlag::empty() };
+    fcntl(fd, FcntlArg::F_SETFD(flags))?;
+    Ok(())
+}

@@ -20,4 +20,5 @@ mod package;
 mod path_props;
 mod prefork;
 mod tls;
+mod upgrade;
 mod util;

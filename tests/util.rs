@@ -375,3 +375,123 @@ pub fn assert_closed(s: &mut TcpStream, what: &str) {
     let rest = read_until_closed(s, CLOSE_WITHIN);
     assert!(rest.is_empty(), "{what}: {} bytes after the response: {:?}", rest.len(), String::from_utf8_lossy(&rest));
 }
+
+/// A load generator: threads that send GETs to `addr` until stopped (or a bound on
+/// requests and time is reached), each from its own source address if given
+/// (`127.0.0.x`), half of them on one kept-alive connection each (a new one only
+/// after an answer that said `Connection: close`), half with a new connection per
+/// request. Any request without a whole `200` answer is a failure.
+pub struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<LoadResult>>,
+}
+
+#[derive(Debug, Default)]
+pub struct LoadResult {
+    pub ok: u64,
+    pub failed: u64,
+    /// The first few failures, said.
+    pub errors: Vec<String>,
+}
+
+/// Most requests one load thread sends, and the longest it runs: a load test stops
+/// by itself.
+const LOAD_MAX_REQUESTS: u64 = 200_000;
+const LOAD_MAX_TIME: Duration = Duration::from_secs(120);
+
+impl Load {
+    /// `sources`: one thread per source address (`None`: the system's choice);
+    /// even threads keep their connection alive, odd ones close after each request.
+    pub fn start(addr: SocketAddr, sources: &[Option<std::net::IpAddr>], path: &str) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = sources
+            .iter()
+            .enumerate()
+            .map(|(i, src)| {
+                let (stop, src, path) = (stop.clone(), *src, path.to_string());
+                std::thread::spawn(move || load_thread(addr, src, i % 2 == 0, &path, &stop))
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops the threads and adds up what they saw.
+    pub fn finish(self) -> LoadResult {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut total = LoadResult::default();
+        for t in self.threads {
+            let r = t.join().expect("a load thread panicked");
+            total.ok += r.ok;
+            total.failed += r.failed;
+            total.errors.extend(r.errors.into_iter().take(5));
+        }
+        total
+    }
+}
+
+fn load_connect(addr: SocketAddr, src: Option<std::net::IpAddr>) -> std::io::Result<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    if let Some(ip) = src {
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    s.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    Ok(s)
+}
+
+fn load_thread(
+    addr: SocketAddr,
+    src: Option<std::net::IpAddr>,
+    keepalive: bool,
+    path: &str,
+    stop: &std::sync::atomic::AtomicBool,
+) -> LoadResult {
+    let mut r = LoadResult::default();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+        if keepalive { "" } else { "Connection: close\r\n" }
+    );
+    let started = Instant::now();
+    let mut conn: Option<TcpStream> = None;
+    let fail = |r: &mut LoadResult, what: String| {
+        r.failed += 1;
+        if r.errors.len() < 5 {
+            r.errors.push(what);
+        }
+    };
+    while !stop.load(std::sync::atomic::Ordering::SeqCst)
+        && r.ok + r.failed < LOAD_MAX_REQUESTS
+        && started.elapsed() < LOAD_MAX_TIME
+    {
+        let reused = conn.is_some();
+        let mut s = match conn.take() {
+            Some(s) => s,
+            None => match load_connect(addr, src) {
+                Ok(s) => s,
+                Err(e) => {
+                    fail(&mut r, format!("connect: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = s.write_all(req.as_bytes()) {
+            fail(&mut r, format!("write (reused: {reused}): {e}"));
+            continue;
+        }
+        match read_response(&mut s, false) {
+            Some(resp) if resp.status == 200 => {
+                r.ok += 1;
+                let close = resp.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                if keepalive && !close {
+                    conn = Some(s);
+                }
+            }
+            Some(resp) => fail(&mut r, format!("status {} (reused: {reused})", resp.status)),
+            None => fail(&mut r, format!("no whole answer (reused: {reused})")),
+        }
+    }
+    r
+}

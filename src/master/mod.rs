@@ -21,6 +21,7 @@ mod pool;
 pub mod ready;
 mod retire;
 pub mod signals;
+mod upgrade;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -108,25 +109,58 @@ pub struct Master {
     stopping: Option<Stopping>,
     /// A worker could not start: stop, and exit with failure.
     fatal: bool,
+    /// This binary, as it was found at start: what an upgrade (USR2) execs, so a
+    /// package that replaced the file brings in the new version.
+    exe: Option<std::path::PathBuf>,
+    /// The pid file this master owns: the config's, or `<pid_file>.oldbin` while a
+    /// new master takes over (and after it did).
+    pid_path: std::path::PathBuf,
+    /// A binary upgrade under way ([`upgrade`]).
+    upgrade: Option<upgrade::Upgrade>,
+    /// Upgrades that failed (the status file says, for `pika -k upgrade`).
+    upgrades_failed: u32,
+    /// This master gave way to a new one: it retires its workers and exits.
+    superseded: bool,
 }
 
 impl Master {
     /// Everything that can fail at start, before the first fork: bind, map the
     /// scoreboard, open the logs.
-    pub fn new(config: Config) -> Result<Master, String> {
+    ///
+    /// `inherited`: sockets given by an old master (binary upgrade) or by systemd;
+    /// each `listen` entry takes its own if there is one, and only the others are
+    /// bound here.
+    pub fn new(config: Config, inherited: &mut crate::inherit::Inherited) -> Result<Master, String> {
         let mut listeners = Vec::new();
         for entry in &config.listen {
-            let l = listen::bind(*entry, config.backlog, listen::defer(&config))
-                .map_err(|e| format!("cannot listen on {}: {e}", entry.addr))?;
+            let l = match inherited.take_listener(entry) {
+                Some(given) => listen::adopt(*entry, given).map_err(|e| format!("inherited {}: {e}", entry.addr))?,
+                None => listen::bind(*entry, config.backlog, listen::defer(&config))
+                    .map_err(|e| format!("cannot listen on {}: {e}", entry.addr))?,
+            };
             listeners.push(l);
+        }
+        for left in inherited.listeners.drain(..) {
+            let addr = left.socket.local_addr().map_or("?".to_string(), |a| a.to_string());
+            inherited
+                .notes
+                .push(format!("an inherited socket on {addr} ({:?}) matches no listen entry; closed", left.origin));
         }
         let listeners = Listeners::new(listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;
-        let handover = Handover::new().map_err(|e| format!("handover socket: {e}"))?;
+        let handover = match inherited.handover.take() {
+            // The old master's pair: its leaving workers hand their kept-alive
+            // connections to ours.
+            Some((send, recv)) => Handover::from_fds(send, recv),
+            None => Handover::new().map_err(|e| format!("handover socket: {e}"))?,
+        };
         scoreboard.header.handover_open.store(1, Relaxed);
-        let token = pod::make_token().map_err(|e| format!("token: {e}"))?;
+        let token = match inherited.token.take() {
+            Some(t) => t,
+            None => pod::make_token().map_err(|e| format!("token: {e}"))?,
+        };
         let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         // Created for the workers before they are opened, so a new file gets their
@@ -138,6 +172,11 @@ impl Master {
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
         Ok(Master {
             rotations,
+            exe: std::env::current_exe().ok(),
+            pid_path: config.pid_file.clone(),
+            upgrade: None,
+            upgrades_failed: 0,
+            superseded: false,
             config,
             listeners,
             scoreboard,
@@ -194,10 +233,17 @@ impl Master {
                 // Report readiness promptly: workers turn ready within milliseconds.
                 wait = wait.min(Duration::from_millis(20));
             }
-            let mut fds =
-                [PollFd::new(self.signals.fd(), PollFlags::POLLIN), PollFd::new(self.doorbell.fd(), PollFlags::POLLIN)];
             let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
-            let _ = poll(&mut fds, PollTimeout::from(ms));
+            {
+                let mut fds = vec![
+                    PollFd::new(self.signals.fd(), PollFlags::POLLIN),
+                    PollFd::new(self.doorbell.fd(), PollFlags::POLLIN),
+                ];
+                if let Some(u) = &self.upgrade {
+                    fds.push(PollFd::new(u.fd(), PollFlags::POLLIN));
+                }
+                let _ = poll(&mut fds, PollTimeout::from(ms));
+            }
             if self.doorbell.take() {
                 // A worker found too few idle workers: look now (or a quick look
                 // after the last one).
@@ -207,6 +253,7 @@ impl Master {
                 self.handle(control);
             }
             self.reap();
+            self.watch_upgrade();
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + TICK;
@@ -221,8 +268,13 @@ impl Master {
                 break;
             }
         }
-        statusfile::remove(&self.config.pid_file);
-        log::info!("pika stopped");
+        statusfile::remove(&self.pid_path);
+        if self.superseded {
+            let _ = std::fs::remove_file(&self.pid_path);
+            log::info!("pika (pid {}) exits: the new master serves", std::process::id());
+        } else {
+            log::info!("pika stopped");
+        }
         if self.fatal { ExitCode::FAILURE } else { ExitCode::SUCCESS }
     }
 
@@ -246,7 +298,7 @@ impl Master {
             Control::StopWorkers => self.pause_workers(),
             Control::MoreSpare => self.adjust_band(1),
             Control::FewerSpare => self.adjust_band(-1),
-            Control::Upgrade => log::warn!("SIGUSR2 (binary upgrade) is not supported yet; ignored"),
+            Control::Upgrade => self.start_upgrade(),
             Control::ChildExited => {} // reaped right after
         }
     }
@@ -302,8 +354,9 @@ impl Master {
 
     /// Rewrites the status file `pika -k status` and `-k reload` read.
     fn write_status_file(&self) {
-        let text = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32).summary();
-        let _ = statusfile::write(&self.config.pid_file, &text);
+        let mut text = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32).summary();
+        text.push_str(&format!("upgrades_failed: {}\n", self.upgrades_failed));
+        let _ = statusfile::write(&self.pid_path, &text);
     }
 
     fn make_child(&mut self, slot: usize) -> std::io::Result<()> {
@@ -359,7 +412,9 @@ impl Master {
                 Ok(_) => continue,
             };
             let Some(child) = self.children.remove(&pid) else {
-                log::debug!("reaped unknown child {pid}");
+                if !self.new_master_exited(pid, exit) {
+                    log::debug!("reaped unknown child {pid}");
+                }
                 continue;
             };
             let slot = &self.scoreboard.slots[child.slot];
@@ -404,6 +459,10 @@ impl Master {
     /// broken one is logged and the old one keeps serving.
     fn reload(&mut self) {
         if self.stopping.is_some() {
+            return;
+        }
+        if self.upgrade.is_some() {
+            log::warn!("reload ignored: a binary upgrade is under way");
             return;
         }
         let (new, logs, listeners) = match self.prepare_reload() {

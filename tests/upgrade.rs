@@ -1,0 +1,139 @@
+//! The binary upgrade (USR2, `pika -k upgrade`): a new master takes the listening
+//! sockets over with no request failed; a new binary that cannot serve leaves the
+//! old master serving, with its pid file back.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::*;
+
+fn pid_in(site: &Site) -> Option<i32> {
+    site.read("logs/pika.pid").trim().parse().ok()
+}
+
+/// Stops the master named by the site's pid file when dropped (after an upgrade it
+/// is not the process the test started).
+struct StopAtEnd<'a>(&'a Site);
+
+impl Drop for StopAtEnd<'_> {
+    fn drop(&mut self) {
+        let conf = self.0.path("conf/pika.toml");
+        for file in ["logs/pika.pid", "logs/pika.pid.oldbin"] {
+            let Some(pid) = self.0.read(file).trim().parse::<i32>().ok() else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if alive(pid) && String::from_utf8_lossy(&cmdline).contains(conf.to_str().unwrap()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+    }
+}
+
+/// Waits until a master other than `old` serves (pid file and status file say so).
+fn new_master_serves(site: &Site, old: i32) -> i32 {
+    wait_until(DEADLINE, "the new master to serve", || {
+        let pid = pika::pidfile::running(&site.path("logs/pika.pid")).filter(|p| *p != old)?;
+        (field(&site.status(), "current_generation_ready")? > 0).then_some(pid)
+    })
+}
+
+const CONFIG: &str = "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n[http]\nkeepalive_timeout = \"30s\"\n";
+
+#[test]
+fn usr2_upgrades_to_the_same_binary_under_load_with_no_request_failed() {
+    let site = Site::new();
+    site.config("", CONFIG);
+    let _stop = StopAtEnd(&site);
+    let mut p = Pika::start(&site, "-F");
+    let load = Load::start(p.addr, &[None, None, None, None], "/");
+    std::thread::sleep(Duration::from_millis(500));
+    p.signal(libc::SIGUSR2);
+    let new = new_master_serves(&site, p.pid);
+    assert_ne!(new, p.pid);
+    // The old master retires its workers and exits by itself.
+    assert_eq!(p.wait_exit(DEADLINE), Some(0), "the old master exits cleanly");
+    assert!(!site.path("logs/pika.pid.oldbin").exists(), "the old pid file is gone with it");
+    std::thread::sleep(Duration::from_millis(500));
+    let r = load.finish();
+    eprintln!("load through the upgrade: {r:?}");
+    assert_eq!(r.failed, 0, "{r:?}");
+    assert!(r.ok > 100, "{r:?}");
+    let log = site.error_log();
+    assert!(log.contains(&format!("upgrade: the new master (pid {new}) serves")), "{log}");
+    assert!(log.contains(&format!("pika (pid {}) exits: the new master serves", p.pid)), "{log}");
+    // The new master answers, and owns the pid file.
+    assert_eq!(get(p.addr, "/").status, 200);
+    assert_eq!(pid_in(&site), Some(new));
+}
+
+/// A copy of the binary in the site, so a test can replace it under the master.
+fn own_binary(site: &Site) -> PathBuf {
+    let bin = site.path("pika");
+    std::fs::copy(BIN, &bin).unwrap();
+    bin
+}
+
+/// Replaces the file at `bin` (a new inode, as a package does: the running one is busy).
+fn replace_with_script(bin: &Path, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = bin.with_extension("new");
+    std::fs::write(&tmp, script).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, bin).unwrap();
+}
+
+fn ctl(bin: &Path, site: &Site, cmd: &str) -> (i32, String) {
+    let out = Command::new(bin).args(["-k", cmd, "-f"]).arg(site.path("conf/pika.toml")).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn k_upgrade_exits_0_only_when_a_new_master_serves() {
+    let site = Site::new();
+    site.config("", CONFIG);
+    let _stop = StopAtEnd(&site);
+    let bin = own_binary(&site);
+    let (code, text) = ctl(&bin, &site, "start");
+    assert_eq!(code, 0, "{text}");
+    let first = pid_in(&site).unwrap();
+    let addr = wait_until(DEADLINE, "the address", || listening_addr(&site.error_log()));
+
+    // The same binary: a new master, the old one gone.
+    let (code, text) = ctl(&bin, &site, "upgrade");
+    assert_eq!(code, 0, "{text}");
+    let second = pid_in(&site).unwrap();
+    assert_ne!(second, first);
+    assert!(text.contains(&format!("pid {second} serves")), "{text}");
+    assert!(!alive(first), "-k upgrade waited for the old master to go");
+    assert_eq!(get(addr, "/").status, 200);
+
+    // A binary that exits at once: the old master stays, with its pid file.
+    replace_with_script(&bin, "#!/bin/sh\nexit 3\n");
+    let (code, text) = ctl(&std::path::PathBuf::from(BIN), &site, "upgrade");
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("the upgrade failed"), "{text}");
+    assert_eq!(pid_in(&site), Some(second));
+    assert!(!site.path("logs/pika.pid.oldbin").exists());
+    let log = site.error_log();
+    assert!(log.contains("upgrade failed: the new master") && log.contains("exited"), "{log}");
+    assert_eq!(get(addr, "/").status, 200);
+
+    // The new binary (the real one again) with a config that does not load: the
+    // reason reaches the old master's log, and it serves on.
+    std::fs::copy(BIN, site.path("pika.new")).unwrap();
+    std::fs::rename(site.path("pika.new"), &bin).unwrap();
+    let good = site.read("conf/pika.toml");
+    site.write("conf/pika.toml", format!("{good}\n[bogus]\n"));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(second), nix::sys::signal::Signal::SIGUSR2);
+    let log = wait_until(DEADLINE, "the failure in the log", || {
+        let log = site.error_log();
+        (log.matches("upgrade failed").count() >= 2).then_some(log)
+    });
+    assert!(log.contains("could not start") && log.contains("unknown field `bogus`"), "{log}");
+    assert_eq!(pid_in(&site), Some(second));
+    assert_eq!(get(addr, "/").status, 200);
+    site.write("conf/pika.toml", good);
+    let (code, text) = ctl(&bin, &site, "stop");
+    assert_eq!(code, 0, "{text}");
+}
