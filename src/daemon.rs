@@ -147,6 +147,9 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
     for note in &inherited.notes {
         log::warn!("{note}");
     }
+    for used in &inherited.used {
+        log::info!("inherited {used}");
+    }
     for addr in master.bound() {
         log::info!("listening on {addr}");
     }

@@ -63,8 +63,10 @@ pub struct Inherited {
     pub ready: Option<File>,
     /// The old master, when this one is the new master of an upgrade.
     pub old_master: Option<i32>,
-    /// What could not be used (said once the error log is open).
+    /// What could not be used (said once the error log is open, as warnings).
     pub notes: Vec<String>,
+    /// What was used (said at info).
+    pub used: Vec<String>,
 }
 
 static CAPTURED: Mutex<Option<Inherited>> = Mutex::new(None);
@@ -151,7 +153,12 @@ impl Inherited {
             Origin::Upgrade(configured) => *configured == entry.addr,
             Origin::Systemd(_) => g.socket.local_addr().is_ok_and(|a| a == entry.addr),
         })?;
-        Some(self.listeners.remove(at))
+        let given = self.listeners.remove(at);
+        self.used.push(match &given.origin {
+            Origin::Upgrade(_) => format!("{}: the socket of the old master", entry.addr),
+            Origin::Systemd(name) => format!("{}: the socket systemd passed ({name})", entry.addr),
+        });
+        Some(given)
     }
 
     /// True if the process was given anything at all.

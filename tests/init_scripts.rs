@@ -421,15 +421,25 @@ fn systemd_unit_declares_a_checked_hup_reload_and_a_graceful_stop() {
 #[test]
 fn systemd_analyze_verifies_the_unit() {
     let Some(analyze) = need_tool("systemd-analyze") else { return };
-    let unit = shipped_text("pika.service");
-    // verify checks that each command exists: point them at the test binary.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pika.service");
-    std::fs::write(&path, unit.replace(INSTALLED_BIN, BIN)).unwrap();
-    // --man=no: the Documentation= pages exist once the package installs them.
-    let o = Command::new(analyze).args(["verify", "--man=no"]).arg(&path).output().unwrap();
-    // It exits 0 on unknown keys too, with a warning naming the file.
-    let complaints: Vec<&str> =
-        std::str::from_utf8(&o.stderr).unwrap().lines().filter(|l| l.contains("pika.service")).collect();
-    assert!(o.status.success() && complaints.is_empty(), "systemd-analyze verify: {}", text(&o));
+    // verify checks that each command exists: point them at the test binary. The
+    // socket is verified beside the service it activates (the same name).
+    for (service, socket) in [("pika.service", true), ("pika-notify.service", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pika.service");
+        std::fs::write(&path, shipped_text(service).replace(INSTALLED_BIN, BIN)).unwrap();
+        let mut units = vec![path];
+        if socket {
+            let path = dir.path().join("pika.socket");
+            std::fs::write(&path, shipped_text("pika.socket")).unwrap();
+            units.push(path);
+        }
+        // --man=no: the Documentation= pages exist once the package installs them.
+        let o = Command::new(&analyze).args(["verify", "--man=no"]).args(&units).output().unwrap();
+        // It exits 0 on unknown keys too, with a warning naming the file.
+        let complaints: Vec<&str> =
+            std::str::from_utf8(&o.stderr).unwrap().lines().filter(|l| l.contains("pika.s")).collect();
+        assert!(o.status.success() && complaints.is_empty(), "systemd-analyze verify {service}: {}", text(&o));
+    }
+    let notify = shipped_text("pika-notify.service");
+    assert!(notify.contains("Type=notify") && notify.contains("ExecStart=/usr/sbin/pika -F -f"), "{notify}");
 }

@@ -19,6 +19,7 @@ mod man;
 mod package;
 mod path_props;
 mod prefork;
+mod systemd;
 mod tls;
 mod upgrade;
 mod util;

@@ -121,6 +121,13 @@ pub struct Master {
     upgrades_failed: u32,
     /// This master gave way to a new one: it retires its workers and exits.
     superseded: bool,
+    /// A reload told systemd RELOADING=1: READY=1 follows once the new generation
+    /// serves.
+    reload_unconfirmed: bool,
+    /// systemd was told READY=1 (or the start failed).
+    announced: bool,
+    /// The last STATUS= told systemd, sent again only when it changes.
+    notified_status: String,
 }
 
 impl Master {
@@ -177,6 +184,9 @@ impl Master {
             upgrade: None,
             upgrades_failed: 0,
             superseded: false,
+            reload_unconfirmed: false,
+            announced: false,
+            notified_status: String::new(),
             config,
             listeners,
             scoreboard,
@@ -223,13 +233,13 @@ impl Master {
         let mut next_tick = Instant::now() + TICK;
         let mut last_look = Instant::now();
         loop {
-            if ready.pending() {
+            if ready.pending() || !self.announced {
                 self.report_ready(ready);
             }
             // While short of idle workers, look again QUICK_LOOK after the last look.
             let next_look = if self.short { last_look + maintenance::QUICK_LOOK } else { next_tick };
             let mut wait = next_tick.min(next_look).saturating_duration_since(Instant::now());
-            if ready.pending() {
+            if ready.pending() || !self.announced {
                 // Report readiness promptly: workers turn ready within milliseconds.
                 wait = wait.min(Duration::from_millis(20));
             }
@@ -254,6 +264,7 @@ impl Master {
             }
             self.reap();
             self.watch_upgrade();
+            self.confirm_reload();
             let now = Instant::now();
             if now >= next_tick {
                 next_tick = now + TICK;
@@ -280,12 +291,17 @@ impl Master {
 
     /// Ready when every first-generation worker has left `Starting` (or none was
     /// asked for); failed if one could not start.
-    fn report_ready(&self, ready: &mut Ready) {
+    fn report_ready(&mut self, ready: &mut Ready) {
         if self.fatal {
             ready.fail("a worker could not start (see the error log)");
+            self.announced = true;
         } else if self.children.values().all(|c| self.scoreboard.slots[c.slot].state() != State::Starting) {
             self.write_status_file();
             ready.ok();
+            if !self.announced {
+                self.announced = true;
+                crate::notify::send(&format!("READY=1\nSTATUS={}", self.status_line()));
+            }
         }
     }
 
@@ -325,6 +341,7 @@ impl Master {
         self.kill_stuck_workers();
         self.rotate_logs();
         self.write_status_file();
+        self.notify_status();
         self.tickets.advance(unix_now() as u64);
         self.check_certificates();
     }
@@ -349,6 +366,46 @@ impl Master {
             self.logs.reopen();
             self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
             log::info!("logs rotated");
+        }
+    }
+
+    /// The scoreboard's counts in a line, for systemd's STATUS=.
+    fn status_line(&self) -> String {
+        let snap = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32);
+        format!(
+            "{} workers ({} idle), {} connections held, {} requests, generation {}",
+            snap.busy() + snap.idle(),
+            snap.idle(),
+            snap.conns_total(),
+            snap.total_requests,
+            self.generation
+        )
+    }
+
+    /// STATUS= when the counts changed (at most once a tick).
+    fn notify_status(&mut self) {
+        if self.superseded {
+            return; // the new master speaks now
+        }
+        let line = self.status_line();
+        if line != self.notified_status {
+            crate::notify::send(&format!("STATUS={line}"));
+            self.notified_status = line;
+        }
+    }
+
+    /// READY=1 after RELOADING=1, once a worker of the new generation serves.
+    fn confirm_reload(&mut self) {
+        if !self.reload_unconfirmed {
+            return;
+        }
+        let serving = self.children.values().any(|c| {
+            c.generation == self.generation
+                && !matches!(self.scoreboard.slots[c.slot].state(), State::Starting | State::Dead)
+        });
+        if serving || self.config.workers.start == 0 {
+            self.reload_unconfirmed = false;
+            crate::notify::send(&format!("READY=1\nSTATUS={}", self.status_line()));
         }
     }
 
@@ -465,13 +522,16 @@ impl Master {
             log::warn!("reload ignored: a binary upgrade is under way");
             return;
         }
+        crate::notify::send(&format!("RELOADING=1\nMONOTONIC_USEC={}", crate::notify::monotonic_usec()));
         let (new, logs, listeners) = match self.prepare_reload() {
             Ok(ready) => ready,
             Err(e) => {
                 log::error!("reload failed, still serving the previous configuration: {e}");
+                crate::notify::send(&format!("READY=1\nSTATUS=reload failed, serving the previous configuration: {e}"));
                 return;
             }
         };
+        self.reload_unconfirmed = true;
         if let Err(e) = crate::log::set_target(&new.error_log, new.log_level) {
             log::error!("cannot open the new error log, keeping the old one: {e}");
         }

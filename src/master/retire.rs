@@ -99,6 +99,7 @@ impl Master {
             return;
         }
         log::info!("fast stop: terminating {} workers", self.children.len());
+        crate::notify::send("STOPPING=1");
         self.scoreboard.header.stopping.store(1, SeqCst);
         self.signal_all(Signal::SIGTERM);
         self.stopping = Some(Stopping::Fast { deadline: Instant::now() + STOP_GRACE });
@@ -110,6 +111,7 @@ impl Master {
         }
         // Workers see the stop before anyone reads of it in the log.
         self.scoreboard.header.stopping.store(1, SeqCst);
+        crate::notify::send("STOPPING=1");
         log::info!(
             "graceful stop: waiting up to {:?} for {} workers to finish",
             self.config.graceful_timeout,
