@@ -707,7 +707,11 @@ class Busybox(Server):
 
 class Pika(Server):
     name = "pika"
-    owner = "www-data"  # in case a worker (as www-data) opens a file here
+    # The instance folder stays root's: pika refuses, as root, to write its pid
+    # file and logs in a folder another user may write (a planted link there
+    # would make it write or chown a file of that user's choosing). The master
+    # creates the logs for its workers (as www-data) itself.
+    owner = None
 
     def mime_types(self):
         # pika's own shipped table (its default is conf/mime.types under root)
