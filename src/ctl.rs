@@ -36,7 +36,8 @@ pub fn run(command: &str, config_path: &Path) -> ExitCode {
             _ => return fail(e),
         },
     };
-    let target = Target { pid_file: config.pid_file.clone(), graceful_timeout: config.graceful_timeout };
+    let target =
+        Target { pid_file: config.pid_file.clone(), graceful_timeout: config.drain_time + config.graceful_timeout };
     match command {
         "start" => start(config),
         "reload" | "graceful" => reload(&target),
@@ -57,6 +58,7 @@ pub fn run(command: &str, config_path: &Path) -> ExitCode {
 /// What the commands that only signal need to know.
 struct Target {
     pid_file: PathBuf,
+    /// A graceful stop's longest: its drain, then its wait for the workers.
     graceful_timeout: Duration,
 }
 

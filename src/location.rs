@@ -61,6 +61,8 @@ pub enum Serve {
     Files(Files),
     /// The server-status page (`status = true`).
     Status,
+    /// The health check (`health = true`): 200 while serving, 503 while draining.
+    Health,
 }
 
 /// A location's static files.

@@ -97,6 +97,9 @@ pub struct Header {
     /// Non-zero while workers of the current generation adopt the kept-alive
     /// connections of retiring ones (not while stopping or paused by WINCH).
     pub handover_open: AtomicU32,
+    /// Non-zero once health checks must answer 503: a graceful stop began (its
+    /// drain), or a new master took over from this one.
+    pub draining: AtomicU32,
     /// When the master started (seconds since the epoch).
     pub started: AtomicU64,
     /// When the current generation started.
@@ -106,6 +109,13 @@ pub struct Header {
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid value.
 #[allow(unsafe_code)]
 unsafe impl sys::SharedAtomic for Header {}
+
+impl Header {
+    /// Health checks answer 503 (see [`Header::draining`]'s field).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Relaxed) != 0 || self.stopping.load(Relaxed) != 0
+    }
+}
 
 /// One worker's place.
 #[repr(C)]

@@ -13,6 +13,7 @@ use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
 use crate::handlers::Handler;
+use crate::handlers::health::HealthCheck;
 use crate::handlers::static_file::{Root, StaticFiles};
 use crate::handlers::status_page::StatusPage;
 use crate::http::response::{Body, Reply};
@@ -75,6 +76,7 @@ impl<'c> Site<'c> {
         for l in &vhost.locations.list {
             at.push(match &l.serve {
                 Serve::Status => Handler::Status(status),
+                Serve::Health => Handler::Health(HealthCheck { header: status.scoreboard.header }),
                 Serve::Files(f) => {
                     let root = roots.get(&f.dir, vhost, config)?;
                     if !site_roots.iter().any(|r| Rc::ptr_eq(r, &root)) {

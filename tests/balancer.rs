@@ -205,3 +205,40 @@ fn forwarded_headers_count_only_from_trusted_proxies() {
     assert_eq!(line_for(&lines, "/e"), "2001:db8::9 127.0.0.1 2001:db8::9 \"GET /e HTTP/1.1\" 404");
     assert_eq!(line_for(&lines, "/f"), "192.0.2.7 127.0.0.1 192.0.2.7 \"GET /f HTTP/1.1\" 404");
 }
+
+#[test]
+fn the_health_location_answers_503_from_the_start_of_a_graceful_stop() {
+    let site = balanced_site(false, "drain_time = \"2s\"", "");
+    let text = site
+        .read("conf/pika.toml")
+        .replace("root = \"htdocs\"\n", "root = \"htdocs\"\n[[vhost.location]]\nexact = \"/healthz\"\nhealth = true\n");
+    site.write("conf/pika.toml", text);
+    let mut p = Pika::start(&site, "-F");
+    let r = get(p.addr, "/healthz");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
+    // A kept-alive connection opened before the stop keeps being served.
+    let mut kept = connect(p.addr);
+    kept.write_all(GET).unwrap();
+    assert_eq!(read_response(&mut kept, false).unwrap().status, 200);
+
+    p.signal(libc::SIGQUIT);
+    let started = Instant::now();
+    wait_until(DEADLINE, "the health check to say 503", || (get(p.addr, "/healthz").status == 503).then_some(()));
+    let r = get(p.addr, "/healthz");
+    assert_eq!((r.status, r.text().as_str()), (503, "draining\n"));
+    // Everything else is served as usual while it drains, new connections too.
+    assert_eq!(get(p.addr, "/").status, 200);
+    kept.write_all(GET).unwrap();
+    let again = read_response(&mut kept, false).unwrap();
+    assert_eq!(again.status, 200);
+    assert!(started.elapsed() < Duration::from_secs(2), "still within the drain");
+    assert_eq!(p.wait_exit(DEADLINE), Some(0));
+    assert!(started.elapsed() >= Duration::from_secs(2), "the drain lasted drain_time");
+    let log = site.error_log();
+    assert!(log.contains("graceful stop: draining for 2s"), "{log}");
+    // Health checks are not logged by default; the rest is.
+    let lines = site.access_lines();
+    assert!(lines.iter().all(|l| !l.contains("/healthz")), "{lines:?}");
+    assert_eq!(lines.iter().filter(|l| l.contains("\"GET / ")).count(), 3, "{lines:?}");
+}

@@ -88,6 +88,9 @@ pub struct Config {
     /// Workers may dump core, into this folder (else they are not dumpable).
     pub coredump_dir: Option<PathBuf>,
     pub graceful_timeout: Duration,
+    /// How long a graceful stop answers health checks with 503 while it still serves
+    /// as usual, before it stops taking connections (`server.drain_time`).
+    pub drain_time: Duration,
     pub max_open_files: Option<u64>,
     pub server_tokens: ServerTokens,
     /// Forwarders whose `X-Forwarded-For` / `Forwarded` headers name the client
@@ -526,6 +529,7 @@ impl Ctx<'_> {
             mime_types,
             run_as,
             graceful_timeout: raw.server.graceful_timeout.0,
+            drain_time: raw.server.drain_time.0,
             max_open_files: raw.server.max_open_files,
             server_tokens,
             trusted_proxies,
@@ -639,6 +643,7 @@ impl Ctx<'_> {
         };
         let cond = Condition {
             internal: raw.internal,
+            health: raw.health,
             client: raw
                 .client
                 .as_ref()

@@ -67,6 +67,8 @@ pub(crate) struct RawServer {
     pub(crate) max_open_files: Option<u64>,
     pub(crate) server_tokens: Option<Spanned<String>>,
     #[serde(default)]
+    pub(crate) drain_time: Secs,
+    #[serde(default)]
     pub(crate) trusted_proxies: Vec<Spanned<String>>,
     pub(crate) forwarded_header: Option<Spanned<String>>,
 }
@@ -259,6 +261,8 @@ pub(crate) struct RawLocation {
     pub(crate) autoindex: Option<bool>,
     #[serde(default)]
     pub(crate) status: bool,
+    #[serde(default)]
+    pub(crate) health: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -278,6 +282,7 @@ pub(crate) struct RawAccessLog {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCondition {
     pub(crate) internal: Option<bool>,
+    pub(crate) health: Option<bool>,
     pub(crate) client: Option<String>,
     pub(crate) method: Option<String>,
     pub(crate) path: Option<String>,

@@ -105,6 +105,7 @@ pub fn show(c: &Config) -> String {
             t.key(l.pattern.key(), string(l.pattern.text()));
             match &l.serve {
                 Serve::Status => t.key("status", Value::Boolean(true)),
+                Serve::Health => t.key("health", Value::Boolean(true)),
                 Serve::Files(f) => {
                     t.key(if f.alias { "alias" } else { "root" }, path(&f.dir));
                     t.key("index", strings(&f.index));
@@ -175,6 +176,7 @@ fn server(t: &mut Toml, c: &Config) {
         t.key("coredump_dir", path(dir));
     }
     t.key("graceful_timeout", duration(c.graceful_timeout));
+    t.key("drain_time", duration(c.drain_time));
     if let Some(n) = c.max_open_files {
         t.key("max_open_files", int(n));
     }
@@ -206,6 +208,9 @@ fn condition(c: &Condition) -> Inline {
     let mut t = Inline::default();
     if let Some(i) = c.internal {
         t.insert("internal", Value::Boolean(i));
+    }
+    if let Some(h) = c.health {
+        t.insert("health", Value::Boolean(h));
     }
     if let Some(cidr) = &c.client {
         t.insert("client", string(&cidr.to_string()));
@@ -383,6 +388,7 @@ default_type = "text/plain"
 backlog = 128
 user = "root"
 graceful_timeout = "1500ms"
+drain_time = "1500ms"
 max_open_files = 4096
 server_tokens = "product"
 [workers]
@@ -437,6 +443,9 @@ autoindex = false
 [[vhost.location]]
 regex = '^/(\w+)\.st$'
 status = true
+[[vhost.location]]
+exact = "/healthz"
+health = true
 [[vhost]]
 root = "site2"
 symlinks = "never"
@@ -472,6 +481,8 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "https_redirect = 308\nhsts = \"max-age=600; includeSubDomains\"",
             "[[vhost.location]]\nprefix = \"/files/\"\nalias = \"",
             "[[vhost.location]]\nregex = '^/(\\w+)\\.st$'\nstatus = true",
+            "[[vhost.location]]\nexact = \"/healthz\"\nhealth = true",
+            "drain_time = \"1500ms\"",
             "[[vhost.location]]\nexact = \"/robots.txt\"\nroot = \"",
         ] {
             assert!(first.contains(want), "{want} not in\n{first}");
@@ -545,6 +556,9 @@ autoindex = true
 [[vhost.location]]
 regex = "^/c"
 status = true
+[[vhost.location]]
+exact = "/healthz"
+health = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, Visitor};
 
 /// A duration read from the config: an integer (seconds) or a string with a unit
 /// (`ms`, `s`, `m`, `h`, `d`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Secs(pub Duration);
 
 /// A size in bytes read from the config: an integer or a string with a unit

@@ -40,7 +40,7 @@ impl Vhost {
     pub fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
         let own = self.locations.list.iter().filter_map(|l| match &l.serve {
             Serve::Files(f) => Some(&f.dir),
-            Serve::Status => None,
+            Serve::Status | Serve::Health => None,
         });
         std::iter::once(&self.root).chain(own)
     }
@@ -187,15 +187,19 @@ impl Ctx<'_> {
             ),
             _ => return Err(self.spanned(l, "a location needs exactly one of exact, prefix or regex")),
         };
-        if raw.status {
+        if raw.status && raw.health {
+            return Err(self.spanned(l, "a location is the status page or the health check, not both"));
+        }
+        if raw.status || raw.health {
+            let what =
+                if raw.status { "status = true serves the status page" } else { "health = true answers health checks" };
             if raw.root.is_some() || raw.alias.is_some() || raw.index.is_some() || raw.autoindex.is_some() {
-                return Err(self.spanned(
-                    l,
-                    "a location with status = true serves the status page, not files: \
-                     no root, alias, index or autoindex",
-                ));
+                return Err(
+                    self.spanned(l, format!("a location with {what}, not files: no root, alias, index or autoindex"))
+                );
             }
-            return Ok(Location { pattern, serve: Serve::Status, at });
+            let serve = if raw.status { Serve::Status } else { Serve::Health };
+            return Ok(Location { pattern, serve, at });
         }
         let (dir, alias) = match (&raw.root, &raw.alias) {
             (Some(_), Some(a)) => return Err(self.spanned(a, "a location has root or alias, not both")),
@@ -288,7 +292,7 @@ mod tests {
         let c = parse(v, "").unwrap();
         let files = |i: usize| match &c.vhosts[0].locations.list[i].serve {
             Serve::Files(f) => f.clone(),
-            Serve::Status => panic!("files expected"),
+            Serve::Status | Serve::Health => panic!("files expected"),
         };
         let (p, q) = (files(0), files(1));
         assert_eq!(

@@ -3,11 +3,13 @@
 //! A [`Handler`] is what the connection calls: it gets the request ([`Ask`]) and
 //! fills a [`Reply`]. Static files ([`static_file`]: files, directories, listings
 //! from [`listing`], each worker's cache of mapped files in [`file_cache`]) and the
-//! status page ([`status_page`]) are handlers. Another kind (a health check, metrics,
+//! status page ([`status_page`]) and the health check ([`health`]) are handlers.
+//! Another kind (metrics,
 //! CGI) is one more variant of [`Handler`], its module here, and its key in a
 //! `[[vhost.location]]` block (`config`, `site`).
 
 pub mod file_cache;
+pub mod health;
 pub mod listing;
 pub mod static_file;
 pub mod status_page;
@@ -34,6 +36,8 @@ pub enum Handler<'c> {
     Files(static_file::StaticFiles<'c>),
     /// The server-status page.
     Status(status_page::StatusPage<'c>),
+    /// The health check a load balancer polls.
+    Health(health::HealthCheck<'c>),
 }
 
 impl Handler<'_> {
@@ -41,6 +45,7 @@ impl Handler<'_> {
         match self {
             Handler::Files(files) => files.serve(ask, reply),
             Handler::Status(page) => page.serve(ask, reply),
+            Handler::Health(check) => check.serve(ask, reply),
         }
     }
 }

@@ -451,8 +451,9 @@ impl<'c> Server<'c> {
         };
 
         let mut reply = Reply::new(&mut self.out.extra);
-        let mut internal = false;
-        let vhost = dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut internal);
+        let mut kind = Kind::default();
+        let vhost = dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind);
+        let internal = kind.internal;
         conn.internal |= internal;
         if reply.status >= 400 {
             self.sites[vhost].error_page(&mut reply);
@@ -487,7 +488,7 @@ impl<'c> Server<'c> {
         // master's dummy requests out.
         obs.state(ConnState::Logging);
         let duration = started.map_or(Duration::ZERO, |t| t.elapsed());
-        let asked = Asked::Request { req: &req, vhost, internal, client: client.ip() };
+        let asked = Asked::Request { req: &req, vhost, kind, client: client.ip() };
         self.out.log(self.config, conn, &asked, &answer, self.input.bytes_in(), duration);
         if answer.sent.is_err() {
             return Served::Close;
@@ -523,7 +524,7 @@ impl<'c> Server<'c> {
 enum Asked<'a> {
     /// A parsed request, served by vhost number `vhost`, from `client` (the peer,
     /// or the client a trusted forwarder named).
-    Request { req: &'a Request<'a>, vhost: usize, internal: bool, client: std::net::IpAddr },
+    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr },
     /// A head refused before or while it was read: only its line is known.
     Refused { line: &'a [u8] },
 }
@@ -599,15 +600,15 @@ impl Output {
         bytes_in: u64,
         duration: Duration,
     ) {
-        let (line, method, path, query, protocol, host, vhost, internal, client) = match *asked {
-            Asked::Request { req, vhost, internal, client } => {
+        let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
+            Asked::Request { req, vhost, kind, client } => {
                 let (path, query) = split_query(req.target);
-                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, internal, client)
+                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, kind, client)
             }
             // Of a refused head only the line is known; the default vhost logs it.
             Asked::Refused { line } => {
                 let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
-                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, false, conn.peer.ip())
+                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, Kind::default(), conn.peer.ip())
             }
         };
         let headers_in = |name: &str| match asked {
@@ -649,10 +650,11 @@ impl Output {
             response_head: &self.writer.head,
             conn_status,
             keepalive_count,
+            health: kind.health,
             request_id,
             tls: None,
         };
-        self.logs.write(&record, internal, vhost);
+        self.logs.write(&record, kind.internal, vhost);
     }
 }
 
@@ -677,13 +679,14 @@ fn dispatch(
     client: std::net::IpAddr,
     reply: &mut Reply<'_>,
     token: &str,
-    internal: &mut bool,
+    kind: &mut Kind,
 ) -> usize {
     let index = vhost::select(&config.vhosts, req.host);
     if req.target == b"*" {
         // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
         // one of these, recognised by its per-boot token (a client cannot know it).
-        *internal = !token.is_empty() && req.header(INTERNAL_HEADER).is_some_and(|t| same_secret(t, token.as_bytes()));
+        kind.internal =
+            !token.is_empty() && req.header(INTERNAL_HEADER).is_some_and(|t| same_secret(t, token.as_bytes()));
         reply.header("Allow", ALLOW);
         reply.body = Body::Owned(Vec::new());
         return index;
@@ -716,8 +719,19 @@ fn dispatch(
     };
     let site = &sites[index];
     let ask = Ask { req, path: &clean, query, client };
-    site.handler(&clean.bytes).serve(&ask, reply);
+    let handler = site.handler(&clean.bytes);
+    kind.health = matches!(handler, handlers::Handler::Health(_));
+    handler.serve(&ask, reply);
     index
+}
+
+/// What kind of request it was, for the logs' filters.
+#[derive(Debug, Default, Clone, Copy)]
+struct Kind {
+    /// The master's dummy request (its per-boot token).
+    internal: bool,
+    /// Answered by a health-check location.
+    health: bool,
 }
 
 fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {

@@ -319,6 +319,7 @@ mod tests {
             response_head: b"",
             conn_status: '+',
             keepalive_count: 0,
+            health: false,
             request_id: 0,
             tls: None,
         }

@@ -5,8 +5,9 @@
 //! any of its conditions does. A request is recorded when the include list is empty or
 //! matches, and the exclude list does not. By default `exclude = [{ internal = true }]`:
 //! the master's dummy connections stay out (Apache users filter them by hand with
-//! `SetEnvIf ... dontlog`). A client cannot make its request internal: that takes the
-//! master's per-boot token.
+//! `SetEnvIf ... dontlog`), and so do the balancer's checks of a health location
+//! (`exclude = [{ internal = true }, { health = true }]`). A client cannot make its
+//! request internal: that takes the master's per-boot token.
 
 use std::net::IpAddr;
 
@@ -19,6 +20,8 @@ use crate::cidr::Cidr;
 #[derive(Debug, Clone, Default)]
 pub struct Condition {
     pub internal: Option<bool>,
+    /// The request was answered by a health-check location.
+    pub health: Option<bool>,
     pub client: Option<Cidr>,
     pub method: Option<String>,
     /// A path prefix (`/static/`).
@@ -48,6 +51,7 @@ impl Condition {
             .flatten();
         let path: &[u8] = cleaned.as_ref().map_or(r.path, |(c, _)| &c.bytes);
         self.internal.is_none_or(|i| i == f.internal)
+            && self.health.is_none_or(|h| h == r.health)
             && self.client.is_none_or(|c| c.contains(unmap(r.client)))
             && self.method.as_ref().is_none_or(|m| m.as_bytes() == r.method)
             && self.path.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
@@ -62,6 +66,7 @@ impl Condition {
     /// True if no key is set (such a condition would match everything: refused).
     pub fn is_empty(&self) -> bool {
         self.internal.is_none()
+            && self.health.is_none()
             && self.client.is_none()
             && self.method.is_none()
             && self.path.is_none()
@@ -88,7 +93,13 @@ pub struct Filter {
 
 impl Default for Filter {
     fn default() -> Self {
-        Filter { include: Vec::new(), exclude: vec![Condition { internal: Some(true), ..Condition::default() }] }
+        Filter {
+            include: Vec::new(),
+            exclude: vec![
+                Condition { internal: Some(true), ..Condition::default() },
+                Condition { health: Some(true), ..Condition::default() },
+            ],
+        }
     }
 }
 
@@ -141,6 +152,7 @@ mod tests {
             response_head: b"",
             conn_status: '+',
             keepalive_count: 0,
+            health: false,
             request_id: 0,
             tls: None,
         }

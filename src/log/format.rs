@@ -410,6 +410,7 @@ pub(crate) mod tests {
             response_head: b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"x\"\r\n\r\n",
             conn_status: '+',
             keepalive_count: 3,
+            health: false,
             request_id: 0xabc,
             tls: None,
         }

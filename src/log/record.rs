@@ -31,6 +31,8 @@ pub struct Record<'a> {
     /// `+` kept alive, `-` closed, `X` aborted.
     pub conn_status: char,
     pub keepalive_count: u64,
+    /// Answered by a health-check location (left out of the logs by default).
+    pub health: bool,
     pub request_id: u64,
     /// The TLS session of an HTTPS request (`None`: plain HTTP, logged as `-`).
     pub tls: Option<TlsFields<'a>>,

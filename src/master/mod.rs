@@ -75,6 +75,9 @@ struct Child {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stopping {
+    /// QUIT with `server.drain_time`: until `until`, health checks answer 503 and
+    /// everything else is served as usual; then the graceful stop.
+    Draining { until: Instant },
     /// QUIT: until `deadline`, workers finish; then TERM.
     Graceful { deadline: Instant },
     /// TERM: workers got TERM; at `deadline`, KILL.
@@ -274,7 +277,7 @@ impl Master {
                 last_look = now;
                 self.quick_look();
             }
-            if self.stopping.is_some() && self.children.is_empty() {
+            if self.winding_down() && self.children.is_empty() {
                 self.report_ready(ready);
                 break;
             }
@@ -319,9 +322,18 @@ impl Master {
         }
     }
 
+    /// A stop is under way, past any drain: workers leave and none is forked.
+    fn winding_down(&self) -> bool {
+        matches!(self.stopping, Some(Stopping::Graceful { .. } | Stopping::Fast { .. }))
+    }
+
     /// The once-a-second work.
     fn tick(&mut self) {
         match self.stopping {
+            Some(Stopping::Draining { until }) if Instant::now() >= until => {
+                self.stopping = None;
+                self.begin_graceful_stop();
+            }
             Some(Stopping::Graceful { deadline }) if Instant::now() >= deadline => {
                 log::warn!(
                     "graceful stop timed out after {:?}; terminating the remaining workers",
@@ -332,7 +344,7 @@ impl Master {
             Some(Stopping::Fast { deadline }) if Instant::now() >= deadline => self.signal_all(Signal::SIGKILL),
             _ => {}
         }
-        if self.stopping.is_none() && !self.workers_paused {
+        if !self.winding_down() && !self.workers_paused {
             self.perform_idle_server_maintenance();
         } else {
             self.short = false;
@@ -494,7 +506,7 @@ impl Master {
             // own slot at once, unless it died young (then maintenance paces it).
             if verdict.replace
                 && current
-                && self.stopping.is_none()
+                && !self.winding_down()
                 && !self.workers_paused
                 && child.born.elapsed() >= MIN_LIFETIME_FOR_RESPAWN
             {

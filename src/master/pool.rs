@@ -26,7 +26,7 @@ impl Master {
     /// Between ticks, while short of idle workers: fork for the connections waiting.
     pub(super) fn quick_look(&mut self) {
         self.short = false;
-        if self.stopping.is_some() || self.workers_paused {
+        if self.winding_down() || self.workers_paused {
             return;
         }
         let counts = self.counts();

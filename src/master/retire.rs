@@ -23,7 +23,7 @@ impl Master {
     /// a dummy connection each wakes them to notice they must go. Sent every tick until
     /// none is left (a dummy may be taken by a current worker instead).
     pub(super) fn wake_retiring_workers(&mut self) {
-        let stopping = self.stopping.is_some() || self.workers_paused;
+        let stopping = self.winding_down() || self.workers_paused;
         let idle_retiring = self
             .children
             .values()
@@ -105,13 +105,28 @@ impl Master {
         self.stopping = Some(Stopping::Fast { deadline: Instant::now() + STOP_GRACE });
     }
 
+    /// QUIT: with `server.drain_time`, health checks answer 503 for that long while
+    /// everything else is served as usual (a balancer takes the node out), then the
+    /// graceful stop begins.
     pub(super) fn graceful_stop(&mut self) {
         if self.stopping.is_some() {
             return;
         }
+        let drain = self.config.drain_time;
+        crate::notify::send("STOPPING=1");
+        if drain.is_zero() {
+            self.begin_graceful_stop();
+            return;
+        }
+        self.scoreboard.header.draining.store(1, SeqCst);
+        log::info!("graceful stop: draining for {drain:?} (health checks answer 503, requests are served as usual)");
+        self.stopping = Some(Stopping::Draining { until: Instant::now() + drain });
+    }
+
+    /// The graceful stop proper: workers stop taking connections, finish, exit.
+    pub(super) fn begin_graceful_stop(&mut self) {
         // Workers see the stop before anyone reads of it in the log.
         self.scoreboard.header.stopping.store(1, SeqCst);
-        crate::notify::send("STOPPING=1");
         log::info!(
             "graceful stop: waiting up to {:?} for {} workers to finish",
             self.config.graceful_timeout,

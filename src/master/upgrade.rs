@@ -182,6 +182,7 @@ impl Master {
         // WINCH's way, but the new master's workers adopt the kept-alive connections
         // of ours (the handover socket is shared), so none is closed.
         self.workers_paused = true;
+        self.scoreboard.header.draining.store(1, std::sync::atomic::Ordering::SeqCst);
         self.scoreboard.header.handover_open.store(1, std::sync::atomic::Ordering::Relaxed);
         self.new_generation();
         self.stopping = Some(Stopping::Graceful { deadline: Instant::now() + self.config.graceful_timeout });

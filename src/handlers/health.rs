@@ -1,0 +1,31 @@
+//! The health check a load balancer polls (`health = true` on a
+//! `[[vhost.location]]`): `200 ok` while the server serves, `503 draining` from the
+//! moment a graceful stop begins (through its `server.drain_time`, while everything
+//! else is still served as usual) or an upgrade's old generation gives way to the new
+//! master. So HAProxy's `option httpchk` takes the node out before any of its
+//! connections close. Its requests stay out of the access logs by default.
+
+use super::Ask;
+use crate::http::response::{Body, Reply};
+use crate::scoreboard::Header;
+
+/// The health-check handler of a worker.
+#[derive(Clone, Copy)]
+pub struct HealthCheck<'c> {
+    pub header: &'c Header,
+}
+
+impl HealthCheck<'_> {
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        if !super::read_only(ask.req, reply) {
+            return;
+        }
+        reply.header("Content-Type", "text/plain; charset=utf-8").header("Cache-Control", "no-store");
+        if self.header.draining() {
+            reply.status = 503;
+            reply.body = Body::Owned(b"draining\n".to_vec());
+        } else {
+            reply.body = Body::Owned(b"ok\n".to_vec());
+        }
+    }
+}
