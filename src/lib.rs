@@ -7,18 +7,22 @@
 //! - `main.rs` → [`cli`] parses the command line, then one of: [`config`] (`-t`; `-T`
 //!   prints the effective config through [`config::show`]; `include` files are read by
 //!   the config too),
-//!   [`ctl`] (`-k …`: signals the master found through [`pidfile`], waits on the status
-//!   file), [`daemon`] (start in the foreground `-F`, as a daemon with a ready pipe, or
-//!   in one process `-X`).
+//!   [`ctl`] (`-k …`: signals the master found through [`pidfile`], waits on the
+//!   status file, [`statusfile`]), [`daemon`] (start in the foreground `-F`, as a
+//!   daemon that reports its start on a pipe ([`master::ready`]), or in one process
+//!   `-X`).
 //! - [`master`] is the master process: binds the listeners ([`listen`]), maps the
 //!   [`scoreboard`], installs the signal handlers ([`master::signals`]), forks workers,
-//!   and runs one loop with a one-second tick: reap → act on signals → spare-worker
-//!   maintenance ([`master::maintenance`], a pure function of the idle count and the
-//!   listen queue) → retire old generations →
-//!   stop stuck workers (TERM, then KILL) → rotate logs → rewrite the status file. Between ticks it
-//!   looks at the pool every 50 ms while short of idle workers, and at once when a
-//!   worker rings its [`pod::Doorbell`]. It never serves a request and never imports
-//!   the HTTP code.
+//!   and runs one loop: wait for a signal, the doorbell or the one-second tick → act on
+//!   signals → reap (what an exit means: [`master::maintenance::on_exit`]) → on the
+//!   tick, spare-worker maintenance (`master::pool`, deciding with
+//!   [`master::maintenance`], pure functions of the idle count and the listen queue) →
+//!   retire old generations and stop stuck workers (TERM, then KILL; `master::retire`)
+//!   → rotate logs ([`log::rotate::Schedule`]) → rewrite the status file
+//!   ([`statusfile`]). Between ticks it looks at the pool every 50 ms while short of
+//!   idle workers, and at once when a worker rings its [`pod::Doorbell`]. It never
+//!   serves a request and never imports the HTTP code (the two constants both sides
+//!   need live on its side: [`listen::WAIT_SLICE`], [`pod::INTERNAL_HEADER`]).
 //! - [`worker`] is a worker process after `fork`: resets signals, closes the master's
 //!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
 //!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
@@ -35,8 +39,11 @@
 //!   when it must leave it stops accepting, hands its idle connections to a worker
 //!   that stays ([`handover`], `SCM_RIGHTS`), finishes the rest with
 //!   `Connection: close`, and exits. Its scoreboard slot is updated through the
-//!   [`http::connection::Observer`] it hands to the HTTP code, which knows nothing
+//!   [`http::observer::Observer`] it hands to the HTTP code, which knows nothing
 //!   about processes.
+//! - Shared by several of these: [`cidr`] (address ranges), [`location`] (what a
+//!   `[[vhost.location]]` matches, and the table that picks one), [`site`] (a vhost as
+//!   a worker serves it), [`statusfile`], [`clock`].
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs), the session-ticket key chain
@@ -56,7 +63,7 @@
 //! # How a request travels
 //!
 //! The worker's event loop accepts a socket (options inherited from the listener) or
-//! finds input on one it holds ([`http::connection::Held`]) and calls
+//! finds input on one it holds ([`http::held::Held`]) and calls
 //! [`http::connection::Server::serve_ready`]: take what has arrived without waiting
 //! ([`http::input::Input`], over an [`http::transport::Transport`]); no whole head yet
 //! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
@@ -64,15 +71,19 @@
 //! every failure is an [`http::request::HttpError`] mapped to its status in one
 //! place) → drop a body that is all there ([`http::body`]), or answer with
 //! `Connection: close` and linger → [`vhost::select`] by Host →
-//! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) →
-//! [`handlers::static_file::serve`]: a cached mapping ([`handlers::file_cache`],
-//! revalidated by one `fstatat`, with its whole-file header lines ready) or
-//! `openat2(RESOLVE_BENEATH)` under the vhost root →
-//! file, index, listing ([`handlers::listing`]), redirect or error →
-//! [`http::conditional`] and [`http::range`] → the head built from
+//! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
+//! vhost's [`site::Site`] picks what answers by location (an exact path, else the
+//! first regex, else the longest prefix: [`location::Table`], built when the config
+//! is read) → a [`handlers::Handler`]: the status page ([`handlers::status_page`]) or
+//! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
+//! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
+//! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's
+//! directory → file, index, listing ([`handlers::listing`]), redirect or error →
+//! [`http::conditional`] and [`http::range`]) → the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
 //! and more: the head with `MSG_MORE`, the body with `sendfile`;
-//! [`http::response::send`]) → one access-log record per log ([`log::access`],
+//! [`http::response::send`]) → one access-log record (made in one place,
+//! `http::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until
 //! the next one or `keepalive_timeout`) or close (lingering in the set when the client

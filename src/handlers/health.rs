@@ -5,7 +5,7 @@
 //! master. So HAProxy's `option httpchk` takes the node out before any of its
 //! connections close. Its requests stay out of the access logs by default.
 
-use super::Ask;
+use super::ask::{Ask, read_only};
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Header;
 
@@ -17,7 +17,7 @@ pub struct HealthCheck<'c> {
 
 impl HealthCheck<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !super::read_only(ask.req, reply) {
+        if !read_only(ask.req, reply) {
             return;
         }
         reply.header("Content-Type", "text/plain; charset=utf-8").header("Cache-Control", "no-store");

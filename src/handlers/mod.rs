@@ -2,33 +2,21 @@
 //!
 //! A [`Handler`] is what the connection calls: it gets the request ([`Ask`]) and
 //! fills a [`Reply`]. Static files ([`static_file`]: files, directories, listings
-//! from [`listing`], each worker's cache of mapped files in [`file_cache`]) and the
+//! from [`listing`], each worker's cache of mapped files in [`file_cache`]), the
 //! status page ([`status_page`]) and the health check ([`health`]) are handlers.
-//! Another kind (metrics,
-//! CGI) is one more variant of [`Handler`], its module here, and its key in a
-//! `[[vhost.location]]` block (`config`, `site`).
+//! Another kind (metrics, CGI) is one more variant of [`Handler`], its module here,
+//! and its key in a `[[vhost.location]]` block (`config`, `site`).
 
+mod ask;
 pub mod file_cache;
 pub mod health;
 pub mod listing;
 pub mod static_file;
 pub mod status_page;
 
-use std::net::IpAddr;
+pub use ask::{Ask, not_allowed, read_only};
 
-use crate::http::path::CleanPath;
-use crate::http::request::{Method, Request};
-use crate::http::response::{ALLOW, Body, Reply};
-
-/// What one request asks of a handler.
-pub struct Ask<'a> {
-    pub req: &'a Request<'a>,
-    /// The request's path, decoded and cleaned: what the locations were matched on.
-    pub path: &'a CleanPath<'a>,
-    /// The query string as sent (after `?`), if any.
-    pub query: Option<&'a [u8]>,
-    pub client: IpAddr,
-}
+use crate::http::response::Reply;
 
 /// What answers at a location (or, with no location matching, at a vhost).
 pub enum Handler<'c> {
@@ -48,26 +36,4 @@ impl Handler<'_> {
             Handler::Health(check) => check.serve(ask, reply),
         }
     }
-}
-
-/// The methods of a resource that is only read: true for GET and HEAD (serve them);
-/// OPTIONS is answered here with `Allow`, any other method with 405.
-pub fn read_only(req: &Request<'_>, reply: &mut Reply<'_>) -> bool {
-    match req.method {
-        Method::Get | Method::Head => true,
-        Method::Options => {
-            reply.header("Allow", ALLOW);
-            reply.body = Body::Owned(Vec::new());
-            false
-        }
-        Method::OtherKnown => {
-            not_allowed(reply);
-            false
-        }
-    }
-}
-
-/// 405 for a method no handler here answers.
-pub fn not_allowed(reply: &mut Reply<'_>) {
-    reply.error(405, "This resource only answers GET, HEAD and OPTIONS.");
 }

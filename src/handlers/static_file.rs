@@ -17,7 +17,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use memmap2::Mmap;
 
-use super::Ask;
+use super::ask::{Ask, read_only};
 use super::file_cache::{Entry, FileCache, SENDFILE_MIN};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -106,9 +106,9 @@ pub struct StaticFiles<'c> {
 
 impl StaticFiles<'_> {
     /// Serves a GET or HEAD from the root (the other methods are answered by
-    /// [`super::read_only`]).
+    /// [`read_only`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !super::read_only(ask.req, reply) {
+        if !read_only(ask.req, reply) {
             return;
         }
         let path = ask.path;

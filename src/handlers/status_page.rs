@@ -1,7 +1,7 @@
 //! The server-status page: the scoreboard as HTML, Apache's `?auto` text or `?json`
 //! ([`crate::status::Snapshot`]), for the clients `[status] allow` lets in.
 
-use super::Ask;
+use super::ask::{Ask, read_only};
 use crate::config::Config;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
@@ -18,7 +18,7 @@ pub struct StatusPage<'c> {
 
 impl StatusPage<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !super::read_only(ask.req, reply) {
+        if !read_only(ask.req, reply) {
             return;
         }
         if !self.config.status.allow.iter().any(|cidr| cidr.contains(ask.client)) {

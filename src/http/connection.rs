@@ -5,7 +5,7 @@
 //! which never waits)? If so `Server::serve_request` answers it: parse and
 //! validate → drop a body that is all there, or plan to close → pick the vhost and
 //! what answers there → the answer's head and body ([`response`], blocking writes)
-//! → one access-log record (`Output::log`, the only place one is made) → keep alive
+//! → one access-log record (`output::Output::log`, the only place one is made) → keep alive
 //! or close. Then the next pipelined request, or back to the worker's set to wait.
 //! A closing connection lingers in that set too: shut for writing, its input read
 //! and dropped for a moment, so the client reads our answer and not a reset.
@@ -14,194 +14,31 @@
 //! changes for the scoreboard, whether it must stop keeping connections alive) goes
 //! through the [`Observer`] it is given.
 
-use std::io;
 use std::mem::MaybeUninit;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::date::DateCache;
 use super::forwarded;
+use super::held::{Conn, Held, Next, Phase};
 use super::input::{HeadError, Input, ProxyFail};
+use super::observer::{ConnState, Observer};
+use super::output::{Asked, Delivery, HeadWriter, Kind, Output};
 use super::path::{self, PathError};
 use super::request::{self, HttpError, Limits, Method, Request};
 use super::response::{self, ALLOW, Body, Reply};
-use super::transport::{Pacer, Transport};
+use super::transport::Transport;
 use crate::clock::now_ms;
-use crate::config::Http as HttpConfig;
 use crate::config::{Config, ServerTokens};
 use crate::handlers::{self, Ask};
 use crate::log::access::AccessLogs;
-use crate::log::record::Record;
 use crate::pod::INTERNAL_HEADER;
 use crate::site::Site;
 use crate::vhost;
 
-/// What a connection is doing, for the scoreboard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnState {
-    Reading,
-    Writing,
-    Logging,
-    Closing,
-}
-
-/// The worker's view into a connection.
-pub trait Observer {
-    fn state(&mut self, state: ConnState);
-    /// A request head has been read.
-    fn request(&mut self, line: &[u8], client: SocketAddr);
-    /// A response has been sent, `bytes` of it.
-    fn served(&mut self, bytes: u64);
-    /// Progress on a long write (a stuck-worker watchdog reads it).
-    fn heartbeat(&mut self);
-    /// The worker must finish: answer this request with `Connection: close`.
-    fn must_close(&self) -> bool;
-    /// A write has waited a slice on a client slow to read: the worker may let the
-    /// other connections it holds be served elsewhere meanwhile.
-    fn stalled(&mut self) {}
-}
-
-/// What is known of one connection between its requests: owned by the caller, so a
-/// connection can be put aside between two requests and taken up again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conn {
-    /// The client: the socket's peer, or the one a PROXY protocol header named.
-    pub peer: SocketAddr,
-    /// The socket's own peer when a PROXY header named another client (the
-    /// balancer; `%{c}a`).
-    pub balancer: Option<SocketAddr>,
-    pub local_port: u16,
-    /// Requests read on it so far.
-    pub requests: u64,
-    /// It carried the master's internal dummy request.
-    pub internal: bool,
-}
-
-impl Conn {
-    pub fn new(peer: SocketAddr, local_port: u16) -> Conn {
-        Conn { peer, balancer: None, local_port, requests: 0, internal: false }
-    }
-
-    /// The socket's peer: the balancer that sent a PROXY header, or the client.
-    pub fn socket_peer(&self) -> SocketAddr {
-        self.balancer.unwrap_or(self.peer)
-    }
-}
-
 /// Pipelined requests served from one connection's buffer in a row, before the
 /// worker's other connections get a turn.
 const BURST: u32 = 16;
-
-/// How long a lingering close reads and drops what the client still sends (Apache's
-/// lingering close is 2 s too).
-const LINGER_MS: u64 = 2000;
-
-/// A connection the worker holds: the socket, what is known of it, and the bytes
-/// read but not used yet (the start of its next request).
-pub struct Held {
-    pub stream: TcpStream,
-    pub conn: Conn,
-    pending: Vec<u8>,
-    phase: Phase,
-    /// When the current wait began (`clock::now_ms`): the last answer for an idle
-    /// connection, the first byte of a head that came in part, the accept for a new
-    /// one, the start of a lingering close.
-    since_ms: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for (the rest of) a PROXY protocol header, before the first head.
-    Proxy,
-    /// Waiting for (the rest of) a head.
-    Waiting,
-    /// Shut for writing; what still comes is read and dropped.
-    Lingering { drained: usize },
-}
-
-/// What the worker does with a connection after [`Server::serve_ready`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Keep it in the set until it has input (or its deadline).
-    Park,
-    /// A whole request is already buffered: serve it again after the others.
-    Again,
-    Close,
-}
-
-impl Held {
-    /// A connection just accepted.
-    pub fn new(stream: TcpStream, peer: SocketAddr, local_port: u16) -> Held {
-        Held {
-            stream,
-            conn: Conn::new(peer, local_port),
-            pending: Vec::new(),
-            phase: Phase::Waiting,
-            since_ms: now_ms(),
-        }
-    }
-
-    /// A connection that starts with a PROXY protocol header (the listener says so):
-    /// it is read before the first head, within `header_timeout`.
-    pub fn expect_proxy_header(mut self) -> Held {
-        self.phase = Phase::Proxy;
-        self
-    }
-
-    /// Still waiting for its PROXY protocol header.
-    pub fn awaiting_proxy_header(&self) -> bool {
-        self.phase == Phase::Proxy
-    }
-
-    /// A connection taken over from another worker, waiting since `waited_ms` ago.
-    pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
-        let since_ms = now_ms().saturating_sub(waited_ms);
-        Held { stream, conn, pending, phase: Phase::Waiting, since_ms }
-    }
-
-    /// Bytes of the next request already read.
-    pub fn pending(&self) -> &[u8] {
-        &self.pending
-    }
-
-    /// Milliseconds since the current wait began.
-    pub fn waited_ms(&self) -> u64 {
-        now_ms().saturating_sub(self.since_ms)
-    }
-
-    pub fn lingering(&self) -> bool {
-        matches!(self.phase, Phase::Lingering { .. })
-    }
-
-    /// When its current wait runs out: `header_timeout` for a head (counted from the
-    /// accept for the first one, from its first byte for later ones),
-    /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
-    pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
-        let wait = match self.phase {
-            Phase::Lingering { .. } => LINGER_MS,
-            Phase::Waiting if self.conn.requests > 0 && self.pending.is_empty() => {
-                http.keepalive_timeout.as_millis() as u64
-            }
-            Phase::Waiting | Phase::Proxy => http.header_timeout.as_millis() as u64,
-        };
-        self.since_ms.saturating_add(wait)
-    }
-
-    /// Shuts our side and lingers: what the client still sends is dropped.
-    fn linger(&mut self, input: &mut Input) -> Next {
-        let mut t = &self.stream;
-        t.shutdown_write();
-        let mut drained = 0;
-        // The client may have closed already.
-        if input.drain(&mut t, &mut drained) {
-            return Next::Close;
-        }
-        self.phase = Phase::Lingering { drained };
-        self.since_ms = now_ms();
-        self.pending.clear();
-        Next::Park
-    }
-}
 
 /// How a request ended, for the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,24 +63,6 @@ pub struct Server<'c> {
     /// The current request's head, copied out of the input buffer.
     req_head: Vec<u8>,
     out: Output,
-}
-
-/// The write side: what builds, sends and logs responses.
-struct Output {
-    logs: AccessLogs,
-    request_id: u64,
-    writer: HeadWriter,
-    /// A reply's own header lines, reused.
-    extra: Vec<u8>,
-}
-
-/// Makes response heads and sends them with their bodies.
-struct HeadWriter {
-    date: DateCache,
-    server_header: &'static str,
-    send_timeout: Duration,
-    /// The last head sent (the access log may quote its fields).
-    head: Vec<u8>,
 }
 
 impl<'c> Server<'c> {
@@ -520,144 +339,6 @@ impl<'c> Server<'c> {
     }
 }
 
-/// What the client asked, as far as the log is concerned.
-enum Asked<'a> {
-    /// A parsed request, served by vhost number `vhost`, from `client` (the peer,
-    /// or the client a trusted forwarder named).
-    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr },
-    /// A head refused before or while it was read: only its line is known.
-    Refused { line: &'a [u8] },
-}
-
-/// How a reply goes out.
-#[derive(Clone, Copy)]
-struct Delivery {
-    http11: bool,
-    /// Else `Connection: close`.
-    keep_alive: bool,
-    /// The head without the body (a HEAD request).
-    head_only: bool,
-}
-
-/// What went back.
-struct Answer {
-    status: u16,
-    /// The body's length (0 when only the head was sent).
-    body_bytes: u64,
-    /// The bytes written, or why the write failed.
-    sent: io::Result<u64>,
-    keep_alive: bool,
-    start: SystemTime,
-}
-
-impl HeadWriter {
-    /// Sends `reply`: the head made from it, then its body unless the request or
-    /// the status wants none. `waiting` when the client has kept the worker waiting
-    /// a slice (see [`Pacer`]).
-    #[inline(always)]
-    fn send(
-        &mut self,
-        t: &mut impl Transport,
-        mut reply: Reply<'_>,
-        start: SystemTime,
-        how: Delivery,
-        obs: &mut dyn Observer,
-        waiting: &mut dyn FnMut(),
-    ) -> Answer {
-        obs.state(ConnState::Writing);
-        let body = std::mem::replace(&mut reply.body, Body::None);
-        let date = self.date.at(start);
-        response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
-        let send_body = !how.head_only && !response::bodiless(reply.status);
-        // Both callbacks reach the observer; they never run at the same time.
-        let obs = std::cell::RefCell::new(obs);
-        let mut heartbeat = || obs.borrow_mut().heartbeat();
-        let mut stalled = || {
-            waiting();
-            obs.borrow_mut().stalled();
-        };
-        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
-        let sent = response::send(t, &self.head, send_body.then_some(&body), &mut pacer);
-        let body_bytes = if send_body { body.len() } else { 0 };
-        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start }
-    }
-}
-
-fn vhost_name(config: &Config, index: usize) -> &str {
-    config.vhosts[index].server_names.first().map_or("-", String::as_str)
-}
-
-impl Output {
-    /// Makes the access-log record of one request and hands it to the logs: the one
-    /// place a record is made.
-    #[inline(always)]
-    fn log(
-        &mut self,
-        config: &Config,
-        conn: &Conn,
-        asked: &Asked<'_>,
-        answer: &Answer,
-        bytes_in: u64,
-        duration: Duration,
-    ) {
-        let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
-            Asked::Request { req, vhost, kind, client } => {
-                let (path, query) = split_query(req.target);
-                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, kind, client)
-            }
-            // Of a refused head only the line is known; the default vhost logs it.
-            Asked::Refused { line } => {
-                let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
-                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, Kind::default(), conn.peer.ip())
-            }
-        };
-        let headers_in = |name: &str| match asked {
-            Asked::Request { req, .. } => req.header(name),
-            Asked::Refused { .. } => None,
-        };
-        // A refused head gets no request id and no keep-alive count.
-        let refused = matches!(asked, Asked::Refused { .. });
-        let (request_id, keepalive_count) = if refused {
-            (0, 0)
-        } else {
-            self.request_id = self.request_id.wrapping_add(1);
-            (self.request_id, conn.requests - 1)
-        };
-        let conn_status = match (&answer.sent, answer.keep_alive) {
-            _ if refused => '-',
-            (Err(_), _) => 'X',
-            (Ok(_), true) => '+',
-            (Ok(_), false) => '-',
-        };
-        let record = Record {
-            client,
-            peer: conn.socket_peer().ip(),
-            local_port: conn.local_port,
-            request_line: line,
-            method,
-            path,
-            query,
-            protocol,
-            status: answer.status,
-            body_bytes: answer.body_bytes,
-            bytes_in,
-            bytes_out: *answer.sent.as_ref().unwrap_or(&0),
-            start: answer.start,
-            duration,
-            vhost: vhost_name(config, vhost),
-            host,
-            headers_in: &headers_in,
-            response_head: &self.writer.head,
-            conn_status,
-            keepalive_count,
-            health: kind.health,
-            request_id,
-            tls: None,
-        };
-        self.logs.write(&record, kind.internal, vhost);
-    }
-}
-
 /// Compares a secret in time that does not depend on where the bytes differ (`==`
 /// stops at the first difference, which a client timing many guesses could use to
 /// find the token a byte at a time). The length is not secret: every token has 32.
@@ -723,22 +404,6 @@ fn dispatch(
     kind.health = matches!(handler, handlers::Handler::Health(_));
     handler.serve(&ask, reply);
     index
-}
-
-/// What kind of request it was, for the logs' filters.
-#[derive(Debug, Default, Clone, Copy)]
-struct Kind {
-    /// The master's dummy request (its per-boot token).
-    internal: bool,
-    /// Answered by a health-check location.
-    health: bool,
-}
-
-fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match target.iter().position(|&b| b == b'?') {
-        Some(q) => (&target[..q], Some(&target[q + 1..])),
-        None => (target, None),
-    }
 }
 
 #[cfg(test)]

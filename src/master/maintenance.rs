@@ -22,6 +22,7 @@ use std::time::Duration;
 use log::Level;
 use nix::sys::signal::Signal;
 
+use crate::config::Config;
 use crate::worker::ChildExit;
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a
@@ -51,6 +52,14 @@ pub struct Band {
     pub min_spare: u32,
     pub max_spare: u32,
     pub max: u32,
+}
+
+impl Band {
+    /// The band `[workers]` asks for.
+    pub fn of(config: &Config) -> Band {
+        let w = &config.workers;
+        Band { min_spare: w.min_spare, max_spare: w.max_spare, max: w.max }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

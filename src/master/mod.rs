@@ -45,7 +45,6 @@ use crate::sys::{self, Forked};
 use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, WorkerCtx};
 use maintenance::{Band, Exit, Then};
-use pool::band;
 use ready::Ready;
 use signals::{Control, Signals};
 
@@ -177,7 +176,7 @@ impl Master {
         // group (an existing one keeps its own).
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
-        let band = band(&config);
+        let band = Band::of(&config);
         scoreboard.header.min_spare.store(band.min_spare, Relaxed);
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
         Ok(Master {
@@ -558,7 +557,7 @@ impl Master {
         self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());
         self.config = new;
         prepare_log_files(&self.config);
-        self.band = band(&self.config);
+        self.band = Band::of(&self.config);
         self.scoreboard.header.min_spare.store(self.band.min_spare, Relaxed);
         self.spawn_rate = 1;
         self.short = true;

@@ -5,8 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::Master;
-use super::maintenance::{self, Band, Counts, Decision};
-use crate::config::Config;
+use super::maintenance::{self, Counts, Decision};
 
 impl Master {
     /// Counts the pool for a look; workers may ring the doorbell again from here on.
@@ -108,8 +107,4 @@ impl Master {
         self.scoreboard.header.min_spare.store(min, Relaxed);
         log::info!("spare workers: min_spare {min}, max_spare {max}");
     }
-}
-
-pub(super) fn band(config: &Config) -> Band {
-    Band { min_spare: config.workers.min_spare, max_spare: config.workers.max_spare, max: config.workers.max }
 }

@@ -39,7 +39,8 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 
 use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use crate::handover::{self, Handover};
-use crate::http::connection::{Conn, Held, Next, Server};
+use crate::http::connection::Server;
+use crate::http::held::{Conn, Held, Next};
 use crate::scoreboard::{State, now_ms};
 
 /// Event tags above any index into the connection table.

@@ -1,0 +1,325 @@
+//! The config's tests: defaults, errors with positions, includes, listen forms, TLS,
+//! units.
+
+use super::*;
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("conf")).unwrap();
+    std::fs::create_dir_all(dir.path().join("htdocs")).unwrap();
+    std::fs::write(dir.path().join("conf/mime.types"), "text/html html\n").unwrap();
+    dir
+}
+
+fn try_parse(dir: &tempfile::TempDir, text: &str) -> Result<Config, ConfigError> {
+    parse(text, &dir.path().join("conf/pika.toml"))
+}
+
+const MINIMAL: &str = "[server]\nlisten = [\"127.0.0.1:8080\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let dir = setup();
+    let c = try_parse(&dir, MINIMAL).unwrap();
+    assert_eq!(c.root, dir.path());
+    assert_eq!(c.listen, vec![Listen { addr: "127.0.0.1:8080".parse().unwrap(), tls: false, proxy_protocol: false }]);
+    assert_eq!(
+        c.workers,
+        Workers {
+            start: 2,
+            min_spare: 1,
+            max_spare: 3,
+            max: 64,
+            max_requests: 0,
+            max_connections: 1024,
+            max_memory: None,
+            sched_batch: true
+        }
+    );
+    assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
+    assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
+    assert_eq!(c.vhosts[0].index, vec!["index.html".to_string()]);
+    assert_eq!(c.http.keepalive_timeout, Duration::from_secs(60));
+    assert_eq!(c.backlog, 511);
+}
+
+#[test]
+fn unknown_key_is_an_error_with_position() {
+    let dir = setup();
+    let text = "[server]\nlisten = [\"127.0.0.1:8080\"]\nlisen = 1\n[[vhost]]\nroot = \"htdocs\"\n";
+    match try_parse(&dir, text) {
+        Err(ConfigError::Invalid { line, column, message, .. }) => {
+            assert_eq!((line, column), (3, 1));
+            assert!(message.contains("unknown field"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn semantic_errors_point_at_the_value() {
+    let dir = setup();
+    let text = "[server]\nlisten = [\"127.0.0.1:8080\", \"nope\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+    let err = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(err.contains("pika.toml:2:29: bad listen address"), "{err}");
+
+    let text = "[server]\nlisten = [\"8080\"]\n[[vhost]]\nroot = \"missing\"\n";
+    let err = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(err.contains(":4:8: vhost root"), "{err}");
+
+    let text = "[server]\nlisten = [\"8080\"]\nuser = \"no-such-user-here\"\n[[vhost]]\nroot = \"htdocs\"\n";
+    let err = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(err.contains(":3:8: no such user"), "{err}");
+}
+
+#[test]
+fn mime_types_file_default_or_builtin() {
+    let dir = setup();
+    // No key: conf/mime.types under root when it exists (setup writes a one-line one).
+    let c = try_parse(&dir, MINIMAL).unwrap();
+    assert_eq!(c.mime_types, Some(dir.path().join("conf/mime.types")));
+    assert_eq!((c.mime.len(), c.mime.lookup(b"a.css")), (1, "application/octet-stream"));
+    // No key and no file: the built-in table, so a config written anywhere starts.
+    std::fs::remove_file(dir.path().join("conf/mime.types")).unwrap();
+    let c = try_parse(&dir, MINIMAL).unwrap();
+    assert_eq!((c.mime_types.as_deref(), c.mime.lookup(b"a.css")), (None, "text/css"));
+    // Asked for by name.
+    let text = MINIMAL.replace("listen", "mime_types = \"builtin\"\nlisten");
+    assert_eq!(try_parse(&dir, &text).unwrap().mime.lookup(b"x.epub"), "application/epub+zip");
+    // A file that is named must be there: the error points at the key's value.
+    let text = MINIMAL.replace("listen", "mime_types = \"conf/mime.types\"\nlisten");
+    let err = try_parse(&dir, &text).unwrap_err().to_string();
+    assert!(err.contains("pika.toml:2:14: cannot read mime_types"), "{err}");
+}
+
+#[test]
+fn includes_add_vhosts_and_logs_in_order() {
+    let dir = setup();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("conf/conf.d")).unwrap();
+    std::fs::create_dir_all(d.join("www/b")).unwrap();
+    std::fs::create_dir_all(d.join("www/a")).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(d.join("conf/conf.d").join(name), text).unwrap();
+    write(
+        "20-b.toml",
+        "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\n\
+         [[vhost.access_log]]\npath = \"logs/b.log\"\n",
+    );
+    write("10-a.toml", "[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"www/a\"\n");
+    write("30-logs.toml", "[[access_log]]\npath = \"logs/all.json\"\n");
+    write("notes.txt", "not toml");
+    let text = format!("include = [\"conf.d/*.toml\"]\n{MINIMAL}[[access_log]]\npath = \"logs/main.log\"\n");
+    let c = try_parse(&dir, &text).unwrap();
+    let names: Vec<&str> = c.vhosts.iter().map(|v| v.server_names.first().map_or("", |n| n)).collect();
+    assert_eq!(names, ["", "a.test", "b.test"], "the main file's vhost stays the default");
+    assert_eq!(c.vhosts[2].source, Some(d.join("conf/conf.d/20-b.toml")));
+    assert_eq!(c.vhosts[0].source, None);
+    let logs: Vec<(String, Option<usize>)> =
+        c.access_logs.iter().map(|a| (a.path.strip_prefix(d).unwrap().display().to_string(), a.vhost)).collect();
+    assert_eq!(logs, [("logs/main.log".into(), None), ("logs/all.json".into(), None), ("logs/b.log".into(), Some(2))]);
+    assert_eq!(c.includes.len(), 3);
+
+    // A main file with no vhost of its own: the first included one is the default.
+    let text = "include = [\"conf.d/10-a.toml\"]\n[server]\nlisten = [\"8080\"]\n";
+    assert_eq!(try_parse(&dir, text).unwrap().vhosts[0].server_names, ["a.test"]);
+}
+
+#[test]
+fn include_errors_name_the_included_file() {
+    let dir = setup();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("conf/conf.d")).unwrap();
+    let text = format!("include = [\"conf.d/*.toml\"]\n{MINIMAL}");
+    let err_with = |name: &str, body: &str| {
+        let f = d.join("conf/conf.d").join(name);
+        std::fs::write(&f, body).unwrap();
+        let e = try_parse(&dir, &text).unwrap_err().to_string();
+        std::fs::remove_file(&f).unwrap();
+        e
+    };
+    let e = err_with("x.toml", "[[vhost]]\nroot = \"htdocs\"\nautoindex = yes\n");
+    assert!(e.contains("conf.d/x.toml:3:13:"), "{e}");
+    let e = err_with("x.toml", "\n[server]\nlisten = [\"1\"]\n");
+    assert!(e.contains("conf.d/x.toml:2:2: unknown field `server`"), "{e}");
+    let e = err_with("x.toml", "include = [\"y.toml\"]\n");
+    assert!(e.contains("conf.d/x.toml:1:1: unknown field `include`"), "{e}");
+    let e = err_with("x.toml", "[[vhost]]\nserver_names = [\"x\"]\nroot = \"missing\"\n");
+    assert!(e.contains("conf.d/x.toml:3:8: vhost root"), "{e}");
+    let e = err_with("x.toml", "[[access_log]]\npath = \"a.log\"\nformat = \"%Z\"\n");
+    assert!(e.contains("conf.d/x.toml:3:10: bad access log format"), "{e}");
+
+    // Errors in the pattern itself point at the main file.
+    let e = try_parse(&dir, &format!("include = [\"conf.d/none.toml\"]\n{MINIMAL}")).unwrap_err().to_string();
+    assert!(e.contains("pika.toml:1:12: include \"conf.d/none.toml\"") && e.contains("No such file"), "{e}");
+    let text = format!("include = [\"*.toml\"]\n{MINIMAL}");
+    std::fs::write(d.join("conf/pika.toml"), &text).unwrap();
+    let e = try_parse(&dir, &text).unwrap_err().to_string();
+    assert!(e.contains("names this file"), "{e}");
+    std::fs::write(d.join("conf/conf.d/a.toml"), "").unwrap();
+    let e = try_parse(&dir, &format!("include = [\"conf.d/*.toml\", \"conf.d/a.toml\"]\n{MINIMAL}"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pika.toml:1:29:") && e.contains("included twice"), "{e}");
+    // A folder with nothing in it, or none at all, includes nothing.
+    let text = format!("include = [\"conf.d/*.conf\", \"sites-enabled/*\"]\n{MINIMAL}");
+    assert!(try_parse(&dir, &text).unwrap().includes.is_empty());
+}
+
+#[test]
+fn sched_batch_can_be_turned_off() {
+    let dir = setup();
+    let text = format!("{MINIMAL}[workers]\nsched_batch = false\n");
+    assert!(!try_parse(&dir, &text).unwrap().workers.sched_batch);
+}
+
+#[test]
+fn workers_band_is_checked_and_widened() {
+    let dir = setup();
+    let text = format!("{MINIMAL}[workers]\nmin_spare = 4\nmax_spare = 2\n");
+    assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("min_spare"));
+    let text = format!("{MINIMAL}[workers]\nmin_spare = 3\nmax_spare = 3\nstart = 900\nmax = 8\n");
+    let w = try_parse(&dir, &text).unwrap().workers;
+    assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (8, 3, 4, 8));
+    // Found by the config fuzzer: this once overflowed computing max_spare.
+    let text = format!("{MINIMAL}[workers]\nmin_spare = 4294967295\nmax_spare = 4294967295\n");
+    let w = try_parse(&dir, &text).unwrap().workers;
+    assert_eq!((w.min_spare, w.max_spare), (64, 4294967295));
+    let text = format!("{MINIMAL}[workers]\nmax = 1\nmin_spare = 2\n");
+    let w = try_parse(&dir, &text).unwrap().workers;
+    assert_eq!((w.start, w.min_spare, w.max_spare, w.max), (1, 1, 3, 1));
+}
+
+#[test]
+fn access_log_buffer_and_flush() {
+    let dir = setup();
+    let log = |extra: &str| format!("{MINIMAL}[[access_log]]\npath = \"a.log\"\n{extra}");
+    let a = &try_parse(&dir, &log("")).unwrap().access_logs[0];
+    assert_eq!((a.buffer, a.flush), (DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH));
+    let a = &try_parse(&dir, &log("buffer = 0\nflush = \"250ms\"\n")).unwrap().access_logs[0];
+    assert_eq!((a.buffer, a.flush), (0, Duration::from_millis(250)));
+    let a = &try_parse(&dir, &log("buffer = \"64KiB\"\n")).unwrap().access_logs[0];
+    assert_eq!(a.buffer, 65536);
+    let e = try_parse(&dir, &log("buffer = \"2MiB\"\n")).unwrap_err().to_string();
+    assert!(e.contains("buffer above") && e.contains(":7:10:"), "{e}");
+}
+
+#[test]
+fn listen_forms() {
+    assert_eq!(parse_listen("8080"), Some("0.0.0.0:8080".parse().unwrap()));
+    assert_eq!(parse_listen("*:81"), Some("0.0.0.0:81".parse().unwrap()));
+    assert_eq!(parse_listen("[::1]:8080"), Some("[::1]:8080".parse().unwrap()));
+    assert_eq!(parse_listen("localhost:8080"), None);
+}
+
+#[test]
+fn listen_entries_are_strings_or_tables() {
+    let dir = setup();
+    let text = "[server]\nlisten = [\"127.0.0.1:8080\", { addr = \"127.0.0.1:8443\", tls = true }, { addr = \"[::1]:8081\" }]\n[[vhost]]\nroot = \"htdocs\"\ntls_cert = \"c.pem\"\ntls_key = \"c.key\"\n";
+    crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(dir.path(), "c");
+    let c = try_parse(&dir, text).unwrap();
+    let got: Vec<(String, bool)> = c.listen.iter().map(|l| (l.addr.to_string(), l.tls)).collect();
+    assert_eq!(got, [("127.0.0.1:8080".into(), false), ("127.0.0.1:8443".into(), true), ("[::1]:8081".into(), false)]);
+    // A typo in a table is an error at its place, naming the keys there are.
+    let text = "[server]\nlisten = [{ addr = \"127.0.0.1:8443\", tsl = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+    let e = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(
+        e.contains(":2:") && e.contains("unknown field `tsl`, expected one of `addr`, `tls`, `proxy_protocol`"),
+        "{e}"
+    );
+    let text = "[server]\nlisten = [{ tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+    let e = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(e.contains("missing field `addr`"), "{e}");
+    let text = "[server]\nlisten = [8080]\n[[vhost]]\nroot = \"htdocs\"\n";
+    let e = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(e.contains("an address (\"127.0.0.1:8080\") or a table"), "{e}");
+    let text =
+        "[server]\nlisten = [\"127.0.0.1:1\", { addr = \"127.0.0.1:1\", tls = true }]\n[[vhost]]\nroot = \"htdocs\"\n";
+    let e = try_parse(&dir, text).unwrap_err().to_string();
+    assert!(e.contains("given twice"), "{e}");
+    let text = "[server]\nlisten = [\"127.0.0.1:0\", \"127.0.0.1:0\"]\n[[vhost]]\nroot = \"htdocs\"\n";
+    assert_eq!(try_parse(&dir, text).unwrap().listen.len(), 2, "port 0: two free ports");
+}
+
+/// A config with a TLS listener and the given `[[vhost]]` blocks.
+fn tls_config(vhosts: &str) -> String {
+    format!("[server]\nlisten = [\"127.0.0.1:8080\", {{ addr = \"127.0.0.1:8443\", tls = true }}]\n{vhosts}")
+}
+
+#[test]
+fn certificates_per_vhost_and_the_default() {
+    use crate::tls::test_certs::leaf;
+    let dir = setup();
+    leaf(&["a.example"], -1, 30, None).write(dir.path(), "a");
+    leaf(&["b.example", "*.b.example"], -1, 30, None).write(dir.path(), "b");
+    let text = tls_config(
+        "[[vhost]]\nroot = \"htdocs\"\n\
+         [[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\ntls_cert = \"a.pem\"\ntls_key = \"a.key\"\n\
+         [[vhost]]\nserver_names = [\"b.example\", \"*.b.example\"]\nroot = \"htdocs\"\ntls_cert = \"b.pem\"\ntls_key = \"b.key\"\nhttps_redirect = 308\nhsts = \"max-age=31536000; includeSubDomains\"\n",
+    );
+    let c = try_parse(&dir, &text).unwrap();
+    let certs = c.tls.as_ref().unwrap();
+    let a = c.vhosts[1].tls.as_ref().unwrap();
+    let b = c.vhosts[2].tls.as_ref().unwrap();
+    assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("a.example")), &a.key));
+    assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("B.Example")), &b.key));
+    assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("www.b.example")), &b.key));
+    // No SNI, an unknown name, a vhost without a certificate: the first certificate.
+    assert!(std::sync::Arc::ptr_eq(certs.for_name(None), &a.key));
+    assert!(std::sync::Arc::ptr_eq(certs.for_name(Some("c.example")), &a.key));
+    assert_eq!(a.cert_file, dir.path().join("a.pem"));
+    assert_eq!(
+        (c.vhosts[2].https_redirect, c.vhosts[2].hsts.as_deref()),
+        (Some(308), Some("max-age=31536000; includeSubDomains"))
+    );
+    assert_eq!((c.vhosts[1].https_redirect, c.vhosts[1].hsts.as_deref()), (None, None));
+}
+
+#[test]
+fn tls_mistakes_point_at_the_key_and_name_the_file() {
+    use crate::tls::test_certs::leaf;
+    let dir = setup();
+    leaf(&["a.example"], -1, 30, None).write(dir.path(), "a");
+    leaf(&["b.example"], -1, 30, None).write(dir.path(), "b");
+    leaf(&["a.example"], -30, -1, None).write(dir.path(), "old");
+    let vhost =
+        |extra: &str| tls_config(&format!("[[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\n{extra}"));
+    let err = |extra: &str| try_parse(&dir, &vhost(extra)).unwrap_err().to_string();
+    let d = dir.path().display();
+
+    let e = try_parse(&dir, &vhost("")).unwrap_err().to_string();
+    assert!(e.contains("pika.toml:2:29: a tls listener needs a certificate"), "{e}");
+    let e = err("tls_cert = \"a.pem\"\n");
+    assert!(e.contains(":6:12: tls_cert needs tls_key"), "{e}");
+    let e = err("tls_cert = \"a.pem\"\ntls_key = \"b.key\"\n");
+    assert!(e.ends_with(&format!(":7:11: {d}/b.key: the key does not match the certificate in {d}/a.pem")), "{e}");
+    let e = err("tls_cert = \"a.pem\"\ntls_key = \"nope.key\"\n");
+    assert!(e.contains(&format!(":7:11: {d}/nope.key: cannot read: No such file")), "{e}");
+    let e = err("tls_cert = \"b.pem\"\ntls_key = \"b.key\"\n");
+    assert!(
+        e.contains(&format!(":6:12: {d}/b.pem: the certificate does not cover the server name \"a.example\"")),
+        "{e}"
+    );
+    let e = err("tls_cert = \"old.pem\"\ntls_key = \"old.key\"\n");
+    assert!(e.contains(&format!(":6:12: {d}/old.pem: the certificate expired on ")), "{e}");
+    let certs = "tls_cert = \"a.pem\"\ntls_key = \"a.key\"\n";
+    let e = err(&format!("{certs}https_redirect = 302\n"));
+    assert!(e.contains(":8:18: https_redirect must be 301 or 308"), "{e}");
+    for bad in ["max-age=", "maxage=1", "max-age=1; preload; nope", "max-age=-1"] {
+        let e = err(&format!("{certs}hsts = \"{bad}\"\n"));
+        assert!(e.contains(":8:8: hsts must be a Strict-Transport-Security value"), "{bad}: {e}");
+    }
+    let plain_only = "[server]\nlisten = [\"127.0.0.1:8080\"]\n[[vhost]]\nroot = \"htdocs\"\nhttps_redirect = 301\n";
+    let e = try_parse(&dir, plain_only).unwrap_err().to_string();
+    assert!(e.contains(":5:18: https_redirect needs a listen entry with tls = true"), "{e}");
+}
+
+#[test]
+fn units_in_http_section() {
+    let dir = setup();
+    let text = format!("{MINIMAL}[http]\nkeepalive_timeout = \"1500ms\"\nmax_body_size = \"2MiB\"\n");
+    let c = try_parse(&dir, &text).unwrap();
+    assert_eq!(c.http.keepalive_timeout, Duration::from_millis(1500));
+    assert_eq!(c.http.max_body_size, 2 << 20);
+    let text = format!("{MINIMAL}[http]\nkeepalive_timeout = \"soon\"\n");
+    assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("a duration"));
+}

@@ -1,0 +1,30 @@
+//! The worker's view into a connection: what the HTTP code tells it (state changes
+//! for the scoreboard, progress for the watchdog) and asks it (must this worker stop
+//! keeping connections alive?), without knowing about processes.
+
+use std::net::SocketAddr;
+
+/// What a connection is doing, for the scoreboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    Reading,
+    Writing,
+    Logging,
+    Closing,
+}
+
+/// The worker's view into a connection.
+pub trait Observer {
+    fn state(&mut self, state: ConnState);
+    /// A request head has been read.
+    fn request(&mut self, line: &[u8], client: SocketAddr);
+    /// A response has been sent, `bytes` of it.
+    fn served(&mut self, bytes: u64);
+    /// Progress on a long write (a stuck-worker watchdog reads it).
+    fn heartbeat(&mut self);
+    /// The worker must finish: answer this request with `Connection: close`.
+    fn must_close(&self) -> bool;
+    /// A write has waited a slice on a client slow to read: the worker may let the
+    /// other connections it holds be served elsewhere meanwhile.
+    fn stalled(&mut self) {}
+}

@@ -1,0 +1,188 @@
+//! The write side of a connection: an answer's head and body sent
+//! ([`HeadWriter::send`], through [`response`]), and what the access log says of each
+//! request ([`Output::log`], the only place a record is made).
+
+use std::io;
+use std::time::{Duration, SystemTime};
+
+use super::date::DateCache;
+use super::held::Conn;
+use super::observer::{ConnState, Observer};
+use super::request::Request;
+use super::response::{self, Body, Reply};
+use super::transport::{Pacer, Transport};
+use crate::config::Config;
+use crate::log::access::AccessLogs;
+use crate::log::record::Record;
+
+/// The write side: what builds, sends and logs responses.
+pub(super) struct Output {
+    pub(super) logs: AccessLogs,
+    pub(super) request_id: u64,
+    pub(super) writer: HeadWriter,
+    /// A reply's own header lines, reused.
+    pub(super) extra: Vec<u8>,
+}
+
+/// Makes response heads and sends them with their bodies.
+pub(super) struct HeadWriter {
+    pub(super) date: DateCache,
+    pub(super) server_header: &'static str,
+    pub(super) send_timeout: Duration,
+    /// The last head sent (the access log may quote its fields).
+    pub(super) head: Vec<u8>,
+}
+
+/// What the client asked, as far as the log is concerned.
+pub(super) enum Asked<'a> {
+    /// A parsed request, served by vhost number `vhost`, from `client` (the peer,
+    /// or the client a trusted forwarder named).
+    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr },
+    /// A head refused before or while it was read: only its line is known.
+    Refused { line: &'a [u8] },
+}
+
+/// How a reply goes out.
+#[derive(Clone, Copy)]
+pub(super) struct Delivery {
+    pub(super) http11: bool,
+    /// Else `Connection: close`.
+    pub(super) keep_alive: bool,
+    /// The head without the body (a HEAD request).
+    pub(super) head_only: bool,
+}
+
+/// What went back.
+pub(super) struct Answer {
+    pub(super) status: u16,
+    /// The body's length (0 when only the head was sent).
+    pub(super) body_bytes: u64,
+    /// The bytes written, or why the write failed.
+    pub(super) sent: io::Result<u64>,
+    pub(super) keep_alive: bool,
+    pub(super) start: SystemTime,
+}
+
+impl HeadWriter {
+    /// Sends `reply`: the head made from it, then its body unless the request or
+    /// the status wants none. `waiting` when the client has kept the worker waiting
+    /// a slice (see [`Pacer`]).
+    #[inline(always)]
+    pub(super) fn send(
+        &mut self,
+        t: &mut impl Transport,
+        mut reply: Reply<'_>,
+        start: SystemTime,
+        how: Delivery,
+        obs: &mut dyn Observer,
+        waiting: &mut dyn FnMut(),
+    ) -> Answer {
+        obs.state(ConnState::Writing);
+        let body = std::mem::replace(&mut reply.body, Body::None);
+        let date = self.date.at(start);
+        response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
+        let send_body = !how.head_only && !response::bodiless(reply.status);
+        // Both callbacks reach the observer; they never run at the same time.
+        let obs = std::cell::RefCell::new(obs);
+        let mut heartbeat = || obs.borrow_mut().heartbeat();
+        let mut stalled = || {
+            waiting();
+            obs.borrow_mut().stalled();
+        };
+        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
+        let sent = response::send(t, &self.head, send_body.then_some(&body), &mut pacer);
+        let body_bytes = if send_body { body.len() } else { 0 };
+        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start }
+    }
+}
+
+fn vhost_name(config: &Config, index: usize) -> &str {
+    config.vhosts[index].server_names.first().map_or("-", String::as_str)
+}
+
+impl Output {
+    /// Makes the access-log record of one request and hands it to the logs: the one
+    /// place a record is made.
+    #[inline(always)]
+    pub(super) fn log(
+        &mut self,
+        config: &Config,
+        conn: &Conn,
+        asked: &Asked<'_>,
+        answer: &Answer,
+        bytes_in: u64,
+        duration: Duration,
+    ) {
+        let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
+            Asked::Request { req, vhost, kind, client } => {
+                let (path, query) = split_query(req.target);
+                (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, kind, client)
+            }
+            // Of a refused head only the line is known; the default vhost logs it.
+            Asked::Refused { line } => {
+                let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
+                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, Kind::default(), conn.peer.ip())
+            }
+        };
+        let headers_in = |name: &str| match asked {
+            Asked::Request { req, .. } => req.header(name),
+            Asked::Refused { .. } => None,
+        };
+        // A refused head gets no request id and no keep-alive count.
+        let refused = matches!(asked, Asked::Refused { .. });
+        let (request_id, keepalive_count) = if refused {
+            (0, 0)
+        } else {
+            self.request_id = self.request_id.wrapping_add(1);
+            (self.request_id, conn.requests - 1)
+        };
+        let conn_status = match (&answer.sent, answer.keep_alive) {
+            _ if refused => '-',
+            (Err(_), _) => 'X',
+            (Ok(_), true) => '+',
+            (Ok(_), false) => '-',
+        };
+        let record = Record {
+            client,
+            peer: conn.socket_peer().ip(),
+            local_port: conn.local_port,
+            request_line: line,
+            method,
+            path,
+            query,
+            protocol,
+            status: answer.status,
+            body_bytes: answer.body_bytes,
+            bytes_in,
+            bytes_out: *answer.sent.as_ref().unwrap_or(&0),
+            start: answer.start,
+            duration,
+            vhost: vhost_name(config, vhost),
+            host,
+            headers_in: &headers_in,
+            response_head: &self.writer.head,
+            conn_status,
+            keepalive_count,
+            health: kind.health,
+            request_id,
+            tls: None,
+        };
+        self.logs.write(&record, kind.internal, vhost);
+    }
+}
+
+/// What kind of request it was, for the logs' filters.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Kind {
+    /// The master's dummy request (its per-boot token).
+    pub(super) internal: bool,
+    /// Answered by a health-check location.
+    pub(super) health: bool,
+}
+
+fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match target.iter().position(|&b| b == b'?') {
+        Some(q) => (&target[..q], Some(&target[q + 1..])),
+        None => (target, None),
+    }
+}
