@@ -39,9 +39,11 @@ pub fn run_single(config: Config) -> ExitCode {
         let sb = crate::scoreboard::Scoreboard::new(1).map_err(|e| e.to_string())?;
         let logs = crate::log::access::AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let token = crate::pod::make_token().map_err(|e| e.to_string())?;
-        Ok((sb, logs, token))
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let tickets = crate::tls::tickets::TicketKeys::new(now).map_err(|e| format!("ticket keys: {e}"))?;
+        Ok((sb, logs, token, tickets))
     };
-    let (scoreboard, logs, token) = match setup() {
+    let (scoreboard, logs, token, tickets) = match setup() {
         Ok(s) => s,
         Err(e) => return crate::cli::fail(e),
     };
@@ -61,6 +63,7 @@ pub fn run_single(config: Config) -> ExitCode {
         doorbell: None,
         handover: None,
         token: &token,
+        tickets: &tickets,
         logs,
         log_epoch: scoreboard.header.log_epoch.load(std::sync::atomic::Ordering::SeqCst),
         master: None,

@@ -36,9 +36,9 @@
 //!   worker; a worker holding `workers.max_connections` takes no new ones. After an
 //!   accept it rings the master's doorbell if fewer than `min_spare` others stay
 //!   idle. It looks at the pipe of death ([`pod`]) and the generation on every turn;
-//!   when it must leave it stops accepting, hands its idle connections to a worker
-//!   that stays ([`handover`], `SCM_RIGHTS`), finishes the rest with
-//!   `Connection: close`, and exits. Its scoreboard slot is updated through the
+//!   when it must leave it stops accepting, hands its idle plain connections to a
+//!   worker that stays ([`handover`], `SCM_RIGHTS`), finishes the rest (TLS sessions
+//!   among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
 //!   [`http::observer::Observer`] it hands to the HTTP code, which knows nothing
 //!   about processes.
 //! - Shared by several of these: [`cidr`] (address ranges), [`location`] (what a
@@ -46,11 +46,14 @@
 //!   a worker serves it), [`statusfile`], [`clock`].
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
-//!   handshake gets by SNI, the rustls setup (aws-lc-rs), the session-ticket key chain
-//!   the master makes before the first fork and every worker steps by itself
-//!   ([`tls::tickets`]), and expiry warnings ([`tls::expiry`]). `listen` entries
-//!   marked `tls = true` are refused until the TLS transport is built into the
-//!   workers' event loop (issue #20).
+//!   handshake gets by SNI, the rustls setup (aws-lc-rs) each worker builds, the
+//!   session-ticket key chain the master makes before the first fork and every
+//!   worker steps by itself ([`tls::tickets`]), expiry warnings ([`tls::expiry`]),
+//!   and the connection itself ([`tls::stream`]): a rustls session in the
+//!   connection's `Held`, driven by the worker's event loop (handshake without
+//!   waiting, first byte peeked to answer plain HTTP with a 400), and a
+//!   [`http::transport::Transport`] that decrypts input and sends responses as
+//!   sealed records (file bytes by `pread`, never read from a mapping).
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
@@ -65,12 +68,15 @@
 //! The worker's event loop accepts a socket (options inherited from the listener) or
 //! finds input on one it holds ([`http::held::Held`]) and calls
 //! [`http::connection::Server::serve_ready`]: take what has arrived without waiting
-//! ([`http::input::Input`], over an [`http::transport::Transport`]); no whole head yet
+//! ([`http::input::Input`], over an [`http::transport::Transport`]: the socket, or
+//! on a TLS listener the rustls session of [`tls::stream`], which first advances
+//! the handshake with what came); no whole head yet
 //! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
 //! ([`http::request::parse`]: httparse plus our own checks: Host, framing, limits;
 //! every failure is an [`http::request::HttpError`] mapped to its status in one
 //! place) → drop a body that is all there ([`http::body`]), or answer with
-//! `Connection: close` and linger → [`vhost::select`] by Host →
+//! `Connection: close` and linger → [`vhost::select`] by Host (a plain request to a
+//! vhost with `https_redirect` is redirected, [`http::https`]) →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
 //! vhost's [`site::Site`] picks what answers by location (an exact path, else the
 //! first regex, else the longest prefix: [`location::Table`], built when the config
@@ -80,9 +86,10 @@
 //! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's
 //! directory → file, index, listing ([`handlers::listing`]), redirect or error →
 //! [`http::conditional`] and [`http::range`]) → the head built from
-//! [`http::response::Reply`] and sent with the body in one `writev` (files of 32 KiB
-//! and more: the head with `MSG_MORE`, the body with `sendfile`;
-//! [`http::response::send`]) → one access-log record (made in one place,
+//! [`http::response::Reply`] (HTTPS answers carry the vhost's `hsts`) and sent with
+//! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
+//! body with `sendfile`; [`http::response::send`]; over TLS, sealed records) → one
+//! access-log record (made in one place,
 //! `http::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until

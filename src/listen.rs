@@ -83,14 +83,6 @@ impl Listeners {
     /// sockets block on writes; reads never wait (`MSG_DONTWAIT`,
     /// `http::transport`).
     pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
-        // The TLS transport comes with the event loop of issue #19: until then a TLS
-        // listener would answer in plain text, so it is refused.
-        if let Some(l) = list.iter().find(|l| l.tls) {
-            return Err(io::Error::other(format!(
-                "{}: tls = true is checked by pika -t, but this build does not serve TLS yet",
-                l.configured
-            )));
-        }
         for l in &list {
             l.socket.set_nonblocking(true)?;
             let s = socket2::SockRef::from(&l.socket);

@@ -26,6 +26,7 @@ use crate::pod::{Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, Slot, State};
 use crate::site::Site;
 use crate::sys;
+use crate::tls::tickets::TicketKeys;
 
 /// How a worker ended: the exit-code protocol between worker and master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,8 @@ pub struct WorkerCtx<'a> {
     /// Where a leaving worker sends its idle connections and others adopt them.
     pub handover: Option<&'a Handover>,
     pub token: &'a str,
+    /// The session-ticket keys every worker shares ([`crate::tls::tickets`]).
+    pub tickets: &'a TicketKeys,
     pub logs: AccessLogs,
     /// The log epoch `logs` (and the error log) were opened under. Read by the master
     /// before the fork: the master may rotate and bump the epoch while this process
@@ -159,6 +162,20 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.hold_back();
+    // Each worker builds its own rustls setup from the certificates the master loaded
+    // and the ticket keys it made, so a session resumes on any worker.
+    let tls = match &ctx.config.tls {
+        Some(certs) if ctx.listeners.list.iter().any(|l| l.tls) => {
+            match crate::tls::server_config(certs.clone(), ctx.tickets.clone()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    log::error!("worker cannot set up TLS: {e}");
+                    return ChildExit::Fatal;
+                }
+            }
+        }
+        _ => None,
+    };
     let master_pid = ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
     let status = StatusPage { scoreboard: ctx.scoreboard, master_pid, config: ctx.config };
     let sites = match Site::open_all(ctx.config, status) {
@@ -168,10 +185,11 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     };
-    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string());
+    let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
+    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port);
     let mut obs =
         SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false, parked: None };
-    match events::Loop::new(&ctx, &mut server, &mut obs) {
+    match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),
         Err(e) => {
             log::error!("worker cannot wait for connections: {e}");

@@ -14,7 +14,7 @@ use crate::util::*;
 /// connections never reach a worker (TCP_DEFER_ACCEPT) and a slowloris holds none
 /// (its half head waits in the worker's set, docs/keepalive.md): a normal client is
 /// served at once; the bound is for scheduling on a loaded 2-core machine.
-const FLOODED_BOUND: Duration = Duration::from_secs(2);
+pub const FLOODED_BOUND: Duration = Duration::from_secs(2);
 
 #[test]
 fn a_real_client_is_served_through_slowloris_and_silent_connections() {

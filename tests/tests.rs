@@ -11,6 +11,7 @@ mod control;
 mod corpus;
 mod hostile;
 mod http_engine;
+mod https;
 mod init_scripts;
 mod keepalive;
 mod locations;

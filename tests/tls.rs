@@ -1,5 +1,5 @@
-//! HTTPS: certificates checked by `pika -t` and on reload (the TLS transport's own
-//! tests with real clients come with it).
+//! HTTPS certificates: checked by `pika -t` and on reload, and shown on the status
+//! page (HTTPS served to real clients: `https`).
 
 use std::process::Command;
 
@@ -8,7 +8,7 @@ use crate::util::*;
 // The unit tests' certificate maker, shared rather than copied.
 #[path = "../src/tls/test_certs.rs"]
 #[allow(dead_code)]
-mod test_certs;
+pub(crate) mod test_certs;
 use test_certs::{ca, leaf};
 
 fn provider() -> rustls::crypto::CryptoProvider {
@@ -109,20 +109,6 @@ fn reload_reads_certificates_again_and_keeps_the_old_config_on_a_bad_one() {
     pika.signal(libc::SIGHUP);
     wait_until(DEADLINE, "the reload", || site.error_log().contains("generation 1").then_some(()));
     assert_eq!(get(pika.addr, "/").status, 200);
-}
-
-#[test]
-fn a_tls_listener_is_refused_until_the_transport_lands() {
-    let site = Site::new();
-    leaf(&["a.example"], -1, 90, None).write(&site.path("conf"), "a");
-    let text = "[server]\nlisten = [\"127.0.0.1:0\", { addr = \"127.0.0.1:0\", tls = true }]\n[[vhost]]\nserver_names = [\"a.example\"]\nroot = \"htdocs\"\ntls_cert = \"conf/a.pem\"\ntls_key = \"conf/a.key\"\n";
-    site.write("conf/pika.toml", text);
-    let (code, stderr) = config_test(&site);
-    assert_eq!(code, Some(0), "-t accepts it: {stderr}");
-    let out = Command::new(BIN).args(["-F", "-f"]).arg(site.path("conf/pika.toml")).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("tls = true is checked by pika -t, but this build does not serve TLS yet"), "{stderr}");
 }
 
 #[test]

@@ -293,8 +293,9 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
     s
 }
 
-/// Reads one response from a stream; `head_request` means no body follows.
-pub fn read_response(s: &mut TcpStream, head_request: bool) -> Option<Resp> {
+/// Reads one response from a stream (a socket, or a TLS stream over one);
+/// `head_request` means no body follows.
+pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Resp> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {

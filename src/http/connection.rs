@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::date::DateCache;
 use super::forwarded;
-use super::held::{Conn, Held, Next, Phase};
+use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase};
 use super::input::{HeadError, Input, ProxyFail};
 use super::observer::{ConnState, Observer};
 use super::output::{Asked, Delivery, HeadWriter, Kind, Output};
@@ -34,11 +34,20 @@ use crate::handlers::{self, Ask};
 use crate::log::access::AccessLogs;
 use crate::pod::INTERNAL_HEADER;
 use crate::site::Site;
+use crate::tls::stream::{Opening, TlsStream};
 use crate::vhost;
 
 /// Pipelined requests served from one connection's buffer in a row, before the
 /// worker's other connections get a turn.
 const BURST: u32 = 16;
+
+/// What a turn on a connection ended with.
+enum Step {
+    Park,
+    Again,
+    Close,
+    Linger,
+}
 
 /// How a request ended, for the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,11 +72,22 @@ pub struct Server<'c> {
     /// The current request's head, copied out of the input buffer.
     req_head: Vec<u8>,
     out: Output,
+    /// The port of the first TLS listener, where `https_redirect` sends clients.
+    https_port: Option<u16>,
+    /// Where TLS responses are staged into records (allocated by the first one).
+    tls_stage: Vec<u8>,
 }
 
 impl<'c> Server<'c> {
-    /// Prepares to serve `config`'s vhosts (`sites`, in the same order).
-    pub fn new(config: &'c Config, sites: Vec<Site<'c>>, logs: AccessLogs, token: String) -> Server<'c> {
+    /// Prepares to serve `config`'s vhosts (`sites`, in the same order). `https_port`:
+    /// the port of the first TLS listener (the redirects' target).
+    pub fn new(
+        config: &'c Config,
+        sites: Vec<Site<'c>>,
+        logs: AccessLogs,
+        token: String,
+        https_port: Option<u16>,
+    ) -> Server<'c> {
         let limits = Limits {
             max_request_line: config.http.max_request_line,
             max_header_size: config.http.max_header_size,
@@ -95,6 +115,8 @@ impl<'c> Server<'c> {
                 },
                 extra: Vec::with_capacity(256),
             },
+            https_port,
+            tls_stage: Vec::new(),
         }
     }
 
@@ -113,80 +135,163 @@ impl<'c> Server<'c> {
     /// arrived (a burst at most), without waiting for more. Says what the worker
     /// does with it next.
     pub fn serve_ready(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
-        let mut t = &h.stream;
         if let Phase::Lingering { drained } = &mut h.phase {
+            let mut t = &h.stream;
             return if self.input.drain(&mut t, drained) { Next::Close } else { Next::Park };
         }
-        let had_pending = !h.pending.is_empty();
+        if h.phase == Phase::Proxy
+            && let Some(next) = self.proxy_header(h)
+        {
+            return next;
+        }
+        let step = match &mut h.layer {
+            Layer::Plain => self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, false, obs),
+            Layer::PlainOnTlsPort => {
+                self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, true, obs)
+            }
+            // Before the handshake, bytes already read (after a PROXY header) are its
+            // first; else the first byte waiting on the socket tells what comes.
+            Layer::Tls(s) => match s.opening(&h.stream, &h.pending) {
+                Opening::Tls => {
+                    let early = std::mem::take(&mut h.pending);
+                    let mut stage = std::mem::take(&mut self.tls_stage);
+                    let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
+                    let step = match t.feed(&early) {
+                        Ok(()) => self.serve_on(&mut t, &mut h.conn, &mut h.pending, &mut h.since_ms, false, obs),
+                        Err(_) => Step::Close,
+                    };
+                    if let Some(why) = t.failure.take() {
+                        if s.handshaking() {
+                            // The internet sends many: a line an operator may look at,
+                            // not an error.
+                            log::info!("TLS handshake with {} failed: {why}", h.conn.peer);
+                        } else {
+                            log::debug!("TLS session with {} failed: {why}", h.conn.peer);
+                        }
+                    }
+                    self.tls_stage = stage;
+                    step
+                }
+                Opening::PlainHttp => {
+                    h.layer = Layer::PlainOnTlsPort;
+                    self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, true, obs)
+                }
+                Opening::Garbage(b) => {
+                    log::info!("TLS handshake with {} failed: not TLS (first byte 0x{b:02x})", h.conn.peer);
+                    Step::Close
+                }
+                Opening::Nothing => Step::Park,
+                Opening::Closed => Step::Close,
+            },
+        };
+        match step {
+            Step::Park => Next::Park,
+            Step::Again => Next::Again,
+            Step::Close => Next::Close,
+            Step::Linger => h.linger(&mut self.input),
+        }
+    }
+
+    /// Reads the PROXY protocol header a connection owes: `None` once it is read
+    /// (what followed it is in `pending`), else what the worker does with the
+    /// connection.
+    fn proxy_header(&mut self, h: &mut Held) -> Option<Next> {
         self.input.begin(&h.pending);
         h.pending.clear();
-        if h.phase == Phase::Proxy {
-            match self.input.try_proxy_header(&mut t) {
-                Ok(Some(header)) => {
-                    h.phase = Phase::Waiting;
-                    // No source (LOCAL, UNKNOWN): the balancer's own connection.
-                    if let Some(source) = header.source {
-                        h.conn.balancer = Some(h.conn.peer);
-                        h.conn.peer = source;
-                    }
+        match self.input.try_proxy_header(&mut &h.stream) {
+            Ok(Some(header)) => {
+                h.phase = Phase::Waiting;
+                // No source (LOCAL, UNKNOWN): the balancer's own connection.
+                if let Some(source) = header.source {
+                    h.conn.balancer = Some(h.conn.peer);
+                    h.conn.peer = source;
                 }
-                Ok(None) => {
-                    h.pending.extend_from_slice(self.input.unread());
-                    return Next::Park;
-                }
-                Err(ProxyFail::Closed { partial: false }) => return Next::Close,
-                Err(ProxyFail::Closed { partial: true }) => {
-                    log::info!("{}: closed: the connection ended inside its PROXY protocol header", h.conn.peer);
-                    return Next::Close;
-                }
-                Err(ProxyFail::Invalid(e)) => {
-                    log::info!(
-                        "{}: closed: {e} (port {} expects a PROXY protocol header first)",
-                        h.conn.peer,
-                        h.conn.local_port
-                    );
-                    return Next::Close;
-                }
+                h.pending.extend_from_slice(self.input.unread());
+                None
+            }
+            Ok(None) => {
+                h.pending.extend_from_slice(self.input.unread());
+                Some(Next::Park)
+            }
+            Err(ProxyFail::Closed { partial: false }) => Some(Next::Close),
+            Err(ProxyFail::Closed { partial: true }) => {
+                log::info!("{}: closed: the connection ended inside its PROXY protocol header", h.conn.peer);
+                Some(Next::Close)
+            }
+            Err(ProxyFail::Invalid(e)) => {
+                log::info!(
+                    "{}: closed: {e} (port {} expects a PROXY protocol header first)",
+                    h.conn.peer,
+                    h.conn.local_port
+                );
+                Some(Next::Close)
             }
         }
+    }
+
+    /// The requests of one connection over its transport `t`: every whole head
+    /// buffered or arrived, a burst at most. `wrong_port`: plain HTTP on a TLS port,
+    /// every head is refused.
+    #[inline(always)]
+    fn serve_on(
+        &mut self,
+        t: &mut impl Transport,
+        conn: &mut Conn,
+        pending: &mut Vec<u8>,
+        since_ms: &mut u64,
+        wrong_port: bool,
+        obs: &mut dyn Observer,
+    ) -> Step {
+        let had_pending = !pending.is_empty();
+        self.input.begin(pending);
+        pending.clear();
         for _ in 0..BURST {
-            let head_end = match self.input.try_head(&mut t) {
+            let head_end = match self.input.try_head(t) {
                 Ok(Some(end)) => end,
                 Ok(None) => {
                     if self.input.has_unread() {
                         // A head began on an idle connection: its header clock starts.
-                        if !had_pending && h.conn.requests > 0 {
-                            h.since_ms = now_ms();
+                        if !had_pending && conn.requests > 0 {
+                            *since_ms = now_ms();
                         }
-                        h.pending.extend_from_slice(self.input.unread());
+                        pending.extend_from_slice(self.input.unread());
                     }
-                    return Next::Park;
+                    return Step::Park;
                 }
-                Err(HeadError::Quiet) => return Next::Close,
+                Err(HeadError::Quiet) => return Step::Close,
                 Err(HeadError::Http(e)) => {
                     self.req_head.clear();
                     self.req_head.extend_from_slice(self.input.pending_line());
-                    self.refuse(&mut t, &h.conn, e, obs);
-                    return h.linger(&mut self.input);
+                    self.refuse(t, conn, e, obs);
+                    return Step::Linger;
                 }
             };
-            match self.serve_request(&mut t, &mut h.conn, head_end, obs) {
-                Served::KeepAlive if self.input.has_unread() => {} // pipelined: the next one
+            if wrong_port {
+                self.req_head.clear();
+                let line = request::request_line(self.input.take_head(head_end));
+                self.req_head.extend_from_slice(line);
+                self.refuse(t, conn, PLAIN_ON_TLS_PORT, obs);
+                return Step::Linger;
+            }
+            match self.serve_request(t, conn, head_end, obs) {
+                // Pipelined: the next one.
+                Served::KeepAlive if self.input.has_unread() || t.buffered() => {}
                 Served::KeepAlive => {
-                    h.since_ms = now_ms();
-                    return Next::Park;
+                    *since_ms = now_ms();
+                    return Step::Park;
                 }
-                Served::Close => return Next::Close,
-                Served::Linger => return h.linger(&mut self.input),
+                Served::Close => return Step::Close,
+                Served::Linger => return Step::Linger,
             }
         }
-        h.pending.extend_from_slice(self.input.unread());
-        Next::Again
+        pending.extend_from_slice(self.input.unread());
+        Step::Again
     }
 
     /// A held connection's wait ran out ([`Held::deadline_ms`]): an idle one is
     /// closed quietly (the keep-alive timeout), a head that never came whole gets a
-    /// 408, a lingering close ends.
+    /// 408, a lingering close ends, a TLS handshake that never ended is closed (one
+    /// line in the error log).
     pub fn expire(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
         if h.lingering() || (h.conn.requests > 0 && h.pending.is_empty()) {
             return Next::Close;
@@ -195,14 +300,34 @@ impl<'c> Server<'c> {
             log::info!("{}: closed: no whole PROXY protocol header within header_timeout", h.conn.peer);
             return Next::Close;
         }
-        let mut t = &h.stream;
-        self.input.begin(&h.pending);
+        match &mut h.layer {
+            Layer::Plain | Layer::PlainOnTlsPort => self.time_out(&mut &h.stream, &h.conn, &h.pending, obs),
+            Layer::Tls(s) if s.handshaking() => {
+                log::info!(
+                    "TLS handshake with {} failed: not done within header_timeout ({:?})",
+                    h.conn.peer,
+                    self.config.http.header_timeout
+                );
+                return Next::Close;
+            }
+            Layer::Tls(s) => {
+                let mut stage = std::mem::take(&mut self.tls_stage);
+                let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
+                self.time_out(&mut t, &h.conn, &h.pending, obs);
+                self.tls_stage = stage;
+            }
+        }
+        h.linger(&mut self.input)
+    }
+
+    /// Answers 408 to a head that did not come whole in time (`pending` is what came).
+    fn time_out(&mut self, t: &mut impl Transport, conn: &Conn, pending: &[u8], obs: &mut dyn Observer) {
+        self.input.begin(pending);
         self.req_head.clear();
         self.req_head.extend_from_slice(self.input.pending_line());
         // What came of the head counts as its bytes in.
-        let _ = self.input.take_head(h.pending.len());
-        self.refuse(&mut t, &h.conn, HttpError::Timeout, obs);
-        h.linger(&mut self.input)
+        let _ = self.input.take_head(pending.len());
+        self.refuse(t, conn, HttpError::Timeout, obs);
     }
 
     /// Answers the request whose head is buffered up to `head_end`, and says whether
@@ -271,11 +396,20 @@ impl<'c> Server<'c> {
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut kind = Kind::default();
-        let vhost = dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind);
+        let tls = t.tls().is_some();
+        // A plain request to a vhost that wants HTTPS is sent there.
+        let https_port = if tls { None } else { self.https_port };
+        let vhost = match redirect_to_https(self.config, &req, https_port, &mut reply) {
+            Some(vhost) => vhost,
+            None => dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind),
+        };
         let internal = kind.internal;
         conn.internal |= internal;
         if reply.status >= 400 {
             self.sites[vhost].error_page(&mut reply);
+        }
+        if tls && let Some(hsts) = &self.config.vhosts[vhost].hsts {
+            reply.header("Strict-Transport-Security", hsts);
         }
 
         let keep_alive = req.keep_alive
@@ -286,7 +420,7 @@ impl<'c> Server<'c> {
             && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let logs = &mut self.out.logs;
-        let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
+        let mut answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
         if let Err(e) = &answer.sent
             && response::file_shrank(e)
         {
@@ -306,9 +440,9 @@ impl<'c> Server<'c> {
         // Every request goes to the logs' filters; their default leaves the
         // master's dummy requests out.
         obs.state(ConnState::Logging);
-        let duration = started.map_or(Duration::ZERO, |t| t.elapsed());
+        answer.duration = started.map_or(Duration::ZERO, |t| t.elapsed());
         let asked = Asked::Request { req: &req, vhost, kind, client: client.ip() };
-        self.out.log(self.config, conn, &asked, &answer, self.input.bytes_in(), duration);
+        self.out.log(self.config, conn, &asked, &answer, self.input.bytes_in(), t.tls());
         if answer.sent.is_err() {
             return Served::Close;
         }
@@ -316,7 +450,11 @@ impl<'c> Server<'c> {
             obs.state(ConnState::Closing);
             // Only unread input can turn our close into a reset that destroys the
             // response; without any, close at once (nginx's lingering_close on).
-            return if !body_dropped || self.input.has_unread() { Served::Linger } else { Served::Close };
+            return if !body_dropped || self.input.has_unread() || t.buffered() {
+                Served::Linger
+            } else {
+                Served::Close
+            };
         }
         Served::KeepAlive
     }
@@ -334,7 +472,8 @@ impl<'c> Server<'c> {
         let how = Delivery { http11: true, keep_alive: false, head_only: line.starts_with(b"HEAD ") };
         let logs = &mut self.out.logs;
         let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
-        self.out.log(self.config, conn, &Asked::Refused { line }, &answer, self.input.bytes_in(), Duration::ZERO);
+        let bytes_in = self.input.bytes_in();
+        self.out.log(self.config, conn, &Asked::Refused { line }, &answer, bytes_in, t.tls());
         obs.state(ConnState::Closing);
     }
 }
@@ -349,6 +488,29 @@ fn same_secret(given: &[u8], secret: &[u8]) -> bool {
     let diff = given.iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b));
     // Keeps the compiler from turning the fold back into an early exit.
     std::hint::black_box(diff) == 0
+}
+
+/// When the request came on a plain listener (`https_port`: where HTTPS is served)
+/// for a vhost with `https_redirect`: answers with the redirect and returns the
+/// vhost. `OPTIONS *` names no resource to redirect (and the master's dummy
+/// requests come that way).
+fn redirect_to_https(
+    config: &Config,
+    req: &Request<'_>,
+    https_port: Option<u16>,
+    reply: &mut Reply<'_>,
+) -> Option<usize> {
+    let port = https_port?;
+    if req.target == b"*" {
+        return None;
+    }
+    let index = vhost::select(&config.vhosts, req.host);
+    let code = config.vhosts[index].https_redirect?;
+    let name = config.vhosts[index].server_names.first().map_or("", String::as_str);
+    let location = super::https::location(req.host, name, port, req.target);
+    reply.error(code, "This site is served over HTTPS.");
+    reply.header("Location", String::from_utf8_lossy(&location));
+    Some(index)
 }
 
 /// Picks the vhost, then what answers the request there, and runs it. Returns the

@@ -1,14 +1,16 @@
 //! A connection between its requests, as a worker holds it in its set: the socket,
 //! what is known of the client ([`Conn`]), the bytes of its next request read so
-//! far, and what it waits for (a PROXY header, a head, the end of a lingering close)
-//! with its deadline.
+//! far, what it waits for (a PROXY header, a head, the end of a lingering close)
+//! with its deadline, and on a TLS listener its session.
 
 use std::net::{SocketAddr, TcpStream};
 
 use super::input::Input;
+use super::request::HttpError;
 use super::transport::Transport;
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
+use crate::tls::stream::Session;
 
 /// What is known of one connection between its requests: owned by the caller, so a
 /// connection can be put aside between two requests and taken up again.
@@ -52,7 +54,22 @@ pub struct Held {
     /// connection, the first byte of a head that came in part, the accept for a new
     /// one, the start of a lingering close.
     pub(super) since_ms: u64,
+    pub(super) layer: Layer,
 }
+
+/// What a connection speaks under HTTP.
+pub(super) enum Layer {
+    Plain,
+    /// Accepted on a TLS listener (boxed: a plain connection stays a hundred bytes).
+    Tls(Box<Session>),
+    /// Accepted on a TLS listener, and the client sent a plain HTTP request: it is
+    /// answered 400, in plain text, as nginx does (a hang or a reset would tell the
+    /// user nothing).
+    PlainOnTlsPort,
+}
+
+/// The answer to plain HTTP on a TLS port (nginx's words).
+pub(super) const PLAIN_ON_TLS_PORT: HttpError = HttpError::BadRequest("The plain HTTP request was sent to HTTPS port.");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -84,7 +101,28 @@ impl Held {
             pending: Vec::new(),
             phase: Phase::Waiting,
             since_ms: now_ms(),
+            layer: Layer::Plain,
         }
+    }
+
+    /// A connection just accepted on a TLS listener: its handshake begins with its
+    /// first input (after its PROXY header, if the listener expects one).
+    pub fn new_tls(
+        stream: TcpStream,
+        peer: SocketAddr,
+        local_port: u16,
+        tls: &std::sync::Arc<rustls::ServerConfig>,
+    ) -> Result<Held, rustls::Error> {
+        let mut held = Held::new(stream, peer, local_port);
+        held.layer = Layer::Tls(Box::new(Session::new(tls)?));
+        Ok(held)
+    }
+
+    /// Whether another worker can take this connection over: a plain one can (its
+    /// state is what `handover::Meta` carries); a TLS session's state lives in this
+    /// process (and a TLS port's plain-HTTP connection must stay refused).
+    pub fn can_hand_over(&self) -> bool {
+        matches!(self.layer, Layer::Plain)
     }
 
     /// A connection that starts with a PROXY protocol header (the listener says so):
@@ -102,7 +140,7 @@ impl Held {
     /// A connection taken over from another worker, waiting since `waited_ms` ago.
     pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
         let since_ms = now_ms().saturating_sub(waited_ms);
-        Held { stream, conn, pending, phase: Phase::Waiting, since_ms }
+        Held { stream, conn, pending, phase: Phase::Waiting, since_ms, layer: Layer::Plain }
     }
 
     /// Bytes of the next request already read.
@@ -133,8 +171,12 @@ impl Held {
         self.since_ms.saturating_add(wait)
     }
 
-    /// Shuts our side and lingers: what the client still sends is dropped.
+    /// Shuts our side and lingers: what the client still sends is dropped (a TLS
+    /// session says `close_notify` first; what follows is dropped undecrypted).
     pub(super) fn linger(&mut self, input: &mut Input) -> Next {
+        if let Layer::Tls(s) = &mut self.layer {
+            s.close(&self.stream);
+        }
         let mut t = &self.stream;
         t.shutdown_write();
         let mut drained = 0;
@@ -146,5 +188,15 @@ impl Held {
         self.since_ms = now_ms();
         self.pending.clear();
         Next::Park
+    }
+}
+
+/// Every close of a TLS connection ends its session: `close_notify`, if the socket
+/// takes it now.
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Layer::Tls(s) = &mut self.layer {
+            s.close(&self.stream);
+        }
     }
 }

@@ -4,7 +4,9 @@
 
 /// The `Location` of the redirect for a request that arrived on a plain listener:
 /// `https://`, the host the client asked for (without its port), the HTTPS port
-/// unless it is 443, then the request target as sent (path and query kept).
+/// unless it is 443, then the request target as sent (path and query kept; bytes
+/// outside printable ASCII, which a request line may carry, percent-encoded so the
+/// header stays ASCII).
 ///
 /// A Host value that is not a plain name or IP literal (a client may send anything)
 /// is replaced by `fallback` (the vhost's first server name), so the answer cannot
@@ -22,7 +24,14 @@ pub fn location(host: Option<&[u8]>, fallback: &str, https_port: u16, target: &[
     if target.first() != Some(&b'/') {
         out.push(b'/');
     }
-    out.extend_from_slice(target);
+    for &b in target {
+        if b.is_ascii_graphic() {
+            out.push(b);
+        } else {
+            out.push(b'%');
+            out.extend_from_slice(format!("{b:02X}").as_bytes());
+        }
+    }
     out
 }
 
@@ -64,6 +73,8 @@ mod tests {
         assert_eq!(loc(Some("example.com:80"), 8443, "/p%20q"), "https://example.com:8443/p%20q");
         assert_eq!(loc(Some("[::1]:8080"), 8443, "/"), "https://[::1]:8443/");
         assert_eq!(loc(Some("127.0.0.1"), 443, "?q"), "https://127.0.0.1/?q");
+        let raw = location(Some(b"a.example"), "x", 443, "/caf\u{e9}?n=\u{e9}".as_bytes());
+        assert_eq!(raw, b"https://a.example/caf%C3%A9?n=%C3%A9");
     }
 
     #[test]

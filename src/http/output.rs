@@ -13,7 +13,7 @@ use super::response::{self, Body, Reply};
 use super::transport::{Pacer, Transport};
 use crate::config::Config;
 use crate::log::access::AccessLogs;
-use crate::log::record::Record;
+use crate::log::record::{Record, TlsFields};
 
 /// The write side: what builds, sends and logs responses.
 pub(super) struct Output {
@@ -61,6 +61,8 @@ pub(super) struct Answer {
     pub(super) sent: io::Result<u64>,
     pub(super) keep_alive: bool,
     pub(super) start: SystemTime,
+    /// How long answering took, for a format that asks (%D, %T).
+    pub(super) duration: Duration,
 }
 
 impl HeadWriter {
@@ -90,9 +92,9 @@ impl HeadWriter {
             obs.borrow_mut().stalled();
         };
         let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
-        let sent = response::send(t, &self.head, send_body.then_some(&body), &mut pacer);
+        let sent = t.send(&self.head, send_body.then_some(&body), &mut pacer);
         let body_bytes = if send_body { body.len() } else { 0 };
-        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start }
+        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start, duration: Duration::ZERO }
     }
 }
 
@@ -111,7 +113,7 @@ impl Output {
         asked: &Asked<'_>,
         answer: &Answer,
         bytes_in: u64,
-        duration: Duration,
+        tls: Option<TlsFields<'_>>,
     ) {
         let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
             Asked::Request { req, vhost, kind, client } => {
@@ -156,7 +158,7 @@ impl Output {
             bytes_in,
             bytes_out: *answer.sent.as_ref().unwrap_or(&0),
             start: answer.start,
-            duration,
+            duration: answer.duration,
             vhost: vhost_name(config, vhost),
             host,
             headers_in: &headers_in,
@@ -165,7 +167,7 @@ impl Output {
             keepalive_count,
             health: kind.health,
             request_id,
-            tls: None,
+            tls,
         };
         self.logs.write(&record, kind.internal, vhost);
     }

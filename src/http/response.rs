@@ -2,9 +2,11 @@
 //!
 //! A handler fills a [`Reply`]: a status, header lines written straight into a reused
 //! buffer, and a [`Body`]. [`write_head`] adds the headers every response carries
-//! (Date, Server, Content-Length, Connection), and [`send`] hands head and body to the
-//! transport in one `writev`, or, for a large file, the head with `MSG_MORE` and the
-//! body with `sendfile`. A file's bytes are never read by our code (DESIGN §3).
+//! (Date, Server, Content-Length, Connection), and [`send`] hands head and body to a
+//! plain stream in one `writev`, or, for a large file, the head with `MSG_MORE` and
+//! the body with `sendfile`: a file's bytes are never read by our code (DESIGN §3).
+//! A TLS session sends through its own writer (`tls::stream`), which reads file
+//! bytes with `pread` or a kernel copy, never by touching a mapping.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
@@ -13,7 +15,7 @@ use std::rc::Rc;
 use memmap2::Mmap;
 
 use super::range::ByteRange;
-use super::transport::{Pacer, Transport};
+use super::transport::{Pacer, Stream};
 use crate::text;
 
 /// A response body.
@@ -112,6 +114,7 @@ pub fn reason(status: u16) -> &'static str {
         301 => "Moved Permanently",
         302 => "Found",
         304 => "Not Modified",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
@@ -182,7 +185,7 @@ pub const SEND_CHUNK: usize = 256 * 1024;
 /// Sends head and body (None: the head only) with as few `writev` calls as the
 /// kernel allows, a file body with `sendfile`, telling `pacer` how each call went.
 /// Returns the bytes sent.
-pub fn send(t: &mut impl Transport, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
     // One slice for the head and one for a body need no allocation; only multipart
     // bodies build a list.
     let mut pair = [IoSlice::new(head), IoSlice::new(&[])];

@@ -1,12 +1,14 @@
 //! What a connection reads from and writes to: the one place the HTTP code meets a
 //! socket.
 //!
-//! Today every connection is a plain TCP socket ([`TcpStream`]). A TLS session would
-//! be another [`Transport`]: it cannot hand file pages to the kernel with `sendfile`,
-//! so its [`Transport::send_head_and_file`] would `pread` the file into a buffer and
-//! encrypt that (our code may read a file's bytes only that way, never through a
-//! mapping: DESIGN §3). [`Memory`] serves unit tests and the fuzz targets: the read
-//! side and the chunked decoder run on bytes in memory, cut where a test says.
+//! A [`Transport`] reads what has arrived (never waiting) and sends whole responses
+//! (blocking, paced by the send timeout). Plain TCP ([`TcpStream`]) writes heads and
+//! bodies with `writev`, and large files with `sendfile` ([`Stream`], through
+//! [`response::send`]); a TLS session (`tls::stream`) encrypts what it sends, so it
+//! reads a file's bytes itself, never through a mapping that a shrinking file would
+//! turn into `SIGBUS` (DESIGN §3). [`Memory`] serves unit tests and the fuzz targets:
+//! the read side and the chunked decoder run on bytes in memory, cut where a test
+//! says.
 //!
 //! The connection code is generic over the transport, so the TCP path costs what
 //! direct calls on the socket cost.
@@ -17,14 +19,38 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
+use super::response::{self, Body};
 use crate::listen::WAIT_SLICE;
+use crate::log::record::TlsFields;
 
-/// A connection's byte stream.
+/// A connection's byte stream, as the HTTP code uses it.
 pub trait Transport {
     /// Reads what has arrived, never waiting: `Ok(0)` is the end of the stream,
     /// `WouldBlock` nothing yet (the worker's event loop says when more comes).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
 
+    /// Sends a response: `head`, then `body` (None: the head alone), telling `pacer`
+    /// how each write went. Returns the response's bytes sent.
+    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64>;
+
+    /// Ends our side of the stream; reads still work.
+    fn shutdown_write(&mut self);
+
+    /// Input that has arrived and is held below the HTTP code (decrypted TLS
+    /// records): the socket will not report it again, so the caller reads on.
+    fn buffered(&mut self) -> bool {
+        false
+    }
+
+    /// The TLS session's names for the log (None: plain HTTP).
+    fn tls(&self) -> Option<TlsFields<'_>> {
+        None
+    }
+}
+
+/// A byte stream the kernel writes for us: what [`response::send`] writes a plain
+/// response to.
+pub trait Stream {
     /// Writes some of `bufs` (at least one byte, or an error), waiting at most the
     /// send timeout.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
@@ -40,9 +66,6 @@ pub trait Transport {
         chunk: usize,
         pacer: &mut Pacer<'_>,
     ) -> io::Result<u64>;
-
-    /// Ends our side of the stream; reads still work.
-    fn shutdown_write(&mut self);
 
     /// Writes all of `bytes`.
     fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
@@ -106,13 +129,30 @@ impl<'a> Pacer<'a> {
 /// blocking writes in slices of the socket's send timeout (see [`Pacer`]).
 impl Transport for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        match nix::sys::socket::recv(self.as_raw_fd(), buf, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
-            Ok(n) => Ok(n),
-            Err(e) => Err(e.into()),
-        }
+        read_now(self, buf)
     }
 
+    #[inline(always)]
+    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+        response::send(self, head, body, pacer)
+    }
+
+    fn shutdown_write(&mut self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+/// Reads what has arrived on `s` without waiting (`MSG_DONTWAIT` on a blocking
+/// socket): `WouldBlock` when nothing has.
+pub fn read_now(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    match nix::sys::socket::recv(s.as_raw_fd(), buf, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Stream for &TcpStream {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         Write::write_vectored(self, bufs)
     }
@@ -156,10 +196,6 @@ impl Transport for &TcpStream {
         }
         Ok(head.len() as u64 + end - start)
     }
-
-    fn shutdown_write(&mut self) {
-        let _ = self.shutdown(Shutdown::Write);
-    }
 }
 
 /// A connection in memory: reads come from a script of pieces (each read returns
@@ -195,6 +231,16 @@ impl Transport for Memory {
         Ok(n)
     }
 
+    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+        response::send(self, head, body, pacer)
+    }
+
+    fn shutdown_write(&mut self) {
+        self.shut = true;
+    }
+}
+
+impl Stream for Memory {
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         if self.shut {
             return Err(io::ErrorKind::BrokenPipe.into());
@@ -231,10 +277,6 @@ impl Transport for Memory {
             pacer.sent();
         }
         Ok(head.len() as u64 + end - start)
-    }
-
-    fn shutdown_write(&mut self) {
-        self.shut = true;
     }
 }
 

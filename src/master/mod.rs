@@ -448,6 +448,7 @@ impl Master {
                     doorbell: Some(&self.doorbell),
                     handover: Some(&self.handover),
                     token: &self.token,
+                    tickets: &self.tickets,
                     logs,
                     log_epoch,
                     master: Some(nix::unistd::getppid()),

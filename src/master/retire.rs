@@ -34,12 +34,17 @@ impl Master {
         self.dummy_connections(idle_retiring);
     }
 
+    /// Wakes `n` idle workers with a dummy connection each, sent to a plain listener.
+    /// With TLS listeners only there is none to send: a plain request on a TLS port
+    /// would be refused there, and a TLS handshake from the master would cost a
+    /// worker a signature for a wake-up. It is not needed either: an idle worker
+    /// wakes at least every second (`worker::events`' sweep) and then looks at the
+    /// pipe of death and the generation, so it leaves within a second instead of at
+    /// once.
     pub(super) fn dummy_connections(&self, n: usize) {
-        // A plain listener if there is one: its worker needs no handshake to read it
-        // (and best one that expects no PROXY header either).
-        let list = &self.listeners.list;
-        let plain = || list.iter().filter(|l| !l.tls);
-        let Some(listener) = plain().find(|l| !l.proxy_protocol).or(plain().next()).or(list.first()) else { return };
+        // A plain listener, best one that expects no PROXY header either.
+        let plain = || self.listeners.list.iter().filter(|l| !l.tls);
+        let Some(listener) = plain().find(|l| !l.proxy_protocol).or(plain().next()) else { return };
         let target = pod::dummy_target(listener.bound);
         for _ in 0..n {
             if let Err(e) = pod::dummy_connection(target, &self.token, listener.proxy_protocol) {

@@ -1,6 +1,6 @@
 //! HTTPS with rustls: the certificates the master loads for the virtual hosts, the one
-//! chosen for each handshake by SNI, pika's protocol policy, and the names the access
-//! log gives protocols and ciphers.
+//! chosen for each handshake by SNI, pika's protocol policy, the names the access log
+//! gives protocols and ciphers, and the session on each connection ([`stream`]).
 //!
 //! The master reads every certificate and key when it loads a config: at start (as
 //! root, before the first fork, before workers drop privileges or chroot) and on each
@@ -16,6 +16,7 @@
 
 pub mod check;
 pub mod expiry;
+pub mod stream;
 #[cfg(test)]
 pub(crate) mod test_certs;
 pub mod tickets;

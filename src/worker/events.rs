@@ -14,24 +14,28 @@
 //!
 //! Heads are read without waiting: a head that comes in pieces stays in its
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
-//! trickling client holds no worker. Request bodies are never waited for
-//! (`http::body`). Only writes block, each bounded by `send_timeout` and watched by
-//! the master's stuck-worker watchdog.
+//! trickling client holds no worker. A connection on a TLS listener carries its
+//! rustls session: its handshake advances a turn of this loop at a time as records
+//! arrive, under the same `header_timeout` (`tls::stream`). Request bodies are never
+//! waited for (`http::body`). Only writes block, each bounded by `send_timeout` and
+//! watched by the master's stuck-worker watchdog.
 //!
 //! A worker whose write to a slow reader has waited a second hands the idle
 //! connections it holds to the others meanwhile (`Parked::hand_over`), so one slow
 //! download does not hold up the requests of the connections parked beside it.
 //!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
-//! stops taking connections and hands every idle one to a worker that stays
-//! ([`crate::handover`]); what cannot be handed over is served with
-//! `Connection: close` at its next request or closed at `keepalive_timeout`, so no
-//! connection is ever closed under a request on its way. Then the worker exits.
+//! stops taking connections and hands every idle plain connection to a worker that
+//! stays ([`crate::handover`]); what cannot be handed over (a TLS session's state is
+//! this process's) is served with `Connection: close` at its next request, or closed
+//! between requests after a second's grace, so no connection is ever closed under a
+//! request on its way. Then the worker exits.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -81,6 +85,8 @@ enum Leaving {
 
 pub(super) struct Loop<'a, 'c> {
     ctx: &'a WorkerCtx<'a>,
+    /// The rustls setup for connections on TLS listeners.
+    tls: Option<Arc<rustls::ServerConfig>>,
     server: &'a mut Server<'c>,
     obs: &'a mut SlotObserver<'a>,
     /// Shared with the observer, which hands the idle connections over when a write
@@ -183,7 +189,13 @@ impl Parked {
             let Some(h) = self.table.slots[i].as_ref() else { continue };
             // A connection still owing its PROXY header finishes it here (within
             // header_timeout), so the header's client always travels with it.
-            if h.lingering() || h.awaiting_proxy_header() || h.pending().len() > handover::MAX_PENDING {
+            // A TLS session cannot cross (its state is this process's): the
+            // connection is finished here, like one the queue has no room for.
+            if h.lingering()
+                || !h.can_hand_over()
+                || h.awaiting_proxy_header()
+                || h.pending().len() > handover::MAX_PENDING
+            {
                 kept += 1;
                 continue;
             }
@@ -251,6 +263,7 @@ pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
 impl<'a, 'c> Loop<'a, 'c> {
     pub(super) fn new(
         ctx: &'a WorkerCtx<'a>,
+        tls: Option<Arc<rustls::ServerConfig>>,
         server: &'a mut Server<'c>,
         obs: &'a mut SlotObserver<'a>,
     ) -> std::io::Result<Self> {
@@ -266,6 +279,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         obs.parked = Some(parked.clone());
         let mut l = Loop {
             ctx,
+            tls,
             server,
             obs,
             parked,
@@ -433,7 +447,21 @@ impl<'a, 'c> Loop<'a, 'c> {
             bell.ring(ctx.scoreboard.header);
         }
         self.obs.slot.connections.fetch_add(1, Relaxed);
-        let held = Held::new(stream, peer, l.bound.port());
+        let port = l.bound.port();
+        let held = match (&self.tls, l.tls) {
+            (_, false) => Held::new(stream, peer, port),
+            (Some(tls), true) => match Held::new_tls(stream, peer, port, tls) {
+                Ok(h) => h,
+                Err(e) => {
+                    log::warn!("cannot start a TLS session: {e}");
+                    return Ok(());
+                }
+            },
+            // A TLS listener and no certificate: the config refuses that, so this
+            // is not reached; the connection is closed rather than spoken to in
+            // plain text.
+            (None, true) => return Ok(()),
+        };
         self.take(if l.proxy_protocol { held.expect_proxy_header() } else { held });
         if self.parked.borrow().table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
