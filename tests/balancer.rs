@@ -242,3 +242,172 @@ fn the_health_location_answers_503_from_the_start_of_a_graceful_stop() {
     assert!(lines.iter().all(|l| !l.contains("/healthz")), "{lines:?}");
     assert_eq!(lines.iter().filter(|l| l.contains("\"GET / ")).count(), 3, "{lines:?}");
 }
+
+/// A free loopback port (bound and let go: a restarted pika must find its port again).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A pika node behind the balancer: PROXY protocol on a fixed port, a health
+/// location, a drain longer than the balancer needs to see it, and a log of the
+/// client (`%a`) and the peer (`%{c}a`).
+fn node(port: u16) -> Site {
+    let site = Site::new();
+    site.write(
+        "conf/pika.toml",
+        format!(
+            "[server]\nlisten = [{{ addr = \"127.0.0.1:{port}\", proxy_protocol = true }}]\nlog_level = \"debug\"\n\
+             drain_time = \"1500ms\"\ngraceful_timeout = \"10s\"\n\
+             [workers]\nstart = 3\nmin_spare = 2\nmax_spare = 6\n[http]\nkeepalive_timeout = \"30s\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nexact = \"/healthz\"\nhealth = true\n\
+             [[access_log]]\npath = \"logs/access.log\"\nformat = \"%a %{{c}}a \\\"%r\\\" %>s\"\nflush = \"100ms\"\n"
+        ),
+    );
+    site
+}
+
+/// Stops whatever master a node's pid file names (after an upgrade or a restart it
+/// is not the process the test started first).
+struct NodeGuard<'a>(&'a Site);
+
+impl Drop for NodeGuard<'_> {
+    fn drop(&mut self) {
+        let conf = self.0.path("conf/pika.toml");
+        for file in ["logs/pika.pid", "logs/pika.pid.oldbin"] {
+            let Some(pid) = self.0.read(file).trim().parse::<i32>().ok() else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if alive(pid) && String::from_utf8_lossy(&cmdline).contains(conf.to_str().unwrap()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+    }
+}
+
+fn master_of(site: &Site) -> i32 {
+    site.read("logs/pika.pid").trim().parse().expect("a pid file")
+}
+
+#[test]
+fn haproxy_in_front_of_two_nodes_upgrade_reload_and_restart_under_load_with_no_request_failed() {
+    let Some(haproxy) = need_tool("haproxy") else { return };
+    let (port_a, port_b, port_h) = (free_port(), free_port(), free_port());
+    let (a, b) = (node(port_a), node(port_b));
+    let (_ga, _gb) = (NodeGuard(&a), NodeGuard(&b));
+    let mut first_a = Pika::start(&a, "-F");
+    let _pb = Pika::start(&b, "-F");
+
+    // Checks every 100 ms, down after 2 failures: a node is out of rotation within
+    // about 300 ms of its drain's start, well inside drain_time (1.5 s).
+    let cfg = a.path("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  maxconn 4000\n\
+             defaults\n  mode http\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
+             frontend web\n  bind 127.0.0.1:{port_h}\n  default_backend nodes\n\
+             backend nodes\n  option httpchk\n  http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host localhost\n\
+             \x20 http-check expect status 200\n\
+             \x20 default-server check inter 100ms fall 2 rise 2 send-proxy-v2 check-send-proxy\n\
+             \x20 server a 127.0.0.1:{port_a}\n  server b 127.0.0.1:{port_b}\n"
+        ),
+    )
+    .unwrap();
+    let check = std::process::Command::new(&haproxy).args(["-c", "-f"]).arg(&cfg).output().unwrap();
+    assert!(check.status.success(), "haproxy -c: {}", String::from_utf8_lossy(&check.stderr));
+    let lb = std::process::Command::new(&haproxy)
+        .args(["-db", "-f"])
+        .arg(&cfg)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _lb = KillOnDrop(lb);
+    let front: SocketAddr = format!("127.0.0.1:{port_h}").parse().unwrap();
+    {
+        // Both nodes in rotation: each has served a request through the balancer.
+        wait_until(DEADLINE, "both nodes to serve through haproxy", || {
+            let _ = std::net::TcpStream::connect(front).ok().map(|mut s| {
+                let _ = s.write_all(b"GET /warm HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+                let _ = s.read_to_end(&mut Vec::new());
+            });
+            (a.access_lines().iter().any(|l| l.contains("/warm"))
+                && b.access_lines().iter().any(|l| l.contains("/warm")))
+            .then_some(())
+        });
+
+        // Eight clients, 127.0.0.2 to 127.0.0.9, half kept alive, half a connection
+        // per request.
+        let clients: Vec<Option<std::net::IpAddr>> =
+            (2..10).map(|i| Some(std::net::IpAddr::from([127, 0, 0, i as u8]))).collect();
+        let load = Load::start(front, &clients, "/");
+        std::thread::sleep(Duration::from_secs(1));
+
+        // 1. A's binary upgraded (the same binary): the new master takes its sockets.
+        let old_a = master_of(&a);
+        first_a.signal(libc::SIGUSR2);
+        let new_a = wait_until(DEADLINE, "A's new master to serve", || {
+            let pid = pika::pidfile::running(&a.path("logs/pika.pid")).filter(|p| *p != old_a)?;
+            (field(&a.status(), "current_generation_ready")? > 0).then_some(pid)
+        });
+        assert_eq!(first_a.wait_exit(DEADLINE), Some(0), "A's old master exits");
+        std::thread::sleep(Duration::from_millis(500));
+
+        // 2. B reloaded three times.
+        for _ in 0..3 {
+            let out =
+                std::process::Command::new(BIN).args(["-k", "reload", "-f"]).arg(b.path("conf/pika.toml")).output();
+            let out = out.unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+
+        // 3. A stopped gracefully (it drains first), then started again.
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(new_a), nix::sys::signal::Signal::SIGQUIT).unwrap();
+        wait_until(DEADLINE, "A's master to exit", || (!alive(new_a)).then_some(()));
+        let served_before = a.access_lines().len();
+        let _again = Pika::start(&a, "-F");
+        wait_until(DEADLINE, "A back in rotation", || (a.access_lines().len() > served_before + 20).then_some(()));
+        std::thread::sleep(Duration::from_millis(500));
+        let r = load.finish();
+        eprintln!("through haproxy: {r:?}");
+        assert_eq!(r.failed, 0, "{r:?}");
+        assert!(r.ok > 2000, "thousands of requests: {r:?}");
+
+        // Every request the clients sent is logged by a node with its client's own
+        // address, and HAProxy's as the peer; none with the balancer's as the client.
+        let want: Vec<String> = (2..10).map(|i| format!("127.0.0.{i}")).collect();
+        let count = || {
+            let mut per_client = vec![0u64; want.len()];
+            for site in [&a, &b] {
+                // The warm-up requests came from this test's own address.
+                for l in site.access_lines().iter().filter(|l| !l.contains("/warm")) {
+                    let mut f = l.split(' ');
+                    let (client, peer) = (f.next().unwrap(), f.next().unwrap());
+                    assert_eq!(peer, "127.0.0.1", "{l}");
+                    let i =
+                        want.iter().position(|w| w == client).unwrap_or_else(|| panic!("not a client's address: {l}"));
+                    per_client[i] += 1;
+                }
+            }
+            per_client
+        };
+        // Idle workers write the records they hold within a second or so.
+        let per_client = wait_until(DEADLINE, "every request in the logs", || {
+            let per_client = count();
+            (per_client.iter().sum::<u64>() >= r.ok).then_some(per_client)
+        });
+        assert!(per_client.iter().all(|n| *n > 0), "every client logged: {per_client:?}");
+    }
+}
+
+/// A process this test started, killed (by its pid) when the test ends either way.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
