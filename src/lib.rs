@@ -23,6 +23,14 @@
 //!   idle workers, and at once when a worker rings its [`pod::Doorbell`]. It never
 //!   serves a request and never imports the HTTP code (the two constants both sides
 //!   need live on its side: [`listen::WAIT_SLICE`], [`pod::INTERNAL_HEADER`]).
+//!   Listeners given to it ([`inherit`]: by the old master of a binary upgrade, or by
+//!   systemd's socket activation; read once at the start of `main`) are used instead
+//!   of bound. USR2 runs the binary upgrade (`master::upgrade`: a new master on the
+//!   same sockets; the old one retires once it serves, or takes its pid file back if
+//!   it fails); [`notify`] tells systemd about start, reloads, stops, the pool's
+//!   counts and a new main pid (`sd_notify`). A graceful stop first drains for
+//!   `server.drain_time`: health locations answer 503 while all else is served, so a
+//!   balancer takes the node out before it stops accepting.
 //! - [`worker`] is a worker process after `fork`: resets signals, closes the master's
 //!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
 //!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
@@ -70,17 +78,22 @@
 //! [`http::connection::Server::serve_ready`]: take what has arrived without waiting
 //! ([`http::input::Input`], over an [`http::transport::Transport`]: the socket, or
 //! on a TLS listener the rustls session of [`tls::stream`], which first advances
-//! the handshake with what came); no whole head yet
+//! the handshake with what came); on a `proxy_protocol` listener first a PROXY
+//! header ([`http::proxy_protocol`], read the same way; its client becomes the
+//! connection's, anything else closes it); no whole head yet
 //! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
 //! ([`http::request::parse`]: httparse plus our own checks: Host, framing, limits;
 //! every failure is an [`http::request::HttpError`] mapped to its status in one
-//! place) → drop a body that is all there ([`http::body`]), or answer with
-//! `Connection: close` and linger → [`vhost::select`] by Host (a plain request to a
-//! vhost with `https_redirect` is redirected, [`http::https`]) →
+//! place) → the request's client: a trusted forwarder's `X-Forwarded-For`
+//! ([`http::forwarded`]) or the connection's → drop a body that is all there
+//! ([`http::body`]), or answer with `Connection: close` and linger →
+//! [`vhost::select`] by Host (a plain request to a vhost with `https_redirect` is
+//! redirected, [`http::https`]) →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
 //! vhost's [`site::Site`] picks what answers by location (an exact path, else the
 //! first regex, else the longest prefix: [`location::Table`], built when the config
-//! is read) → a [`handlers::Handler`]: the status page ([`handlers::status_page`]) or
+//! is read) → a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
+//! the health check ([`handlers::health`]) or
 //! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
 //! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
 //! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's
