@@ -303,6 +303,12 @@ mod tests {
             assert_eq!(State::from_u8(v) as u8, v);
         }
         assert_eq!(State::Ready.letter(), '_');
+        // The names the status file, `pika -k status` and ?json print.
+        let names: Vec<&str> = (0..=8u8).map(|v| State::from_u8(v).name()).collect();
+        assert_eq!(
+            names,
+            ["dead", "starting", "ready", "reading", "writing", "keepalive", "logging", "closing", "graceful"]
+        );
         assert!(State::Starting.is_idle() && State::Ready.is_idle() && !State::KeepAlive.is_idle());
     }
 }

@@ -2,6 +2,7 @@
 //! units.
 
 use super::*;
+use crate::log::rotate::Naming;
 
 fn setup() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -322,4 +323,122 @@ fn units_in_http_section() {
     assert_eq!(c.http.max_body_size, 2 << 20);
     let text = format!("{MINIMAL}[http]\nkeepalive_timeout = \"soon\"\n");
     assert!(try_parse(&dir, &text).unwrap_err().to_string().contains("a duration"));
+}
+
+/// Each `[http]` limit at its bound and one past it.
+#[test]
+fn http_limits_are_checked_at_their_bounds() {
+    let dir = setup();
+    let http = |keys: &str| try_parse(&dir, &format!("{MINIMAL}[http]\n{keys}\n"));
+    let max = crate::http::request::MAX_HEADERS;
+    for ok in [
+        "max_request_line = 16".to_string(),
+        "max_request_line = 4096\nmax_header_size = 4096".into(),
+        "max_headers = 1".into(),
+        format!("max_headers = {max}"),
+    ] {
+        assert!(http(&ok).is_ok(), "{ok}: {:?}", http(&ok).err());
+    }
+    for bad in [
+        "max_request_line = 15".to_string(),
+        "max_request_line = 4096\nmax_header_size = 4095".into(),
+        "max_headers = 0".into(),
+        format!("max_headers = {}", max + 1),
+    ] {
+        let e = http(&bad).unwrap_err().to_string();
+        assert!(e.contains("http limits"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn workers_max_has_a_ceiling() {
+    let dir = setup();
+    let max = |n: u32| try_parse(&dir, &format!("{MINIMAL}[workers]\nmax = {n}\n"));
+    assert_eq!(max(20_000).unwrap().workers.max, 20_000);
+    assert!(max(20_001).unwrap_err().to_string().contains("above 20000"));
+}
+
+#[test]
+fn access_log_buffer_may_be_one_mebibyte_and_no_more() {
+    let dir = setup();
+    let buffer = |b: u64| try_parse(&dir, &format!("{MINIMAL}[[access_log]]\npath = \"a.log\"\nbuffer = {b}\n"));
+    assert_eq!(buffer(1 << 20).unwrap().access_logs[0].buffer, 1 << 20);
+    assert!(buffer((1 << 20) + 1).unwrap_err().to_string().contains("buffer above 1MiB"));
+}
+
+#[test]
+fn rotate_naming_is_numbered_or_a_pattern() {
+    let dir = setup();
+    let naming = |n: &str| {
+        let text = format!("{MINIMAL}[[access_log]]\npath = \"a.log\"\nrotate = {{ size = \"1MiB\"{n} }}\n");
+        try_parse(&dir, &text).map(|c| c.access_logs[0].rotate.clone().unwrap().naming)
+    };
+    assert_eq!(naming("").unwrap(), Naming::Numbered);
+    assert_eq!(naming(", naming = \"numbered\"").unwrap(), Naming::Numbered);
+    assert_eq!(naming(", naming = \"%Y%m%d\"").unwrap(), Naming::Pattern("%Y%m%d".into()));
+    assert!(naming(", naming = \"daily\"").unwrap_err().to_string().contains("rotate.naming \"daily\""));
+}
+
+#[test]
+fn index_entries_are_plain_file_names() {
+    let dir = setup();
+    let index = |i: &str| try_parse(&dir, &format!("{MINIMAL}index = [{i}]\n"));
+    assert_eq!(index("\"home.html\"").unwrap().vhosts[0].index, ["home.html"]);
+    for bad in ["\"\"", "\"a/b.html\"", "\"/index.html\""] {
+        assert!(index(bad).unwrap_err().to_string().contains("must be a plain file name"), "{bad}");
+    }
+}
+
+/// The logs the master rotates: access logs with `rotate`, then a file error log
+/// with `error_log_rotate` (a syslog error log has none to rotate).
+#[test]
+fn rotated_logs_are_the_access_logs_with_rotate_then_the_error_log() {
+    let dir = setup();
+    let logs = |server: &str| {
+        let text = format!(
+            "[server]\nlisten = [\"127.0.0.1:8080\"]\n{server}\n[[vhost]]\nroot = \"htdocs\"\n\
+             [[access_log]]\npath = \"kept.log\"\n\
+             [[access_log]]\npath = \"rotated.log\"\nrotate = {{ size = \"1MiB\" }}\n"
+        );
+        let c = try_parse(&dir, &text).unwrap();
+        c.rotated_logs().map(|(p, _)| p.strip_prefix(dir.path()).unwrap().to_path_buf()).collect::<Vec<_>>()
+    };
+    let p = |s: &str| PathBuf::from(s);
+    assert_eq!(logs(""), [p("rotated.log")]);
+    assert_eq!(logs("error_log_rotate = { size = \"1MiB\" }"), [p("rotated.log"), p("logs/error.log")]);
+    assert_eq!(logs("error_log = \"syslog\"\nerror_log_rotate = { size = \"1MiB\" }"), [p("rotated.log")]);
+}
+
+#[test]
+fn an_error_log_outside_the_chroot_is_refused() {
+    let dir = setup();
+    let outside = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:8080\"]\nchroot = \".\"\nerror_log = \"{}\"\n[[vhost]]\nroot = \"htdocs\"\n",
+        outside.path().join("error.log").display()
+    );
+    let e = try_parse(&dir, &text).unwrap_err().to_string();
+    assert!(e.contains("error.log is outside the chroot"), "{e}");
+}
+
+/// Keys still read but no longer used are named, each on its own.
+#[test]
+fn keys_that_no_longer_apply_are_noted() {
+    let dir = setup();
+    let notes = |keys: &str| try_parse(&dir, &format!("{MINIMAL}[http]\n{keys}\n")).unwrap().notes;
+    assert!(notes("").is_empty());
+    for keys in ["body_timeout = \"5s\"", "body_min_rate = 100", "body_timeout = 5\nbody_min_rate = 100"] {
+        let n = notes(keys);
+        assert_eq!(n.len(), 1, "{keys}: {n:?}");
+        assert!(n[0].contains("http.body_timeout and http.body_min_rate no longer apply"), "{n:?}");
+    }
+}
+
+#[test]
+fn an_unreadable_default_mime_types_is_an_error_not_the_builtin() {
+    let dir = setup();
+    std::fs::remove_file(dir.path().join("conf/mime.types")).unwrap();
+    std::fs::create_dir(dir.path().join("conf/mime.types")).unwrap();
+    let e = try_parse(&dir, MINIMAL).unwrap_err().to_string();
+    assert!(e.contains("cannot read the default mime_types"), "{e}");
 }
