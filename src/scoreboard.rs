@@ -290,11 +290,23 @@ mod tests {
         s.set_client(b"127.0.0.1:5000");
         assert_eq!(s.request_line(), "GET /index.html HTTP/1.1");
         assert_eq!(s.client(), "127.0.0.1:5000");
+        // The bytes as sent, for the watchdog's escaped line.
+        s.set_request(b"GET /\xff\x01 HTTP/1.1");
+        assert_eq!(s.request_bytes(), b"GET /\xff\x01 HTTP/1.1");
         let long = vec![b'x'; 500];
         s.set_request(&long);
+        assert_eq!(s.request_bytes(), vec![b'x'; TEXT_WORDS * 8]);
         assert_eq!(s.request_line().len(), TEXT_WORDS * 8);
         s.claim(3);
         assert_eq!((s.request_line(), s.state(), s.generation.load(Relaxed)), (String::new(), State::Starting, 3));
+    }
+
+    #[test]
+    fn the_generation_is_the_headers() {
+        let sb = Scoreboard::new(1).unwrap();
+        assert_eq!(sb.generation(), 0);
+        sb.header.generation.store(7, Relaxed);
+        assert_eq!(sb.generation(), 7);
     }
 
     #[test]

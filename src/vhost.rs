@@ -101,4 +101,13 @@ mod tests {
         assert_eq!(select(&v, Some(b"[::1]:8080")), 4);
         assert_eq!(select(&v, Some(b"")), 0);
     }
+
+    #[test]
+    fn a_wildcard_needs_a_label_before_its_suffix_and_the_first_of_equals_wins() {
+        let v = [vh(&["default"]), vh(&["*.w.test"]), vh(&["*.w.test"])];
+        assert_eq!(select(&v, Some(b"a.w.test")), 1, "the first of two equal wildcards");
+        assert_eq!(select(&v, Some(b"w.test")), 0, "the bare suffix is not a subdomain");
+        assert_eq!(select(&v, Some(b".w.test")), 0, "an empty label is not a subdomain");
+        assert_eq!(select(&v, Some(b"xw.test")), 0, "the suffix starts at a dot");
+    }
 }

@@ -137,6 +137,8 @@ mod tests {
         assert_eq!(names(expand(d, "conf.d/*.toml").unwrap()), ["conf.d/10-c.toml", "conf.d/a.toml", "conf.d/b.toml"]);
         assert_eq!(names(expand(d, "conf.d/x.conf").unwrap()), ["conf.d/x.conf"]);
         assert_eq!(expand(d, "missing.d/*.toml"), Ok(vec![]));
+        // Only a missing folder is no files: one that cannot be read is an error.
+        assert!(matches!(expand(d, "conf.d/x.conf/*.toml"), Err(IncludeError::Io(e)) if e.contains("Not a directory")));
         assert!(matches!(expand(d, "conf.d/missing.toml"), Err(IncludeError::Io(e)) if e.contains("No such file")));
         assert!(matches!(expand(d, "conf.d/folder.toml"), Err(IncludeError::Io(e)) if e.contains("not a regular")));
         assert_eq!(expand(d, "*/a.toml"), Err(IncludeError::WildFolder));

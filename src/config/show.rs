@@ -576,4 +576,41 @@ rotate = { size = 1000 }
             .collect();
         assert!(missing.is_empty(), "documented in conf/pika.toml, not printed by -T: {missing:?}\n{shown}");
     }
+
+    #[test]
+    fn durations_and_sizes_in_their_largest_exact_unit() {
+        let d = |ms: u64| duration(Duration::from_millis(ms));
+        for (ms, text) in [(0, "0s"), (7_200_000, "2h"), (5_400_000, "90m"), (30_000, "30s"), (1_500, "1500ms")] {
+            assert_eq!(d(ms), string(text), "{ms} ms");
+        }
+        for (n, want) in [(0, int(0)), (3 << 30, string("3GiB")), (1536 << 10, string("1536KiB")), (1000, int(1000))] {
+            assert_eq!(size(n), want, "{n} bytes");
+        }
+    }
+
+    /// A config made of several files says which: the heading lists them, and each
+    /// vhost or log that came from one is preceded by a comment naming it.
+    #[test]
+    fn included_entries_name_their_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["conf/conf.d", "htdocs", "www"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let included = d.join("conf/conf.d/site.toml");
+        std::fs::write(
+            &included,
+            "[[vhost]]\nserver_names = [\"a.test\"]\nroot = \"www\"\n[[access_log]]\npath = \"a.log\"\n",
+        )
+        .unwrap();
+        let main = d.join("conf/pika.toml");
+        let base = "[server]\nlisten = [\"127.0.0.1:8080\"]\nmime_types = \"builtin\"\n[[vhost]]\nroot = \"htdocs\"\n";
+        let plain = show(&super::super::parse(base, &main).unwrap());
+        assert!(!plain.contains("files it includes") && !plain.contains("# from "), "{plain}");
+        let text = format!("include = [\"conf.d/*.toml\"]\n{base}");
+        let shown = show(&super::super::parse(&text, &main).unwrap());
+        let file = included.display();
+        assert!(shown.contains(&format!("includes are in place below:\n#   {file}\n")), "{shown}");
+        assert_eq!(shown.matches(&format!("# from {file}\n")).count(), 2, "the vhost and the log:\n{shown}");
+    }
 }
