@@ -668,3 +668,18 @@ fn behind_a_balancer_the_proxy_header_comes_first_then_the_handshake() {
         assert!(line.starts_with(&format!("192.0.2.{} \"GET / HTTP/1.1\" 200 TLSv1.3 ", i + 1)), "{lines:?}");
     }
 }
+
+#[test]
+fn a_head_that_comes_in_pieces_waits_decrypted_for_the_rest() {
+    let h = Https::serving("-F", "", &[("a.example", "")]);
+    let config = client_config(&h.site.read("conf/ca.pem"));
+    let mut s = tls_connect(h.tls, "a.example", &config);
+    assert_eq!(tls_request(&mut s, "a.example", "/", false).unwrap().status, 200);
+    // Half a head, in its own record: the worker keeps it (decrypted) and waits.
+    s.write_all(b"GET /index.html HTTP/1.1\r\nHo").unwrap();
+    s.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(b"st: a.example\r\n\r\n").unwrap();
+    let r = read_response(&mut s, false).expect("the answer to the whole head");
+    assert_eq!((r.status, r.text()), (200, h.site.read("htdocs/index.html")));
+}

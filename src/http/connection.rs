@@ -151,9 +151,10 @@ impl<'c> Server<'c> {
             }
             // Before the handshake, bytes already read (after a PROXY header) are its
             // first; else the first byte waiting on the socket tells what comes.
-            Layer::Tls(s) => match s.opening(&h.stream, &h.pending) {
-                Opening::Tls => {
-                    let early = std::mem::take(&mut h.pending);
+            // Once it began, `pending` holds decrypted bytes (a head in part).
+            Layer::Tls(s) => match (s.opened(), s.opening(&h.stream, &h.pending)) {
+                (was_open, Opening::Tls) => {
+                    let early = if was_open { Vec::new() } else { std::mem::take(&mut h.pending) };
                     let mut stage = std::mem::take(&mut self.tls_stage);
                     let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
                     let step = match t.feed(&early) {
@@ -172,16 +173,16 @@ impl<'c> Server<'c> {
                     self.tls_stage = stage;
                     step
                 }
-                Opening::PlainHttp => {
+                (_, Opening::PlainHttp) => {
                     h.layer = Layer::PlainOnTlsPort;
                     self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, true, obs)
                 }
-                Opening::Garbage(b) => {
+                (_, Opening::Garbage(b)) => {
                     log::info!("TLS handshake with {} failed: not TLS (first byte 0x{b:02x})", h.conn.peer);
                     Step::Close
                 }
-                Opening::Nothing => Step::Park,
-                Opening::Closed => Step::Close,
+                (_, Opening::Nothing) => Step::Park,
+                (_, Opening::Closed) => Step::Close,
             },
         };
         match step {

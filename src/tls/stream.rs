@@ -102,6 +102,11 @@ impl Session {
         o
     }
 
+    /// The first byte has been seen, and opened a handshake.
+    pub fn opened(&self) -> bool {
+        self.opened
+    }
+
     pub fn handshaking(&self) -> bool {
         self.conn.is_handshaking()
     }
