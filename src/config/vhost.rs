@@ -285,6 +285,18 @@ mod tests {
     }
 
     #[test]
+    fn a_health_location_answers_checks_and_serves_no_files() {
+        let v =
+            |extra: &str| format!("[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/healthz\"\n{extra}");
+        let c = parse(&v("health = true\n"), "").unwrap();
+        assert_eq!(c.vhosts[0].locations.list[0].serve, Serve::Health);
+        let e = parse(&v("health = true\nstatus = true\n"), "").unwrap_err();
+        assert!(e.contains("the status page or the health check, not both"), "{e}");
+        let e = parse(&v("health = true\nroot = \"htdocs\"\n"), "").unwrap_err();
+        assert!(e.contains("health = true answers health checks, not files"), "{e}");
+    }
+
+    #[test]
     fn files_inherit_the_vhost_unless_the_location_says() {
         let v = "[[vhost]]\nroot = \"htdocs\"\nindex = [\"a.html\"]\nautoindex = true\n\
                  [[vhost.location]]\nprefix = \"/p/\"\n\
