@@ -611,6 +611,9 @@ rotate = { size = 1000 }
         let shown = show(&super::super::parse(&text, &main).unwrap());
         let file = included.display();
         assert!(shown.contains(&format!("includes are in place below:\n#   {file}\n")), "{shown}");
-        assert_eq!(shown.matches(&format!("# from {file}\n")).count(), 2, "the vhost and the log:\n{shown}");
+        // Each right above its table, after a blank line.
+        for table in ["[[vhost]]", "[[access_log]]"] {
+            assert!(shown.contains(&format!("\n\n# from {file}\n{table}\n")), "{table}:\n{shown}");
+        }
     }
 }

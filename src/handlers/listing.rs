@@ -185,6 +185,8 @@ mod tests {
         assert_eq!(sort_order(Some(b"C=S;O=D")), (Key::Size, true));
         assert_eq!(sort_order(Some(b"C=M&O=A")), (Key::Modified, false));
         assert_eq!(sort_order(None), (Key::Name, false));
+        // The last of each key wins, back to the defaults too.
+        assert_eq!(sort_order(Some(b"C=S;O=D;C=N;O=A")), (Key::Name, false));
     }
 
     #[test]
