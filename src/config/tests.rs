@@ -442,3 +442,15 @@ fn an_unreadable_default_mime_types_is_an_error_not_the_builtin() {
     let e = try_parse(&dir, MINIMAL).unwrap_err().to_string();
     assert!(e.contains("cannot read the default mime_types"), "{e}");
 }
+
+/// A note about a location names the file and line it was written at.
+#[test]
+fn location_notes_name_their_line() {
+    let dir = setup();
+    let text = format!("{MINIMAL}\n[[vhost.location]]\nregex = '.'\n\n[[vhost.location]]\nprefix = \"/static/\"\n");
+    let c = try_parse(&dir, &text).unwrap();
+    let file = dir.path().join("conf/pika.toml");
+    let (shadowed, by) = (format!("{}:9", file.display()), format!("{}:6", file.display()));
+    let want = format!("the location at {shadowed} (prefix = \"/static/\") is never chosen: the location at {by}");
+    assert!(c.notes.iter().any(|n| n.contains(&want)), "{want}\nnot in {:?}", c.notes);
+}
