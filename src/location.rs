@@ -309,6 +309,14 @@ mod tests {
     }
 
     #[test]
+    fn each_pattern_matches_as_its_key_says() {
+        let (e, p, r) = (exact("/a").pattern, prefix("/a/").pattern, regex(r"\.css$").pattern);
+        assert!(e.matches(b"/a") && !e.matches(b"/a/") && !e.matches(b"/ab"));
+        assert!(p.matches(b"/a/") && p.matches(b"/a/b") && !p.matches(b"/a"));
+        assert!(r.matches(b"/x.css") && !r.matches(b"/x.css.map"));
+    }
+
+    #[test]
     fn exact_beats_regex_beats_the_longest_prefix() {
         let l = Locations::new(vec![
             prefix("/"),
