@@ -87,7 +87,7 @@
 //! place) → the request's client: a trusted forwarder's `X-Forwarded-For`
 //! ([`http::forwarded`]) or the connection's → drop a body that is all there
 //! ([`http::body`]), or answer with `Connection: close` and linger →
-//! [`vhost::select`] by Host (a plain request to a vhost with `https_redirect` is
+//! [`config::Config::vhost_for`] by Host ([`vhost::select`]) (a plain request to a vhost with `https_redirect` is
 //! redirected, [`http::https`]) →
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
 //! vhost's [`site::Site`] picks what answers by location (an exact path, else the
@@ -101,7 +101,7 @@
 //! [`http::conditional`] and [`http::range`]) → the head built from
 //! [`http::response::Reply`] (HTTPS answers carry the vhost's `hsts`) and sent with
 //! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
-//! body with `sendfile`; [`http::response::send`]; over TLS, sealed records) → one
+//! body with `sendfile`; [`http::transport::send`]; over TLS, sealed records) → one
 //! access-log record (made in one place,
 //! `http::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by

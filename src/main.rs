@@ -31,7 +31,7 @@ fn main() -> ExitCode {
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs() as i64);
-                for e in pika::tls::expiry::list(&config.vhosts, now) {
+                for e in config.certificate_expiries(now) {
                     if let Some((_, text)) = pika::tls::expiry::warning(&e, now) {
                         eprintln!("pika: warning: {text}");
                     }

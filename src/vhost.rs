@@ -4,20 +4,11 @@
 //! nginx do. Exact names win over wildcards (`*.example.com`), the longest wildcard wins
 //! among wildcards, and a Host that matches nothing gets the first vhost (the default).
 
-use crate::config::Vhost;
-
-/// Picks the vhost index for a Host value (`None`: no Host, HTTP/1.0).
-pub fn select(vhosts: &[Vhost], host: Option<&[u8]>) -> usize {
-    select_by(vhosts, |v| &v.server_names, host)
-}
-
-/// The same choice over lists of server names (a TLS handshake picks its certificate
-/// by the SNI name this way).
-pub fn select_names(names: &[Vec<String>], host: Option<&[u8]>) -> usize {
-    select_by(names, |n| n, host)
-}
-
-fn select_by<T>(vhosts: &[T], names_of: impl Fn(&T) -> &Vec<String>, host: Option<&[u8]>) -> usize {
+/// Picks the index of the vhost for a Host value (`None`: no Host, HTTP/1.0), each
+/// vhost known by its server names (`names_of`). A TLS handshake picks its
+/// certificate by the SNI name the same way ([`crate::tls::Certificates`]); the
+/// request's vhost is [`crate::config::Config::vhost_for`].
+pub fn select<T>(vhosts: &[T], names_of: impl Fn(&T) -> &[String], host: Option<&[u8]>) -> usize {
     let Some(host) = host else { return 0 };
     // One vhost serves every Host (the first is the default): nothing to compare.
     if vhosts.len() == 1 {
@@ -65,21 +56,12 @@ fn host_name(host: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    fn vh(names: &[&str]) -> Vhost {
-        Vhost {
-            server_names: names.iter().map(|s| s.to_string()).collect(),
-            root: "/".into(),
-            index: vec![],
-            autoindex: false,
-            serve_hidden: false,
-            symlinks: crate::config::Symlinks::Inside,
-            error_pages: vec![],
-            source: None,
-            tls: None,
-            https_redirect: None,
-            hsts: None,
-            locations: Default::default(),
-        }
+    fn vh(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn pick(vhosts: &[Vec<String>], host: Option<&[u8]>) -> usize {
+        select(vhosts, |names| names, host)
     }
 
     #[test]
@@ -91,23 +73,23 @@ mod tests {
             vh(&["*.a.example.com"]),
             vh(&["[::1]"]),
         ];
-        assert_eq!(select(&v, None), 0);
-        assert_eq!(select(&v, Some(b"unknown")), 0);
-        assert_eq!(select(&v, Some(b"Example.COM")), 1);
-        assert_eq!(select(&v, Some(b"www.example.com.:8080")), 1);
-        assert_eq!(select(&v, Some(b"img.example.com")), 2);
-        assert_eq!(select(&v, Some(b"x.a.example.com")), 3);
-        assert_eq!(select(&v, Some(b"xexample.com")), 0);
-        assert_eq!(select(&v, Some(b"[::1]:8080")), 4);
-        assert_eq!(select(&v, Some(b"")), 0);
+        assert_eq!(pick(&v, None), 0);
+        assert_eq!(pick(&v, Some(b"unknown")), 0);
+        assert_eq!(pick(&v, Some(b"Example.COM")), 1);
+        assert_eq!(pick(&v, Some(b"www.example.com.:8080")), 1);
+        assert_eq!(pick(&v, Some(b"img.example.com")), 2);
+        assert_eq!(pick(&v, Some(b"x.a.example.com")), 3);
+        assert_eq!(pick(&v, Some(b"xexample.com")), 0);
+        assert_eq!(pick(&v, Some(b"[::1]:8080")), 4);
+        assert_eq!(pick(&v, Some(b"")), 0);
     }
 
     #[test]
     fn a_wildcard_needs_a_label_before_its_suffix_and_the_first_of_equals_wins() {
         let v = [vh(&["default"]), vh(&["*.w.test"]), vh(&["*.w.test"])];
-        assert_eq!(select(&v, Some(b"a.w.test")), 1, "the first of two equal wildcards");
-        assert_eq!(select(&v, Some(b"w.test")), 0, "the bare suffix is not a subdomain");
-        assert_eq!(select(&v, Some(b".w.test")), 0, "an empty label is not a subdomain");
-        assert_eq!(select(&v, Some(b"xw.test")), 0, "the suffix starts at a dot");
+        assert_eq!(pick(&v, Some(b"a.w.test")), 1, "the first of two equal wildcards");
+        assert_eq!(pick(&v, Some(b"w.test")), 0, "the bare suffix is not a subdomain");
+        assert_eq!(pick(&v, Some(b".w.test")), 0, "an empty label is not a subdomain");
+        assert_eq!(pick(&v, Some(b"xw.test")), 0, "the suffix starts at a dot");
     }
 }

@@ -434,7 +434,8 @@ impl Ctx<'_> {
         if vhosts.is_empty() {
             return Err(self.error(0..0, "at least one [[vhost]] is needed (the first is the default)"));
         }
-        let tls = crate::tls::Certificates::new(&vhosts).map(Arc::new);
+        let tls =
+            crate::tls::Certificates::new(vhosts.iter().map(|v| (&v.server_names[..], v.tls.as_deref()))).map(Arc::new);
         if let Some(l) = tls_listener
             && tls.is_none()
         {
@@ -541,6 +542,17 @@ impl Ctx<'_> {
 }
 
 impl Config {
+    /// The index of the vhost that serves a Host value (`None`: no Host).
+    pub fn vhost_for(&self, host: Option<&[u8]>) -> usize {
+        crate::vhost::select(&self.vhosts, |v| &v.server_names, host)
+    }
+
+    /// Every vhost's certificate and how long it has left, at `now` (Unix seconds).
+    pub fn certificate_expiries(&self, now: i64) -> Vec<crate::tls::expiry::Expiry> {
+        let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?)));
+        crate::tls::expiry::list(certs, now)
+    }
+
     /// The logs pika rotates by itself: access logs with a `rotate`, then the error
     /// log if it is a file with `error_log_rotate`.
     pub fn rotated_logs(&self) -> impl Iterator<Item = (&Path, &Rotate)> {

@@ -26,8 +26,8 @@ impl StatusPage<'_> {
             return;
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let snap = Snapshot::take(self.scoreboard, self.master_pid)
-            .with_certificates(crate::tls::expiry::list(&self.config.vhosts, now));
+        let snap =
+            Snapshot::take(self.scoreboard, self.master_pid).with_certificates(self.config.certificate_expiries(now));
         let query = ask.query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
         let (ty, body) = if wants(b"auto") {

@@ -26,8 +26,8 @@ use super::observer::{ConnState, Observer};
 use super::output::{Asked, Delivery, HeadWriter, Kind, Output};
 use super::path::{self, PathError};
 use super::request::{self, HttpError, Limits, Method, Request};
-use super::response::{self, ALLOW, Body, Reply};
-use super::transport::Transport;
+use super::response::{ALLOW, Body, Reply};
+use super::transport::{self, Transport};
 use crate::clock::now_ms;
 use crate::config::{Config, ServerTokens};
 use crate::handlers::{self, Ask};
@@ -35,7 +35,6 @@ use crate::log::access::AccessLogs;
 use crate::pod::INTERNAL_HEADER;
 use crate::site::Site;
 use crate::tls::stream::{Opening, TlsStream};
-use crate::vhost;
 
 /// Pipelined requests served from one connection's buffer in a row, before the
 /// worker's other connections get a turn.
@@ -423,7 +422,7 @@ impl<'c> Server<'c> {
         let logs = &mut self.out.logs;
         let mut answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
         if let Err(e) = &answer.sent
-            && response::file_shrank(e)
+            && transport::file_shrank(e)
         {
             self.sites[vhost].files_changed();
             let mut target = Vec::new();
@@ -505,7 +504,7 @@ fn redirect_to_https(
     if req.target == b"*" {
         return None;
     }
-    let index = vhost::select(&config.vhosts, req.host);
+    let index = config.vhost_for(req.host);
     let code = config.vhosts[index].https_redirect?;
     let name = config.vhosts[index].server_names.first().map_or("", String::as_str);
     let location = super::https::location(req.host, name, port, req.target);
@@ -525,7 +524,7 @@ fn dispatch(
     token: &str,
     kind: &mut Kind,
 ) -> usize {
-    let index = vhost::select(&config.vhosts, req.host);
+    let index = config.vhost_for(req.host);
     if req.target == b"*" {
         // `OPTIONS *`: the server's own capabilities. The master's dummy connection is
         // one of these, recognised by its per-boot token (a client cannot know it).

@@ -4,7 +4,7 @@
 //! A [`Transport`] reads what has arrived (never waiting) and sends whole responses
 //! (blocking, paced by the send timeout). Plain TCP ([`TcpStream`]) writes heads and
 //! bodies with `writev`, and large files with `sendfile` ([`Stream`], through
-//! [`response::send`]); a TLS session (`tls::stream`) encrypts what it sends, so it
+//! [`send`]); a TLS session (`tls::stream`) encrypts what it sends, so it
 //! reads a file's bytes itself, never through a mapping that a shrinking file would
 //! turn into `SIGBUS` (DESIGN §3). [`Memory`] serves unit tests and the fuzz targets:
 //! the read side and the chunked decoder run on bytes in memory, cut where a test
@@ -19,7 +19,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-use super::response::{self, Body};
+use super::response::Body;
 use crate::listen::WAIT_SLICE;
 use crate::log::record::TlsFields;
 
@@ -48,7 +48,7 @@ pub trait Transport {
     }
 }
 
-/// A byte stream the kernel writes for us: what [`response::send`] writes a plain
+/// A byte stream the kernel writes for us: what [`send`] writes a plain
 /// response to.
 pub trait Stream {
     /// Writes some of `bufs` (at least one byte, or an error), waiting at most the
@@ -134,7 +134,7 @@ impl Transport for &TcpStream {
 
     #[inline(always)]
     fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
-        response::send(self, head, body, pacer)
+        send(self, head, body, pacer)
     }
 
     fn shutdown_write(&mut self) {
@@ -232,7 +232,7 @@ impl Transport for Memory {
     }
 
     fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
-        response::send(self, head, body, pacer)
+        send(self, head, body, pacer)
     }
 
     fn shutdown_write(&mut self) {
@@ -280,6 +280,89 @@ impl Stream for Memory {
     }
 }
 
+/// Most body bytes handed to the kernel in one call. A blocking write returns only
+/// when all of it is queued, and the stuck-worker watchdog sees progress only between
+/// calls: with a whole 64 MB file in one call, a client reading slowly for longer
+/// than `request_timeout` had its worker killed mid-download. 256 KiB keeps a client
+/// down to about 1 KB/s alive under the default 300 s (nginx's sendfile_max_chunk is
+/// 2 MiB, for fairness between its connections).
+pub const SEND_CHUNK: usize = 256 * 1024;
+
+/// Sends head and body (None: the head only) with as few `writev` calls as the
+/// kernel allows, a file body with `sendfile`, telling `pacer` how each call went.
+/// Returns the bytes sent.
+pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+    // One slice for the head and one for a body need no allocation; only multipart
+    // bodies build a list.
+    let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
+    let mut many: Vec<IoSlice<'_>>;
+    let slices: &mut [IoSlice<'_>] = match body {
+        None | Some(Body::None) => &mut pair[..1],
+        Some(Body::File { file, start, end }) => {
+            return t.send_head_and_file(head, file, *start, *end, SEND_CHUNK, pacer);
+        }
+        Some(Body::Owned(v)) => {
+            pair[1] = IoSlice::new(v);
+            &mut pair
+        }
+        Some(Body::Mapped { map, start, end }) => {
+            pair[1] = IoSlice::new(&map[*start..*end]);
+            &mut pair
+        }
+        Some(Body::Multipart { map, parts, tail }) => {
+            many = vec![IoSlice::new(head)];
+            for (h, r) in parts {
+                many.push(IoSlice::new(h));
+                many.push(IoSlice::new(&map[r.start as usize..=r.end as usize]));
+            }
+            many.push(IoSlice::new(tail));
+            &mut many
+        }
+    };
+    let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+    let mut rest = slices;
+    while !rest.is_empty() {
+        // IOV_MAX is 1024: a response with thousands of ranges goes out in batches;
+        // and at most SEND_CHUNK bytes per call, so a slow client's progress is seen.
+        let mut batch = rest.len().min(1024);
+        let mut bytes = 0;
+        for (i, sl) in rest[..batch].iter().enumerate() {
+            bytes += sl.len();
+            if bytes >= SEND_CHUNK {
+                batch = i + 1;
+                break;
+            }
+        }
+        let written = if bytes > SEND_CHUNK {
+            // The last slice of the batch is cut to the chunk (only multipart bodies
+            // and large custom error pages are this big: files go out by sendfile).
+            let mut capped: Vec<IoSlice<'_>> = rest[..batch - 1].iter().map(|s| IoSlice::new(s)).collect();
+            let last = &rest[batch - 1];
+            capped.push(IoSlice::new(&last[..last.len() - (bytes - SEND_CHUNK)]));
+            t.write_vectored(&capped)
+        } else {
+            t.write_vectored(&rest[..batch])
+        };
+        match written {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                IoSlice::advance_slices(&mut rest, n);
+                pacer.sent();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => pacer.stalled(e)?,
+        }
+    }
+    Ok(total)
+}
+
+/// A send failed because the file under the body got shorter: the kernel's copy
+/// from a mapping past the new end fails with `EFAULT`, `sendfile` reaches the end
+/// early (see `send_head_and_file`). Not a client going away.
+pub fn file_shrank(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EFAULT) || e.kind() == io::ErrorKind::UnexpectedEof
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +381,36 @@ mod tests {
             assert!(pacer.stalled(io::ErrorKind::BrokenPipe.into()).is_err(), "another error ends the write at once");
         }
         assert_eq!((beats, waits), (1, 2), "held records are written once per stall");
+    }
+
+    #[test]
+    fn bodies_go_out_whole_with_progress_seen() {
+        let pace = |beat: &mut dyn FnMut(), f: &mut dyn FnMut(&mut Pacer<'_>)| {
+            let mut wait = || {};
+            f(&mut Pacer::new(std::time::Duration::from_secs(60), beat, &mut wait));
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..SEND_CHUNK * 2 + 10).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let file = std::rc::Rc::new(File::open(&p).unwrap());
+        let mut t = Memory::default();
+        let mut calls = 0;
+        let body = Body::File { file, start: 5, end: data.len() as u64 };
+        pace(&mut || calls += 1, &mut |p| {
+            let n = send(&mut t, b"HEAD", Some(&body), p).unwrap();
+            assert_eq!(n, 4 + data.len() as u64 - 5);
+        });
+        assert_eq!(&t.written[..4], b"HEAD");
+        assert!(t.written[4..] == data[5..], "the file's bytes, from the offset");
+        assert_eq!(calls, 3, "one progress per chunk");
+
+        let mut t = Memory::default();
+        let big = Body::Owned(data.clone());
+        pace(&mut || {}, &mut |p| {
+            assert_eq!(send(&mut t, b"H", Some(&big), p).unwrap(), 1 + data.len() as u64);
+            assert_eq!(send(&mut t, b"H", None, p).unwrap(), 1, "the head alone");
+        });
+        assert_eq!(t.written.len(), 2 + data.len());
     }
 }

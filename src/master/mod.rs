@@ -362,7 +362,7 @@ impl Master {
     fn check_certificates(&mut self) {
         let now = unix_now();
         if now >= self.next_cert_check {
-            crate::tls::expiry::log_warnings(&self.config.vhosts, now);
+            crate::tls::expiry::log_warnings(&self.config.certificate_expiries(now), now);
             self.next_cert_check = now + crate::tls::expiry::CHECK_EVERY.as_secs() as i64;
         }
     }

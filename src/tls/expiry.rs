@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::Vhost;
+use super::VhostCert;
 
 /// Warn when fewer days than this are left.
 pub const WARN_DAYS: i64 = 14;
@@ -25,18 +25,15 @@ pub struct Expiry {
     pub days_left: i64,
 }
 
-/// Every vhost's certificate, at `now` (Unix seconds).
-pub fn list(vhosts: &[Vhost], now: i64) -> Vec<Expiry> {
-    vhosts
-        .iter()
-        .filter_map(|v| {
-            let c = v.tls.as_ref()?;
-            Some(Expiry {
-                vhost: v.server_names.first().cloned().unwrap_or_else(|| "(default)".into()),
-                file: c.cert_file.clone(),
-                not_after: c.validity.not_after,
-                days_left: (c.validity.not_after - now).div_euclid(DAY),
-            })
+/// Every certificate, each with its vhost's server names, at `now` (Unix seconds).
+pub fn list<'a>(certs: impl IntoIterator<Item = (&'a [String], &'a VhostCert)>, now: i64) -> Vec<Expiry> {
+    certs
+        .into_iter()
+        .map(|(names, c)| Expiry {
+            vhost: names.first().cloned().unwrap_or_else(|| "(default)".into()),
+            file: c.cert_file.clone(),
+            not_after: c.validity.not_after,
+            days_left: (c.validity.not_after - now).div_euclid(DAY),
         })
         .collect()
 }
@@ -58,10 +55,10 @@ pub fn warning(e: &Expiry, now: i64) -> Option<(log::Level, String)> {
     }
 }
 
-/// Logs the warnings due for these vhosts' certificates.
-pub fn log_warnings(vhosts: &[Vhost], now: i64) {
-    for e in list(vhosts, now) {
-        if let Some((level, text)) = warning(&e, now) {
+/// Logs the warnings due for these certificates ([`list`]'s).
+pub fn log_warnings(certs: &[Expiry], now: i64) {
+    for e in certs {
+        if let Some((level, text)) = warning(e, now) {
             log::log!(level, "{text}");
         }
     }

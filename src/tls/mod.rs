@@ -95,18 +95,19 @@ pub struct Certificates {
 }
 
 impl Certificates {
-    /// `None` when no vhost has a certificate.
-    pub fn new(vhosts: &[crate::config::Vhost]) -> Option<Certificates> {
-        let keys: Vec<Option<Arc<CertifiedKey>>> =
-            vhosts.iter().map(|v| v.tls.as_ref().map(|c| c.key.clone())).collect();
+    /// From each vhost's server names and certificate, in config order; `None` when
+    /// no vhost has a certificate.
+    pub fn new<'a>(vhosts: impl IntoIterator<Item = (&'a [String], Option<&'a VhostCert>)>) -> Option<Certificates> {
+        let (names, keys): (Vec<Vec<String>>, Vec<Option<Arc<CertifiedKey>>>) =
+            vhosts.into_iter().map(|(names, cert)| (names.to_vec(), cert.map(|c| c.key.clone()))).unzip();
         let default = keys.iter().flatten().next()?.clone();
-        Some(Certificates { names: vhosts.iter().map(|v| v.server_names.clone()).collect(), keys, default })
+        Some(Certificates { names, keys, default })
     }
 
     /// The certificate for an SNI name.
     pub fn for_name(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
         let Some(name) = sni else { return &self.default };
-        let i = crate::vhost::select_names(&self.names, Some(name.as_bytes()));
+        let i = crate::vhost::select(&self.names, |names| names, Some(name.as_bytes()));
         self.keys.get(i).and_then(Option::as_ref).unwrap_or(&self.default)
     }
 }
@@ -213,27 +214,14 @@ mod tests {
         b.write(dir, "b");
         let vhost = |names: &[&str], cert: Option<&str>| {
             let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-            let tls = cert.map(|n| {
-                Arc::new(load(&dir.join(format!("{n}.pem")), &dir.join(format!("{n}.key")), &names, now()).unwrap())
-            });
-            crate::config::Vhost {
-                server_names: names,
-                root: dir.to_path_buf(),
-                index: vec![],
-                autoindex: false,
-                serve_hidden: false,
-                symlinks: crate::config::Symlinks::Inside,
-                error_pages: vec![],
-                tls,
-                https_redirect: None,
-                hsts: None,
-                source: None,
-                locations: Default::default(),
-            }
+            let cert = cert
+                .map(|n| load(&dir.join(format!("{n}.pem")), &dir.join(format!("{n}.key")), &names, now()).unwrap());
+            (names, cert)
         };
         let vhosts =
             [vhost(&["plain.example"], None), vhost(&["a.example"], Some("a")), vhost(&["b.example"], Some("b"))];
-        (a, b, Arc::new(Certificates::new(&vhosts).unwrap()))
+        let certs = Certificates::new(vhosts.iter().map(|(names, cert)| (&names[..], cert.as_ref())));
+        (a, b, Arc::new(certs.unwrap()))
     }
 
     #[test]
