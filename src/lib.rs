@@ -35,8 +35,8 @@
 //!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
 //!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
 //!   which would clear that request; an idle worker also retires when the pipe of
-//!   death reads end of file), then runs its event loop (`worker::events`, design and
-//!   measurements in `docs/keepalive.md`): one `epoll` set holds the listeners
+//!   death reads end of file), then runs its event loop (`worker::events`; what it holds between requests:
+//!   `worker::parked`; design and measurements in `docs/keepalive.md`): one `epoll` set holds the listeners
 //!   (`EPOLLEXCLUSIVE`: a new connection wakes one sleeping worker), the
 //!   [`handover`] socket and every connection the worker holds between requests; it
 //!   serves whichever has a whole request head, one request at a time with blocking

@@ -8,6 +8,7 @@
 //! `APEXIT_CHILDFATAL` does).
 
 mod events;
+mod parked;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -240,7 +241,7 @@ struct SlotObserver<'a> {
     /// The worker is leaving: every answer says `Connection: close`.
     retiring: bool,
     /// The connections the worker holds between requests (set by its event loop).
-    parked: Option<std::rc::Rc<std::cell::RefCell<events::Parked>>>,
+    parked: Option<std::rc::Rc<std::cell::RefCell<parked::Parked>>>,
 }
 
 impl Observer for SlotObserver<'_> {
@@ -287,12 +288,12 @@ impl Observer for SlotObserver<'_> {
         if self.retiring {
             return;
         }
-        let (Some(parked), Some(handover)) = (&self.parked, events::handover_open(self.ctx)) else { return };
+        let (Some(parked), Some(handover)) = (&self.parked, parked::handover_open(self.ctx)) else { return };
         let Ok(mut parked) = parked.try_borrow_mut() else { return };
         let (sent, _) = parked.hand_over(handover);
         if sent > 0 {
             log::debug!("a slow client holds this worker: handed {sent} idle connections to others");
-            events::publish_counts(self.slot, &parked);
+            parked::publish_counts(self.slot, &parked);
         }
     }
 }
