@@ -27,7 +27,8 @@
 //!   systemd's socket activation; read once at the start of `main`) are used instead
 //!   of bound. USR2 runs the binary upgrade (`master::upgrade`: a new master on the
 //!   same sockets; the old one retires once it serves, or takes its pid file back if
-//!   it fails); [`notify`] tells systemd about start, reloads, stops, the pool's
+//!   it fails); HUP and USR1 are `master::reload` (the new config checked in full
+//!   before anything changes); [`notify`] tells systemd about start, reloads, stops, the pool's
 //!   counts and a new main pid (`sd_notify`). A graceful stop first drains for
 //!   `server.drain_time`: health locations answer 503 while all else is served, so a
 //!   balancer takes the node out before it stops accepting.
