@@ -1,0 +1,167 @@
+//! What a worker holds between requests: its `epoll` set, the connections in it by
+//! index, and the ways they leave it other than by a request (handed to a sibling
+//! worker, closed when the worker leaves). The loop that serves them is
+//! [`super::events`].
+
+use std::collections::VecDeque;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering::Relaxed;
+
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+
+use super::WorkerCtx;
+use crate::handover::{self, Handover};
+use crate::http::held::Held;
+
+/// What a worker holds between requests: its `epoll` set and the connections in it.
+pub(crate) struct Parked {
+    pub(super) epoll: Epoll,
+    pub(super) table: Table,
+    /// Connections with a whole request already in their buffer (pipelined): served
+    /// before the next wait, a burst each, in turn.
+    pub(super) ready: VecDeque<usize>,
+    pub(super) scratch: Vec<u8>,
+}
+
+/// The connections this worker holds, by index (the index is the epoll tag). A
+/// connection being served is out of its slot (`take_out`) and back after it.
+#[derive(Default)]
+pub(super) struct Table {
+    pub(super) slots: Vec<Option<Held>>,
+    free: Vec<usize>,
+    pub(super) len: usize,
+}
+
+impl Table {
+    pub(super) fn insert(&mut self, h: Held) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(h);
+                i
+            }
+            None => {
+                self.slots.push(Some(h));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Takes a connection out of its slot while it is served; the slot stays its.
+    pub(super) fn take_out(&mut self, i: usize) -> Option<Held> {
+        self.slots.get_mut(i)?.take()
+    }
+
+    pub(super) fn put_back(&mut self, i: usize, h: Held) {
+        self.slots[i] = Some(h);
+    }
+
+    /// Frees the slot of a connection taken out (and closed).
+    pub(super) fn release(&mut self, i: usize) {
+        self.free.push(i);
+        self.len -= 1;
+    }
+
+    pub(super) fn remove(&mut self, i: usize) -> Option<Held> {
+        let h = self.slots.get_mut(i)?.take()?;
+        self.release(i);
+        Some(h)
+    }
+
+    pub(super) fn get(&mut self, i: usize) -> Option<&mut Held> {
+        self.slots.get_mut(i)?.as_mut()
+    }
+}
+
+impl Parked {
+    /// Connections waiting for a request, and lingering closes.
+    pub(super) fn counts(&self) -> (u32, u32) {
+        let (mut waiting, mut closing) = (0, 0);
+        for h in self.table.slots.iter().flatten() {
+            if h.lingering() {
+                closing += 1;
+            } else {
+                waiting += 1;
+            }
+        }
+        (waiting, closing)
+    }
+
+    /// Sends every connection it can to the workers that stay (all but lingering
+    /// closes and oversized pending heads). Returns how many went and how many stay.
+    pub(crate) fn hand_over(&mut self, handover: &Handover) -> (usize, usize) {
+        let (mut sent, mut kept) = (0, 0);
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.slots[i].as_ref() else { continue };
+            // A connection still owing its PROXY header finishes it here (within
+            // header_timeout), so the header's client always travels with it.
+            // A TLS session cannot cross (its state is this process's): the
+            // connection is finished here, like one the queue has no room for.
+            if h.lingering()
+                || !h.can_hand_over()
+                || h.awaiting_proxy_header()
+                || h.pending().len() > handover::MAX_PENDING
+            {
+                kept += 1;
+                continue;
+            }
+            // Out of this worker's set first, so it never reports the socket again.
+            let _ = self.epoll.delete(h.stream.as_fd());
+            let meta = handover::Meta {
+                peer: h.conn.peer,
+                balancer: h.conn.balancer,
+                local_port: h.conn.local_port,
+                requests: h.conn.requests,
+                waited_ms: h.waited_ms(),
+                pending: h.pending().to_vec(),
+            };
+            match handover.send(h.stream.as_fd(), &meta, &mut self.scratch) {
+                Ok(()) => {
+                    self.table.remove(i);
+                    self.ready.retain(|&r| r != i);
+                    sent += 1;
+                }
+                Err(e) => {
+                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
+                    let _ = self.epoll.add(h.stream.as_fd(), ev);
+                    kept += 1;
+                    if e.kind() != std::io::ErrorKind::WouldBlock {
+                        log::warn!("handover: {e}");
+                    }
+                }
+            }
+        }
+        (sent, kept)
+    }
+
+    /// Closes the connections that wait between requests (a clean close at a request
+    /// boundary). Returns how many.
+    pub(super) fn close_idle(&mut self) -> usize {
+        let mut closed = 0;
+        for i in 0..self.table.slots.len() {
+            let Some(h) = self.table.slots[i].as_ref() else { continue };
+            if !h.lingering() && h.conn.requests > 0 && h.pending().is_empty() {
+                self.table.remove(i);
+                self.ready.retain(|&r| r != i);
+                closed += 1;
+            }
+        }
+        closed
+    }
+}
+
+/// Whether idle connections may be handed over now: a worker of the current
+/// generation stays to adopt them (not while stopping, nor after WINCH).
+pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
+    let header = ctx.scoreboard.header;
+    let open = header.handover_open.load(Relaxed) != 0 && header.stopping.load(Relaxed) == 0;
+    ctx.handover.filter(|_| open)
+}
+
+/// Writes what a worker holds into its scoreboard slot (the status page's async
+/// connections).
+pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
+    let (waiting, closing) = parked.counts();
+    slot.conns_waiting.store(waiting, Relaxed);
+    slot.conns_closing.store(closing, Relaxed);
+}
