@@ -52,6 +52,10 @@ ALL_SERVERS = ["nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd
                "pika", "floor"]
 ALIASES = {"apache2": "apache", "httpd": "apache", "busybox-httpd": "busybox"}
 PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "18080"))
+# A server's HTTPS port is its port plus this.
+TLS_PORT_OFFSET = 1000
+# The HTTPS cells' certificate and key (ECDSA P-256, made by make_cert).
+CERT = KEY = None
 NPROC = os.cpu_count() or 1
 HOST = "127.0.0.1"  # all traffic stays on loopback
 
@@ -232,6 +236,26 @@ def workloads(quick):
                       label=f"visitors -c{c}: page + {len(ASSETS)} assets, "
                             f"≤{VISITOR_CONNS} keep-alive conns, think 1-5 s "
                             f"({ramp} s ramp + {d} s)"))
+    # HTTPS (issue #20), pika against nginx with the same ECDSA P-256 certificate:
+    # keep-alive, a full handshake per request (ab opens a new TLS session every
+    # time), wrk's Connection: close (its OpenSSL offers the previous session: a
+    # resumed handshake per request), and the 1.7 MB file kept alive.
+    d = "1s" if quick else "10s"
+    for c in (10, 100):
+        W.append(dict(tool="wrk", path="index.html", c=c, d=d, tls=True,
+                      id=f"wrk-c{c}-ka-tls-index.html",
+                      label=f"HTTPS wrk -t2 -c{c} -d{d} index.html (keep-alive)"))
+    n = 1000 if quick else 20_000
+    W.append(dict(tool="ab", path="index.html", c=20, n=n, tls=True,
+                  id=f"ab-c20-n{n}-tls-index.html",
+                  label=f"HTTPS ab -c20 -n{n} index.html (a full handshake per request)"))
+    W.append(dict(tool="wrk", path="index.html", c=20, d=d, close=True, tls=True,
+                  id="wrk-c20-close-tls-index.html",
+                  label=f"HTTPS wrk -t2 -c20 -d{d} index.html (Connection: close, "
+                        "resumed handshakes)"))
+    W.append(dict(tool="wrk", path="img1700.jpg", c=20, d=d, tls=True,
+                  id="wrk-c20-ka-tls-img1700.jpg",
+                  label=f"HTTPS wrk -t2 -c20 -d{d} img1700.jpg (keep-alive)"))
     c, n = (100, 1000) if quick else (500, 5000)
     W.append(dict(tool="ab", path="index.html", c=c, n=n, cold=True,
                   id=f"cold-burst-ab-c{c}-n{n}",
@@ -400,6 +424,26 @@ def cleanup_all():
 # --------------------------------------------------------------------------
 # Memory sampling: PSS summed over the server master and all descendants.
 # --------------------------------------------------------------------------
+def worker_private(root):
+    """The largest private memory (Private_Clean + Private_Dirty, kB: the pages
+    no other process shares) of one process under `root` other than `root`
+    itself: a worker's own pages, or None when `root` has no child."""
+    best = None
+    for pid in descendants(root):
+        if pid == root:
+            continue
+        kb = 0
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                        kb += int(line.split()[1])
+        except OSError:
+            continue
+        best = kb if best is None else max(best, kb)
+    return best
+
+
 def pss_tree(root):
     total, n = 0, 0
     for pid in descendants(root):
@@ -467,6 +511,7 @@ class MemSampler(threading.Thread):
         self.root, self.interval, self.port = root, interval, port
         self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
         self.max_procs = 0
+        self.peak_worker_private = None
         self.peak_queue = None
         self._halt = threading.Event()
 
@@ -477,6 +522,9 @@ class MemSampler(threading.Thread):
             if kb > self.peak_kb:
                 self.peak_kb, self.peak_procs = kb, n
             self.max_procs = max(self.max_procs, n)
+            w = worker_private(self.root)
+            if w is not None and (self.peak_worker_private is None or w > self.peak_worker_private):
+                self.peak_worker_private = w
             if self.port:
                 q = accept_queue(self.port)
                 if q is not None and (self.peak_queue is None or q > self.peak_queue):
@@ -487,7 +535,7 @@ class MemSampler(threading.Thread):
         self._halt.set()
         self.join(timeout=5)
         return {"peak_pss_kb": self.peak_kb, "peak_procs": self.peak_procs,
-                "max_procs": self.max_procs,
+                "max_procs": self.max_procs, "peak_worker_private_kb": self.peak_worker_private,
                 "peak_accept_queue": self.peak_queue, "samples": self.samples}
 
 
@@ -501,8 +549,11 @@ class Server:
     # dropping privileges), or None
     owner = None
 
-    def __init__(self, port, docroot, tmp):
-        self.port, self.docroot, self.tmp = port, docroot, tmp
+    # Whether it serves the HTTPS cells (on tls_port, with CERT and KEY).
+    tls = False
+
+    def __init__(self, port, docroot, tmp, tls_port=None):
+        self.port, self.docroot, self.tmp, self.tls_port = port, docroot, tmp, tls_port
 
     def config(self, d):  # -> (filename, text) or None
         return None
@@ -525,6 +576,11 @@ class Server:
 
     def not_for(self, wl):
         """Why this server sits workload `wl` out (a reason string), or None."""
+        return self.no_tls(wl)
+
+    def no_tls(self, wl):
+        if wl.get("tls") and not self.tls:
+            return "not set up for HTTPS here (the HTTPS cells compare pika with nginx)"
         return None
 
     def config_for_report(self):
@@ -537,6 +593,7 @@ class Server:
 
 class Nginx(Server):
     name = "nginx"
+    tls = True
     # the access_log directive's parameters after the format
     log_params = ""
 
@@ -572,6 +629,17 @@ http {{
         listen {HOST}:{self.port};
         server_name localhost;
         root {self.docroot};
+    }}
+    # HTTPS: the same ECDSA P-256 certificate as pika's, TLS 1.2 and 1.3 as pika
+    # offers; nginx's defaults otherwise (session tickets on, with keys its
+    # master makes at start, shared by its workers).
+    server {{
+        listen {HOST}:{self.tls_port} ssl;
+        server_name localhost;
+        root {self.docroot};
+        ssl_certificate {CERT};
+        ssl_certificate_key {KEY};
+        ssl_protocols TLSv1.2 TLSv1.3;
     }}
 }}
 """
@@ -686,6 +754,8 @@ class Busybox(Server):
     access_log = False  # busybox httpd has no access log
 
     def not_for(self, wl):
+        if self.no_tls(wl):
+            return self.no_tls(wl)
         if wl["tool"] == "visitors":
             return ("busybox httpd does no keep-alive (a process per connection, "
                     "closed after one answer): nothing of what these cells measure")
@@ -707,6 +777,7 @@ class Busybox(Server):
 
 class Pika(Server):
     name = "pika"
+    tls = True
     # The instance folder stays root's: pika refuses, as root, to write its pid
     # file and logs in a folder another user may write (a planted link there
     # would make it write or chown a file of that user's choosing). The master
@@ -722,7 +793,7 @@ class Pika(Server):
         return "pika.toml", f"""\
 # generated by bench/harness.py
 [server]
-listen = ["{HOST}:{self.port}"]
+listen = ["{HOST}:{self.port}", {{ addr = "{HOST}:{self.tls_port}", tls = true }}]
 root = "{d}"            # base for relative paths
 pid_file = "{d}/pika.pid"
 error_log = "{d}/error.log"
@@ -739,6 +810,8 @@ max_open_files = {NOFILE}
 [[vhost]]
 server_names = ["localhost", "127.0.0.1"]
 root = "{self.docroot}"
+tls_cert = "{CERT}"
+tls_key = "{KEY}"
 
 [[access_log]]
 path = "{d}/access.log"
@@ -772,6 +845,8 @@ class Floor(Server):
     MAX_WORKERS = 1024  # floor.c's cap
 
     def not_for(self, wl):
+        if self.no_tls(wl):
+            return self.no_tls(wl)
         if wl["tool"] == "visitors":
             return (f"the floor holds a kept-alive connection per process: "
                     f"{wl['c']} visitors would want {wl['c'] * wl['conns']} processes "
@@ -807,6 +882,21 @@ class Floor(Server):
 CLASSES = {"nginx": Nginx, "nginx-buffered": NginxBuffered, "apache": Apache,
            "apache-buffered": ApacheBuffered, "lighttpd": Lighttpd,
            "busybox": Busybox, "pika": Pika, "floor": Floor}
+
+
+def make_cert(tmp):
+    """A self-signed ECDSA P-256 certificate for localhost (the HTTPS cells'), and
+    its key, readable by root alone: both servers' masters read it before their
+    workers drop privileges."""
+    d = os.path.join(tmp, "tls")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "30", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    os.chmod(key, 0o600)
+    return cert, key
 
 
 def port_free(port):
@@ -960,6 +1050,8 @@ cache = false
 
 def client_cmd(wl, port, rc):
     url = f"http://{HOST}:{port}/{wl['path']}"
+    if wl.get("tls"):
+        url = f"https://{HOST}:{port + TLS_PORT_OFFSET}/{wl['path']}"
     if wl["tool"] == "visitors":
         # one thread: the client's share of the 2 cores stays bounded (its CPU
         # is reported beside the latencies)
@@ -1165,7 +1257,7 @@ def run_client(wl, port, rc, root_pid, sampler=None):
         if why:
             return dict(cmd=cmd, exit=None, wall_s=0, metrics=_empty(), mem={}, error=why)
     if sampler is None:
-        sampler = MemSampler(root_pid, port=port)
+        sampler = MemSampler(root_pid, port=port + TLS_PORT_OFFSET if wl.get("tls") else port)
         sampler.start()
     env = None
     if wl["tool"] == "siege" and SIEGE_SHIM:
@@ -1389,6 +1481,8 @@ def main():
     os.chmod(docroot, 0o755)
     rc = os.path.join(a.tmp, "siegerc")
     siegerc(rc)
+    global CERT, KEY
+    CERT, KEY = make_cert(a.tmp)
     Floor.bin = a.floor_bin
 
     servers, skipped = [], {}
@@ -1399,10 +1493,10 @@ def main():
         # Preferred port base+1+i; if something else (not ours) holds it,
         # take the next free one rather than fail.
         port = PORT_BASE + 1 + i
-        while not port_free(port) or port in taken:
+        while not (port_free(port) and port_free(port + TLS_PORT_OFFSET)) or port in taken:
             port += 10
         taken.add(port)
-        srv = CLASSES[n](port, docroot, a.tmp)
+        srv = CLASSES[n](port, docroot, a.tmp, port + TLS_PORT_OFFSET)
         why = srv.available()
         if why:
             log(f"skipping {n}: {why}")
@@ -1573,7 +1667,7 @@ class Turn:
             kb, nprocs = pss_tree(self.inst.proc.pid)
             check = verify(srv, files)
             self.idle = dict(round=self.rnd, server=srv.name, pss_kb=kb, procs=nprocs,
-                             verify=check)
+                             worker_private_kb=worker_private(self.inst.proc.pid), verify=check)
             if self.inst.workers is not None:
                 self.idle["workers"] = self.inst.workers
             results["idle"].append(self.idle)

@@ -89,6 +89,8 @@ def summarize(res, max_busy=None):
             s[m] = med([c["metrics"].get(m) for c in ok])
         s["peak_pss_kb"] = med([c["mem"].get("peak_pss_kb") for c in ok if c.get("mem")])
         s["peak_procs"] = med([c["mem"].get("peak_procs") for c in ok if c.get("mem")])
+        s["peak_worker_private_kb"] = med([c["mem"].get("peak_worker_private_kb") for c in ok
+                                           if c.get("mem")])
         s["max_procs"] = med([c["mem"].get("max_procs") for c in ok if c.get("mem")])
         s["listen_overflows"] = med([c["mem"].get("listen_overflows") for c in ok
                                      if c.get("mem")])
@@ -497,6 +499,19 @@ def write_md(res, summ, path, png, max_busy=None):
                               ".1f") for s in servers] for w in wls]
     L.append(md_table(["workload"] + servers, rows))
     L.append("")
+    # A worker's own pages: what one more connection or one more worker costs,
+    # without the pages a worker shares with the master and its siblings.
+    idle_w = {s: med([i.get("worker_private_kb") for i in res["idle"] if i["server"] == s])
+              for s in servers}
+    if any(v is not None for v in idle_w.values()):
+        L.append("A worker's own pages (Private_Clean + Private_Dirty of the largest "
+                 "worker, KiB; sampled as PSS is): idle, then the peak during each "
+                 "cell (median across rounds).\n")
+        rows = [["idle"] + [f(idle_w[s]) for s in servers]]
+        rows += [[w["label"]] + [f(summ.get((w["id"], s), {}).get("peak_worker_private_kb"))
+                                 for s in servers] for w in wls]
+        L.append(md_table(["workload"] + servers, rows))
+        L.append("")
 
     # ---- sanity -----------------------------------------------------------
     L.append("## Sanity checks\n")
