@@ -683,3 +683,54 @@ fn a_head_that_comes_in_pieces_waits_decrypted_for_the_rest() {
     let r = read_response(&mut s, false).expect("the answer to the whole head");
     assert_eq!((r.status, r.text()), (200, h.site.read("htdocs/index.html")));
 }
+
+#[test]
+fn workers_that_are_nobody_in_a_chroot_serve_with_keys_only_root_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(openssl) = need_tool("openssl") else { return };
+    let mut h = Https::new();
+    // The certificate and key outside the site (the workers' chroot), in a folder
+    // only root may enter, the key root's alone.
+    let keys = tempfile::tempdir().unwrap();
+    let issue = |h: &Https| {
+        let made = crate::tls::test_certs::leaf(&["a.example"], -1, 90, Some(&h.root));
+        made.write(keys.path(), "a");
+        std::fs::set_permissions(keys.path().join("a.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        made
+    };
+    let first = issue(&h);
+    std::fs::set_permissions(keys.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(h.site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let k = keys.path().display();
+    let server = "user = \"nobody\"\nchroot = \".\"\n[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n";
+    let tls = format!("tls_cert = \"{k}/a.pem\"\ntls_key = \"{k}/a.key\"\n");
+    h.config(BOTH, &format!("{server}{}", vhost("a.example", None, &tls)));
+    let pid = h.start("-F").pid;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw().to_string();
+    let jail = std::fs::canonicalize(h.site.dir.path()).unwrap();
+    for w in n_children(pid, 2) {
+        let status = std::fs::read_to_string(format!("/proc/{w}/status")).unwrap();
+        let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
+        assert_eq!(uid.split_whitespace().next(), Some(nobody.as_str()), "worker {w}: {uid}");
+        assert_eq!(std::fs::read_link(format!("/proc/{w}/root")).unwrap(), jail, "worker {w}");
+    }
+    let served = |h: &Https| {
+        let out = h.s_client(
+            &openssl,
+            &["-servername", "a.example"],
+            b"GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.contains("HTTP/1.1 200 OK") && out.contains("Verify return code: 0 (ok)"), "{out}");
+        first_pem(&out)
+    };
+    assert_eq!(served(&h), first.pems[0].trim());
+    // A renewal, root's alone again: the master reads it on reload, as root.
+    let new = issue(&h);
+    h.pika().signal(libc::SIGHUP);
+    wait_until(DEADLINE, "the new generation alone", || {
+        let s = h.site.status();
+        (field(&s, "generation")? == 1 && field(&s, "old_generation")? == 0).then_some(())
+    });
+    assert_eq!(served(&h), new.pems[0].trim());
+    assert!(!h.site.error_log().contains("reload failed"), "{}", h.site.error_log());
+}

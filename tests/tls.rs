@@ -104,11 +104,68 @@ fn reload_reads_certificates_again_and_keeps_the_old_config_on_a_bad_one() {
     assert!(line.contains("still serving the previous configuration: "), "{line}");
     assert!(line.contains(&format!("{d}/a.key: the key does not match the certificate in {d}/a.pem")), "{line}");
     assert_eq!(get(pika.addr, "/").status, 200, "the old config serves");
+    // Each other kind of bad renewal fails its reload the same way, naming the file.
+    let good = |site: &Site| leaf(&["a.example"], -1, 90, None).write(&site.path("conf"), "a");
+    for (i, (what, want)) in [
+        ("an expired certificate", format!("{d}/a.pem: the certificate expired on ")),
+        ("a missing key", format!("{d}/a.key: cannot read: No such file or directory")),
+        (
+            "a certificate for another name",
+            format!("{d}/a.pem: the certificate does not cover the server name \"a.example\""),
+        ),
+        ("a chain in the wrong order", format!("{d}/a.pem: the key matches certificate 2 of the chain")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        match what {
+            "an expired certificate" => leaf(&["a.example"], -90, -1, None).write(&conf, "a"),
+            "a missing key" => {
+                good(&site);
+                std::fs::remove_file(site.path("conf/a.key")).unwrap();
+            }
+            "a certificate for another name" => leaf(&["b.example"], -1, 90, None).write(&conf, "a"),
+            _ => {
+                leaf(&["a.example"], -1, 90, Some(&ca("Renewal Root", -10, 3650))).write(&conf, "a");
+                let pem = site.read("conf/a.pem");
+                let (server, issuer) = pem.split_at(pem.find("-----END CERTIFICATE-----").unwrap() + 26);
+                site.write("conf/a.pem", format!("{issuer}{server}"));
+            }
+        }
+        pika.signal(libc::SIGHUP);
+        let line = wait_until(DEADLINE, "the reload to fail", || {
+            site.error_log().lines().filter(|l| l.contains("reload failed")).nth(i + 1).map(str::to_string)
+        });
+        assert!(line.contains(&want), "{what}: want {want:?} in {line}");
+        assert_eq!(get(pika.addr, "/").status, 200, "{what}: the old config serves");
+        assert_eq!(field(&site.status(), "generation"), Some(0), "{what}");
+    }
     // The renewal done right: both files; the reload takes them.
-    leaf(&["a.example"], -1, 90, None).write(&conf, "a");
+    good(&site);
     pika.signal(libc::SIGHUP);
     wait_until(DEADLINE, "the reload", || site.error_log().contains("generation 1").then_some(()));
     assert_eq!(get(pika.addr, "/").status, 200);
+}
+
+#[test]
+fn a_certificate_close_to_expiry_is_warned_about_at_start_and_after_a_reload_not_every_tick() {
+    let site = Site::new();
+    site_with(&site, "a.pem", "a.key");
+    leaf(&["a.example"], -1, 10, None).write(&site.path("conf"), "a");
+    let pika = Pika::start(&site, "-F");
+    let warnings = |site: &Site| -> Vec<String> {
+        site.error_log().lines().filter(|l| l.contains("a.pem of a.example expires in ")).map(str::to_string).collect()
+    };
+    let first = wait_until(DEADLINE, "the warning", || Some(warnings(&site)).filter(|w| !w.is_empty()));
+    assert!(first[0].contains("[warn]") && first[0].contains("days ("), "{first:?}");
+    assert!(first[0].contains("); renew it and reload"), "{first:?}");
+    // The master ticks every second; the warning waits a day.
+    wait_until(DEADLINE, "three more ticks", || (field(&site.status(), "uptime")? >= 4).then_some(()));
+    assert_eq!(warnings(&site).len(), 1, "{}", site.error_log());
+    // A reload looks again (a renewal may not have been the one expected).
+    pika.signal(libc::SIGHUP);
+    wait_until(DEADLINE, "the reload", || site.error_log().contains("generation 1").then_some(()));
+    wait_until(DEADLINE, "the warning again", || (warnings(&site).len() == 2).then_some(()));
 }
 
 #[test]
