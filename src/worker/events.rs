@@ -234,6 +234,9 @@ impl<'a, 'c> Loop<'a, 'c> {
                     self.server.idle();
                 }
                 self.sweep(now);
+                if let Err(code) = self.look_at_listeners() {
+                    return code;
+                }
             }
             if self.leaving.is_none() {
                 if let Some(why) = self.must_leave(n == 0) {
@@ -315,6 +318,23 @@ impl<'a, 'c> Loop<'a, 'c> {
             // last on the listeners' queues.
             let _ = self.listen(false);
             let _ = self.listen(true);
+        }
+        Ok(())
+    }
+
+    /// Accepts what waits on the listeners without being told, once a sweep.
+    /// `EPOLLEXCLUSIVE` wakes one waiter per new connection, and a worker killed by a
+    /// signal is still a waiter until it has run to its end: a connection that comes in
+    /// then wakes only that worker, and sits in the backlog with every other worker
+    /// asleep until the next connection comes (seen after a `KILL`: the next request
+    /// waited for as long as the server stayed quiet). Costs one `accept` (`EAGAIN`)
+    /// per listener a second.
+    fn look_at_listeners(&mut self) -> Result<(), ChildExit> {
+        if !self.listening {
+            return Ok(());
+        }
+        for i in 0..self.ctx.listeners.list.len() {
+            self.accept(i)?;
         }
         Ok(())
     }
