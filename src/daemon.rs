@@ -37,6 +37,9 @@ pub fn run_single(config: Config) -> ExitCode {
     };
     let setup = || -> Result<_, String> {
         let sb = crate::scoreboard::Scoreboard::new(1).map_err(|e| e.to_string())?;
+        // What the master would hold (the metrics show the band).
+        sb.header.min_spare.store(config.workers.min_spare, std::sync::atomic::Ordering::Relaxed);
+        sb.header.max_spare.store(config.workers.max_spare, std::sync::atomic::Ordering::Relaxed);
         let logs = crate::log::access::AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let token = crate::pod::make_token().map_err(|e| e.to_string())?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());

@@ -63,6 +63,12 @@
 //!   waiting, first byte peeked to answer plain HTTP with a 400), and a
 //!   [`http::transport::Transport`] that decrypts input and sends responses as
 //!   sealed records (file bytes by `pread`, never read from a mapping).
+//! - [`metrics`] is what the scoreboard counts for Prometheus: each worker adds to
+//!   counters in its own slot as it answers ([`metrics::Traffic`]: requests by method
+//!   and status class, a duration histogram, file-cache hits, access-log write
+//!   errors), the master to the header's ([`metrics::PoolEvents`]: forks, exits by
+//!   cause, reloads), and a location with `metrics = true`
+//!   ([`handlers::metrics`]) sums them into Prometheus' text format.
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
@@ -94,7 +100,7 @@
 //! vhost's [`site::Site`] picks what answers by location (an exact path, else the
 //! first regex, else the longest prefix: [`location::Table`], built when the config
 //! is read) → a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
-//! the health check ([`handlers::health`]) or
+//! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]) or
 //! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
 //! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
 //! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's
@@ -102,8 +108,9 @@
 //! [`http::conditional`] and [`http::range`]) → the head built from
 //! [`http::response::Reply`] (HTTPS answers carry the vhost's `hsts`) and sent with
 //! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
-//! body with `sendfile`; [`http::transport::send`]; over TLS, sealed records) → one
-//! access-log record (made in one place,
+//! body with `sendfile`; [`http::transport::send`]; over TLS, sealed records) →
+//! counted in the worker's scoreboard slot ([`http::observer::Observer::served`],
+//! [`metrics::Traffic`]) → one access-log record (made in one place,
 //! `http::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until
@@ -148,6 +155,7 @@ pub mod listen;
 pub mod location;
 pub mod log;
 pub mod master;
+pub mod metrics;
 pub mod notify;
 pub mod pidfile;
 pub mod pod;

@@ -63,6 +63,8 @@ pub enum Serve {
     Status,
     /// The health check (`health = true`): 200 while serving, 503 while draining.
     Health,
+    /// The Prometheus metrics (`metrics = true`).
+    Metrics,
 }
 
 /// A location's static files.

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
+use crate::metrics::{PoolEvents, Traffic};
 use crate::sys;
 
 /// What a worker is doing. The letters are Apache's, so `?auto` output reads the same.
@@ -26,6 +27,18 @@ pub enum State {
 }
 
 impl State {
+    pub const ALL: [State; 9] = [
+        State::Dead,
+        State::Starting,
+        State::Ready,
+        State::Reading,
+        State::Writing,
+        State::KeepAlive,
+        State::Logging,
+        State::Closing,
+        State::Graceful,
+    ];
+
     fn from_u8(v: u8) -> State {
         match v {
             1 => State::Starting,
@@ -74,6 +87,12 @@ impl State {
     pub fn is_idle(self) -> bool {
         matches!(self, State::Starting | State::Ready)
     }
+
+    /// Answering a request (the status page's busy workers): neither idle, nor
+    /// finishing after it was told to leave, nor an open slot.
+    pub fn is_busy(self) -> bool {
+        !matches!(self, State::Dead | State::Starting | State::Ready | State::Graceful)
+    }
 }
 
 const TEXT_WORDS: usize = 16; // 128 bytes of request line
@@ -90,8 +109,9 @@ pub struct Header {
     pub pod_pending: AtomicU32,
     /// Non-zero once a stop began: every worker finishes and exits.
     pub stopping: AtomicU32,
-    /// The master's `min_spare` (it changes with TTIN/TTOU and reloads).
+    /// The master's `min_spare` and `max_spare` (they change with TTIN/TTOU and reloads).
     pub min_spare: AtomicU32,
+    pub max_spare: AtomicU32,
     /// Non-zero while a worker's ring of the master's doorbell is unanswered.
     pub look_wanted: AtomicU32,
     /// Non-zero while workers of the current generation adopt the kept-alive
@@ -104,6 +124,8 @@ pub struct Header {
     pub started: AtomicU64,
     /// When the current generation started.
     pub generation_started: AtomicU64,
+    /// Workers forked and reaped, reloads (the metrics page's).
+    pub pool: PoolEvents,
 }
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid value.
@@ -143,6 +165,9 @@ pub struct Slot {
     /// The current (or last) request line, truncated.
     request: [AtomicU64; TEXT_WORDS],
     client: [AtomicU64; CLIENT_WORDS],
+    /// Requests by method, status and duration, and the like (the metrics page's);
+    /// like `requests`, kept across worker replacement.
+    pub traffic: Traffic,
 }
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid value.
@@ -150,6 +175,14 @@ pub struct Slot {
 unsafe impl sys::SharedAtomic for Slot {}
 
 pub use crate::clock::now_ms;
+
+/// Adds `n` to a counter that only this process writes (a worker's own slot, the
+/// master's header): a load and a store, without the locked read-modify-write that
+/// `fetch_add` costs on every request. Readers see the old value or the new one.
+#[inline]
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+}
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
     let mut chunks = text.chunks(8);
@@ -313,7 +346,10 @@ mod tests {
     fn states_and_letters() {
         for v in 0..=8u8 {
             assert_eq!(State::from_u8(v) as u8, v);
+            assert_eq!(State::ALL[v as usize] as u8, v);
         }
+        let busy: Vec<char> = State::ALL.iter().filter(|s| s.is_busy()).map(|s| s.letter()).collect();
+        assert_eq!(busy, ['R', 'W', 'K', 'L', 'C']);
         assert_eq!(State::Ready.letter(), '_');
         // The names the status file, `pika -k status` and ?json print.
         let names: Vec<&str> = (0..=8u8).map(|v| State::from_u8(v).name()).collect();

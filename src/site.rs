@@ -14,6 +14,7 @@ use std::rc::Rc;
 use crate::config::{Config, Vhost};
 use crate::handlers::Handler;
 use crate::handlers::health::HealthCheck;
+use crate::handlers::metrics::Metrics;
 use crate::handlers::static_file::{Root, StaticFiles};
 use crate::handlers::status_page::StatusPage;
 use crate::http::response::{Body, Reply};
@@ -77,6 +78,7 @@ impl<'c> Site<'c> {
             at.push(match &l.serve {
                 Serve::Status => Handler::Status(status),
                 Serve::Health => Handler::Health(HealthCheck { header: status.scoreboard.header }),
+                Serve::Metrics => Handler::Metrics(Metrics { scoreboard: status.scoreboard, config }),
                 Serve::Files(f) => {
                     let root = roots.get(&f.dir, vhost, config)?;
                     if !site_roots.iter().any(|r| Rc::ptr_eq(r, &root)) {

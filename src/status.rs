@@ -98,7 +98,7 @@ impl Snapshot {
     }
 
     pub fn busy(&self) -> usize {
-        self.rows.iter().filter(|r| !r.state.is_idle() && r.state != State::Graceful).count()
+        self.rows.iter().filter(|r| r.state.is_busy()).count()
     }
 
     pub fn idle(&self) -> usize {

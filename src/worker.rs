@@ -23,8 +23,9 @@ use crate::http::connection::Server;
 use crate::http::observer::{ConnState, Observer};
 use crate::listen::Listeners;
 use crate::log::access::AccessLogs;
+use crate::metrics::Outcome;
 use crate::pod::{Doorbell, Pod};
-use crate::scoreboard::{Scoreboard, Slot, State};
+use crate::scoreboard::{Scoreboard, Slot, State, add};
 use crate::site::Site;
 use crate::sys;
 use crate::tls::tickets::TicketKeys;
@@ -162,6 +163,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     slot.pid.store(std::process::id() as i32, Relaxed);
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
+    logs.count_errors(&slot.traffic.log_write_errors);
     logs.hold_back();
     // Each worker builds its own rustls setup from the certificates the master loaded
     // and the ticket keys it made, so a session resumes on any worker.
@@ -265,10 +267,14 @@ impl Observer for SlotObserver<'_> {
         }
     }
 
-    fn served(&mut self, bytes: u64) {
-        self.slot.requests.fetch_add(1, Relaxed);
-        self.slot.worker_requests.fetch_add(1, Relaxed);
-        self.slot.bytes.fetch_add(bytes, Relaxed);
+    fn served(&mut self, outcome: &Outcome<'_>) {
+        // This worker is its slot's one writer: plain adds, no locked instructions.
+        if !outcome.refused {
+            add(&self.slot.requests, 1);
+            add(&self.slot.worker_requests, 1);
+            add(&self.slot.bytes, outcome.bytes);
+        }
+        self.slot.traffic.count(outcome);
     }
 
     fn heartbeat(&mut self) {

@@ -17,6 +17,7 @@ mod keepalive;
 mod locations;
 mod logs;
 mod man;
+mod metrics;
 mod package;
 mod path_props;
 mod prefork;

@@ -248,7 +248,8 @@ pub(crate) struct RawVhost {
 }
 
 /// `[[vhost.location]]`: one of `exact`, `prefix`, `regex`; then what answers there
-/// (the status page, or files with their own `root` or `alias`, `index`, `autoindex`).
+/// (the status page, the health check, the metrics, or files with their own `root` or `alias`, `index`,
+/// `autoindex`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLocation {
@@ -263,6 +264,8 @@ pub(crate) struct RawLocation {
     pub(crate) status: bool,
     #[serde(default)]
     pub(crate) health: bool,
+    #[serde(default)]
+    pub(crate) metrics: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -106,6 +106,7 @@ pub fn show(c: &Config) -> String {
             match &l.serve {
                 Serve::Status => t.key("status", Value::Boolean(true)),
                 Serve::Health => t.key("health", Value::Boolean(true)),
+                Serve::Metrics => t.key("metrics", Value::Boolean(true)),
                 Serve::Files(f) => {
                     t.key(if f.alias { "alias" } else { "root" }, path(&f.dir));
                     t.key("index", strings(&f.index));
@@ -446,6 +447,9 @@ status = true
 [[vhost.location]]
 exact = "/healthz"
 health = true
+[[vhost.location]]
+exact = "/metrics"
+metrics = true
 [[vhost]]
 root = "site2"
 symlinks = "never"
@@ -482,6 +486,7 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "[[vhost.location]]\nprefix = \"/files/\"\nalias = \"",
             "[[vhost.location]]\nregex = '^/(\\w+)\\.st$'\nstatus = true",
             "[[vhost.location]]\nexact = \"/healthz\"\nhealth = true",
+            "[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true",
             "drain_time = \"1500ms\"",
             "[[vhost.location]]\nexact = \"/robots.txt\"\nroot = \"",
         ] {
@@ -559,6 +564,9 @@ status = true
 [[vhost.location]]
 exact = "/healthz"
 health = true
+[[vhost.location]]
+exact = "/m"
+metrics = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

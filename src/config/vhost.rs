@@ -40,7 +40,7 @@ impl Vhost {
     pub fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
         let own = self.locations.list.iter().filter_map(|l| match &l.serve {
             Serve::Files(f) => Some(&f.dir),
-            Serve::Status | Serve::Health => None,
+            Serve::Status | Serve::Health | Serve::Metrics => None,
         });
         std::iter::once(&self.root).chain(own)
     }
@@ -187,18 +187,26 @@ impl Ctx<'_> {
             ),
             _ => return Err(self.spanned(l, "a location needs exactly one of exact, prefix or regex")),
         };
-        if raw.status && raw.health {
-            return Err(self.spanned(l, "a location is the status page or the health check, not both"));
-        }
-        if raw.status || raw.health {
-            let what =
-                if raw.status { "status = true serves the status page" } else { "health = true answers health checks" };
+        // What answers other than files: at most one of these.
+        let kinds = [
+            (raw.status, "status = true serves the status page", Serve::Status),
+            (raw.health, "health = true answers health checks", Serve::Health),
+            (raw.metrics, "metrics = true serves the metrics", Serve::Metrics),
+        ];
+        let mut chosen = kinds.into_iter().filter(|(on, _, _)| *on);
+        if let Some((_, what, serve)) = chosen.next() {
+            if chosen.next().is_some() {
+                return Err(self.spanned(
+                    l,
+                    "a location is one of the status page (status = true), the health check (health = true) \
+                     or the metrics (metrics = true), not two",
+                ));
+            }
             if raw.root.is_some() || raw.alias.is_some() || raw.index.is_some() || raw.autoindex.is_some() {
                 return Err(
                     self.spanned(l, format!("a location with {what}, not files: no root, alias, index or autoindex"))
                 );
             }
-            let serve = if raw.status { Serve::Status } else { Serve::Health };
             return Ok(Location { pattern, serve, at });
         }
         let (dir, alias) = match (&raw.root, &raw.alias) {
@@ -291,7 +299,7 @@ mod tests {
         let c = parse(&v("health = true\n"), "").unwrap();
         assert_eq!(c.vhosts[0].locations.list[0].serve, Serve::Health);
         let e = parse(&v("health = true\nstatus = true\n"), "").unwrap_err();
-        assert!(e.contains("the status page or the health check, not both"), "{e}");
+        assert!(e.contains("or the metrics (metrics = true), not two"), "{e}");
         let e = parse(&v("health = true\nroot = \"htdocs\"\n"), "").unwrap_err();
         assert!(e.contains("health = true answers health checks, not files"), "{e}");
     }
@@ -304,7 +312,7 @@ mod tests {
         let c = parse(v, "").unwrap();
         let files = |i: usize| match &c.vhosts[0].locations.list[i].serve {
             Serve::Files(f) => f.clone(),
-            Serve::Status | Serve::Health => panic!("files expected"),
+            Serve::Status | Serve::Health | Serve::Metrics => panic!("files expected"),
         };
         let (p, q) = (files(0), files(1));
         assert_eq!(
@@ -324,5 +332,19 @@ mod tests {
         assert!(
             matches!(&inside.vhosts[0].locations.list[0].serve, Serve::Files(f) if f.dir == std::path::Path::new("/other"))
         );
+    }
+
+    #[test]
+    fn a_location_serves_the_metrics() {
+        let v = "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n";
+        let c = parse(v, "").unwrap();
+        assert_eq!(c.vhosts[0].locations.list[0].serve, Serve::Metrics);
+        assert_eq!(c.vhosts[0].dirs().count(), 1, "no directory of its own");
+        let both = parse(&format!("{v}status = true\n"), "").unwrap_err();
+        assert!(both.contains("or the metrics (metrics = true), not two"), "{both}");
+        let files = parse(&format!("{v}root = \"other\"\n"), "").unwrap_err();
+        assert!(files.contains("with metrics = true serves the metrics, not files"), "{files}");
+        let health = parse(&format!("{v}health = true\n"), "").unwrap_err();
+        assert!(health.contains("not two"), "{health}");
     }
 }

@@ -55,7 +55,7 @@ impl Root {
     fn lookup(&self, rel: &Path) -> io::Result<Found> {
         if !rel.as_os_str().is_empty() {
             if let Some(entry) = self.cache.borrow_mut().fresh(self.dir.as_fd(), rel) {
-                return Ok(Found::File(entry));
+                return Ok(Found::File(entry, true));
             }
         }
         let file = sys::open_beneath(self.dir.as_fd(), &self.path, rel, self.symlinks)?;
@@ -69,7 +69,7 @@ impl Root {
         }
         let entry = Rc::new(Entry::from_file(file, &meta)?);
         self.cache.borrow_mut().insert(rel, &entry);
-        Ok(Found::File(entry))
+        Ok(Found::File(entry, false))
     }
 
     /// The file a URL path names under the root, for an error page (no listing, no
@@ -77,14 +77,15 @@ impl Root {
     pub fn error_page(&self, url_path: &str) -> Option<Rc<Entry>> {
         let rel = Path::new(std::ffi::OsStr::from_bytes(url_path.trim_start_matches('/').as_bytes()));
         match self.lookup(rel) {
-            Ok(Found::File(entry)) => Some(entry),
+            Ok(Found::File(entry, _)) => Some(entry),
             _ => None,
         }
     }
 }
 
 enum Found {
-    File(Rc<Entry>),
+    /// A regular file, and whether it came from the cache.
+    File(Rc<Entry>, bool),
     /// The directory, opened: a listing reads it through this descriptor, never by
     /// its path again (which a docroot writer could have swapped for a link since).
     Dir(File),
@@ -121,8 +122,9 @@ impl StaticFiles<'_> {
             return;
         };
         match self.root.lookup(rel) {
-            Ok(Found::File(entry)) => {
+            Ok(Found::File(entry, cached)) => {
                 let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
+                reply.cached = Some(cached);
                 self.answer_file(ask.req, &entry, name, reply);
             }
             Ok(Found::Dir(dir)) => self.directory(ask, dir, rel, reply),
@@ -165,7 +167,8 @@ impl StaticFiles<'_> {
             return;
         }
         for index in self.index {
-            if let Ok(Found::File(entry)) = self.root.lookup(&rel.join(index)) {
+            if let Ok(Found::File(entry, cached)) = self.root.lookup(&rel.join(index)) {
+                reply.cached = Some(cached);
                 return self.answer_file(ask.req, &entry, index.as_bytes(), reply);
             }
         }

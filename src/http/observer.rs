@@ -18,8 +18,9 @@ pub trait Observer {
     fn state(&mut self, state: ConnState);
     /// A request head has been read.
     fn request(&mut self, line: &[u8], client: SocketAddr);
-    /// A response has been sent, `bytes` of it.
-    fn served(&mut self, bytes: u64);
+    /// A request has been answered (not the master's internal ones): what the
+    /// metrics count of it.
+    fn served(&mut self, outcome: &crate::metrics::Outcome<'_>);
     /// Progress on a long write (a stuck-worker watchdog reads it).
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.

@@ -61,7 +61,7 @@ pub(super) struct Answer {
     pub(super) sent: io::Result<u64>,
     pub(super) keep_alive: bool,
     pub(super) start: SystemTime,
-    /// How long answering took, for a format that asks (%D, %T).
+    /// How long answering took (%D, %T, the metrics' histogram).
     pub(super) duration: Duration,
 }
 

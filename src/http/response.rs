@@ -58,12 +58,15 @@ pub struct Reply<'h> {
     pub body: Body,
     /// Close the connection after this response.
     pub close: bool,
+    /// A file is sent: from the worker's file cache (true) or opened for this
+    /// request (false); the metrics count which.
+    pub cached: Option<bool>,
 }
 
 impl<'h> Reply<'h> {
     pub fn new(headers: &'h mut Vec<u8>) -> Reply<'h> {
         headers.clear();
-        Reply { status: 200, headers, body: Body::None, close: false }
+        Reply { status: 200, headers, body: Body::None, close: false, cached: None }
     }
 
     /// Adds a header line. Values must not come unescaped from the client.

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use super::filter::{Facts, Filter};
 use super::format::LogFormat;
@@ -33,8 +33,7 @@ struct OpenLog {
     filter: Filter,
     vhost: Option<usize>,
     file: File,
-    /// A write failed (disk full, permissions): said once, until writes work again.
-    failing: bool,
+    health: Health,
     /// Bytes of records to hold back (0: write each at once) and for how long.
     buffer: usize,
     flush_ms: u64,
@@ -49,8 +48,6 @@ pub struct AccessLogs {
     clf: ClfClock,
     /// The scoreboard's log epoch and the value this process last saw.
     epoch: Option<(&'static AtomicU32, u32)>,
-    /// Some format logs the time taken (`%D`, `%T`).
-    timed: bool,
 }
 
 impl AccessLogs {
@@ -66,14 +63,13 @@ impl AccessLogs {
                 filter: c.filter.clone(),
                 vhost: c.vhost,
                 file,
-                failing: false,
+                health: Health::default(),
                 buffer: c.buffer,
                 flush_ms: c.flush.as_millis() as u64,
                 held: None,
             });
         }
-        let timed = logs.iter().any(|l| l.format.is_timed());
-        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None, timed })
+        Ok(AccessLogs { logs, buf: Vec::with_capacity(512), clf: ClfClock::default(), epoch: None })
     }
 
     /// The open files' descriptors (a worker keeps these and closes the master's others).
@@ -83,13 +79,15 @@ impl AccessLogs {
 
     /// No logs at all.
     pub fn none() -> AccessLogs {
-        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None, timed: false }
+        AccessLogs { logs: Vec::new(), buf: Vec::new(), clf: ClfClock::default(), epoch: None }
     }
 
-    /// Whether a record needs the time its request took: measuring it costs two
-    /// clock reads per request, skipped when no format logs it.
-    pub fn timed(&self) -> bool {
-        self.timed
+    /// Counts every failed write in `counter` (the worker's scoreboard slot; the
+    /// metrics page's `pika_access_log_write_errors_total`).
+    pub fn count_errors(&mut self, counter: &'static AtomicU64) {
+        for log in &mut self.logs {
+            log.health.errors = Some(counter);
+        }
     }
 
     /// Follows the master's log epoch: when it moves past `opened_at` (the epoch these
@@ -145,20 +143,20 @@ impl AccessLogs {
             self.buf.clear();
             log.format.render_within(r, stamp, &mut self.buf, MAX_RECORD);
             let Some(held) = &mut log.held else {
-                put(&mut log.file, &log.path, &mut log.failing, &self.buf);
+                put(&mut log.file, &log.path, &mut log.health, &self.buf);
                 continue;
             };
             let now = *now_ms.get_or_insert_with(crate::scoreboard::now_ms);
             if self.buf.len() > held.room() {
-                held.drain(|batch| put(&mut log.file, &log.path, &mut log.failing, batch));
+                held.drain(|batch| put(&mut log.file, &log.path, &mut log.health, batch));
             }
             if self.buf.len() > held.capacity() {
-                put(&mut log.file, &log.path, &mut log.failing, &self.buf);
+                put(&mut log.file, &log.path, &mut log.health, &self.buf);
             } else {
                 held.push(&self.buf, now);
             }
             if held.age_ms(now) >= log.flush_ms {
-                held.drain(|batch| put(&mut log.file, &log.path, &mut log.failing, batch));
+                held.drain(|batch| put(&mut log.file, &log.path, &mut log.health, batch));
             }
         }
     }
@@ -196,8 +194,8 @@ impl AccessLogs {
         self.sync_epoch();
         for log in &mut self.logs {
             if due(log) {
-                let OpenLog { held: Some(h), file, path, failing, .. } = log else { continue };
-                h.drain(|batch| put(file, path, failing, batch));
+                let OpenLog { held: Some(h), file, path, health, .. } = log else { continue };
+                h.drain(|batch| put(file, path, health, batch));
             }
         }
     }
@@ -233,10 +231,27 @@ impl Drop for AccessLogs {
     }
 }
 
-/// One `write()` of whole records; a failure is said once, and so is the recovery.
-fn put(file: &mut File, path: &std::path::Path, failing: &mut bool, bytes: &[u8]) {
+/// How writes to one log are going.
+#[derive(Default)]
+struct Health {
+    /// A write failed (disk full, permissions): said once, until writes work again.
+    failing: bool,
+    /// Where failed writes are counted, if anywhere.
+    errors: Option<&'static AtomicU64>,
+}
+
+/// One `write()` of whole records; a failure is counted each time, said once, and so
+/// is the recovery.
+fn put(file: &mut File, path: &std::path::Path, health: &mut Health, bytes: &[u8]) {
     // One write() on an O_APPEND descriptor: the records land whole at the end.
-    match file.write(bytes) {
+    let written = file.write(bytes);
+    if !matches!(written, Ok(n) if n == bytes.len()) {
+        if let Some(errors) = health.errors {
+            crate::scoreboard::add(errors, 1);
+        }
+    }
+    let failing = &mut health.failing;
+    match written {
         Ok(n) if n == bytes.len() => {
             if *failing {
                 *failing = false;

@@ -77,11 +77,6 @@ pub struct LogFormat {
 }
 
 impl LogFormat {
-    /// True if the format logs the time a request took (`%D`, `%T`).
-    pub fn is_timed(&self) -> bool {
-        self.tokens.iter().any(|t| matches!(t, Token::Micros | Token::Seconds | Token::Json))
-    }
-
     /// The format as the config gave it.
     pub fn spec(&self) -> &str {
         &self.spec
@@ -504,16 +499,6 @@ pub(crate) mod tests {
             let mut out = Vec::new();
             escape_into(&mut out, &bytes);
             proptest::prop_assert_eq!(out, want);
-        }
-    }
-
-    #[test]
-    fn only_formats_with_a_time_taken_are_timed() {
-        for spec in ["common", "combined", "vhost_combined", "%h %t %r %>s %B"] {
-            assert!(!LogFormat::parse(spec).unwrap().is_timed(), "{spec}");
-        }
-        for spec in ["%h %D", "%T %r", "combined %D"] {
-            assert!(LogFormat::parse(spec).unwrap().is_timed(), "{spec}");
         }
     }
 

@@ -23,6 +23,7 @@ use log::Level;
 use nix::sys::signal::Signal;
 
 use crate::config::Config;
+use crate::metrics::ExitCause;
 use crate::worker::ChildExit;
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a
@@ -136,6 +137,26 @@ pub enum Then {
     StopServer,
     /// A worker ran short of a resource: spawn slowly again.
     SlowDown,
+}
+
+/// Why a worker ended, for the metrics: `killed` and `stuck` as in [`on_exit`] (a
+/// stuck worker may end by its `TERM` handler's exit or by `KILL`).
+pub fn exit_cause(exit: Exit, killed: bool, stuck: bool) -> ExitCause {
+    if stuck {
+        return ExitCause::Stuck;
+    }
+    match exit {
+        Exit::Signal { .. } if killed => ExitCause::Stopped,
+        Exit::Signal { .. } => ExitCause::Signal,
+        Exit::Code(code) => match ChildExit::from_code(code) {
+            Some(ChildExit::Retired) => ExitCause::Retired,
+            Some(ChildExit::Recycle) => ExitCause::MaxRequests,
+            Some(ChildExit::Sick) => ExitCause::Sick,
+            Some(ChildExit::Fatal) => ExitCause::Fatal,
+            None if killed => ExitCause::Stopped,
+            None => ExitCause::Code,
+        },
+    }
 }
 
 /// Decides what the end of worker `pid` in `slot` means. `current`: it belonged to
@@ -305,6 +326,31 @@ mod tests {
         for signal in [Signal::SIGTERM, Signal::SIGKILL] {
             let v = on_exit(7, 5, Exit::Signal { signal, core: false }, true, true);
             assert_eq!(v, Verdict { replace: false, then: Then::Nothing, say: None });
+        }
+    }
+
+    #[test]
+    fn every_end_has_its_cause() {
+        let term = Exit::Signal { signal: Signal::SIGTERM, core: false };
+        let segv = Exit::Signal { signal: Signal::SIGSEGV, core: true };
+        let cases = [
+            (exit(ChildExit::Retired), false, false, ExitCause::Retired),
+            (exit(ChildExit::Recycle), false, false, ExitCause::MaxRequests),
+            (exit(ChildExit::Sick), false, false, ExitCause::Sick),
+            (exit(ChildExit::Fatal), false, false, ExitCause::Fatal),
+            (Exit::Code(101), false, false, ExitCause::Code),
+            (segv, false, false, ExitCause::Signal),
+            (term, true, false, ExitCause::Stopped),
+            (Exit::Code(101), true, false, ExitCause::Stopped),
+            // The watchdog's TERM, or its KILL, or a worker that got out just in time.
+            (term, true, true, ExitCause::Stuck),
+            (Exit::Signal { signal: Signal::SIGKILL, core: false }, true, true, ExitCause::Stuck),
+            (exit(ChildExit::Retired), true, true, ExitCause::Stuck),
+            // A stopping worker that finished on its own left as asked.
+            (exit(ChildExit::Retired), true, false, ExitCause::Retired),
+        ];
+        for (how, killed, stuck, cause) in cases {
+            assert_eq!(exit_cause(how, killed, stuck), cause, "{how:?} killed={killed} stuck={stuck}");
         }
     }
 }

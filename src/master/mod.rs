@@ -72,6 +72,8 @@ struct Child {
     killed: bool,
     /// Sent TERM as stuck: KILL at this time if it is still there.
     kill_at: Option<Instant>,
+    /// Stopped by the watchdog (the metrics count its end as `stuck`).
+    stuck: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +182,7 @@ impl Master {
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let band = Band::of(&config);
         scoreboard.header.min_spare.store(band.min_spare, Relaxed);
+        scoreboard.header.max_spare.store(band.max_spare, Relaxed);
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
         Ok(Master {
             rotations,
@@ -461,8 +464,16 @@ impl Master {
                 sys::restore_signals(&old_mask);
                 self.children.insert(
                     pid,
-                    Child { slot, generation: self.generation, born: Instant::now(), killed: false, kill_at: None },
+                    Child {
+                        slot,
+                        generation: self.generation,
+                        born: Instant::now(),
+                        killed: false,
+                        kill_at: None,
+                        stuck: false,
+                    },
                 );
+                self.scoreboard.header.pool.starts.fetch_add(1, Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -492,6 +503,8 @@ impl Master {
             slot.pid.store(0, Relaxed);
             slot.set_state(State::Dead);
             let current = child.generation == self.generation;
+            let cause = maintenance::exit_cause(exit, child.killed, child.stuck);
+            self.scoreboard.header.pool.exited(cause);
             let verdict = maintenance::on_exit(pid.as_raw(), child.slot, exit, current, child.killed);
             if let Some((level, line)) = &verdict.say {
                 log::log!(*level, "{line}");

@@ -105,6 +105,7 @@ impl Master {
         self.band.min_spare = min;
         self.band.max_spare = max;
         self.scoreboard.header.min_spare.store(min, Relaxed);
+        self.scoreboard.header.max_spare.store(max, Relaxed);
         log::info!("spare workers: min_spare {min}, max_spare {max}");
     }
 }

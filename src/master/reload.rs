@@ -27,6 +27,7 @@ impl Master {
             Err(e) => {
                 log::error!("reload failed, still serving the previous configuration: {e}");
                 crate::notify::send(&format!("READY=1\nSTATUS=reload failed, serving the previous configuration: {e}"));
+                self.scoreboard.header.pool.reloads_failed.fetch_add(1, Relaxed);
                 return;
             }
         };
@@ -47,6 +48,8 @@ impl Master {
         prepare_log_files(&self.config);
         self.band = Band::of(&self.config);
         self.scoreboard.header.min_spare.store(self.band.min_spare, Relaxed);
+        self.scoreboard.header.max_spare.store(self.band.max_spare, Relaxed);
+        self.scoreboard.header.pool.reloads.fetch_add(1, Relaxed);
         self.spawn_rate = 1;
         self.short = true;
         self.full_reported = false;

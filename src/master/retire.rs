@@ -86,6 +86,7 @@ impl Master {
                     self.config.http.request_timeout
                 );
                 child.killed = true;
+                child.stuck = true;
                 child.kill_at = Some(at + STOP_GRACE);
                 let _ = kill(*pid, Signal::SIGTERM);
             }

@@ -1,0 +1,446 @@
+//! Prometheus metrics: what the workers and the master count in the scoreboard, and
+//! the text format Prometheus scrapes (a location with `metrics = true`,
+//! `handlers::metrics`).
+//!
+//! Nothing is counted for the page: each worker adds to counters in its own
+//! scoreboard slot ([`Traffic`]) as it answers, the master to the header's
+//! ([`PoolEvents`]) as it forks, reaps and reloads, and a scrape sums them. A slot has
+//! one writer, so a worker's counters are plain loads and stores
+//! ([`crate::scoreboard::add`]), not locked read-modify-writes; a slot's counters
+//! outlive the worker in it (a new worker goes on from them), so every sum only grows
+//! until the server restarts, as a Prometheus counter must.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::scoreboard::{Scoreboard, State, add};
+
+/// The `method` label's values: the methods a browser or a client library sends, and
+/// `other` for the rest (a label must not take whatever a client writes there).
+pub const METHODS: [&str; 8] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "other"];
+
+/// The `code` label's values: status classes, as nginx's and Apache's exporters give them.
+pub const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Upper bounds of the request-duration buckets, in microseconds: from 100 µs (a
+/// cached file over loopback takes tens) to 10 s (a large file to a slow client),
+/// about three to a decade.
+pub const BUCKETS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+
+/// The index of a method in [`METHODS`].
+#[inline]
+pub fn method_index(method: &[u8]) -> usize {
+    match method {
+        b"GET" => 0,
+        b"HEAD" => 1,
+        b"POST" => 2,
+        b"PUT" => 3,
+        b"DELETE" => 4,
+        b"OPTIONS" => 5,
+        b"PATCH" => 6,
+        _ => 7,
+    }
+}
+
+/// The index of a status's class in [`CLASSES`].
+#[inline]
+fn class_index(status: u16) -> usize {
+    usize::from(status / 100).clamp(1, CLASSES.len()) - 1
+}
+
+/// The index of the bucket that `us` falls in (the last: above every bound).
+#[inline]
+fn bucket_index(us: u64) -> usize {
+    // Most answers fall in the first bucket: a scan from the bottom ends at once.
+    BUCKETS_US.iter().position(|&b| us <= b).unwrap_or(BUCKETS_US.len())
+}
+
+/// One answered request, as the metrics count it.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome<'a> {
+    /// The method as the client sent it.
+    pub method: &'a [u8],
+    pub status: u16,
+    /// Bytes written, head and body.
+    pub bytes: u64,
+    /// From the whole head to the last byte handed to the kernel.
+    pub duration: Duration,
+    /// A file was sent: from the worker's file cache (true) or opened for it (false).
+    pub cached: Option<bool>,
+    /// Refused before it was read whole (400, 408, 413, 431, 501 …): not in the
+    /// status page's request count, which is Apache's.
+    pub refused: bool,
+}
+
+/// A worker's counters, in its scoreboard slot.
+#[repr(C)]
+pub struct Traffic {
+    /// By method and status class.
+    requests: [[AtomicU64; CLASSES.len()]; METHODS.len()],
+    /// Request durations by bucket (not cumulative: the page adds them up).
+    durations: [AtomicU64; BUCKETS_US.len() + 1],
+    duration_us: AtomicU64,
+    /// Bytes of refused requests' answers (the slot's `bytes` has the others).
+    refused_bytes: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    /// Writes to an access log that failed (their records are lost).
+    pub log_write_errors: AtomicU64,
+}
+
+impl Traffic {
+    /// Counts one answered request. Only the worker in the slot calls this.
+    #[inline]
+    pub fn count(&self, o: &Outcome<'_>) {
+        add(&self.requests[method_index(o.method)][class_index(o.status)], 1);
+        let us = o.duration.as_secs().saturating_mul(1_000_000) + u64::from(o.duration.subsec_micros());
+        add(&self.durations[bucket_index(us)], 1);
+        add(&self.duration_us, us);
+        if o.refused {
+            add(&self.refused_bytes, o.bytes);
+        }
+        match o.cached {
+            Some(true) => add(&self.cache_hits, 1),
+            Some(false) => add(&self.cache_misses, 1),
+            None => {}
+        }
+    }
+}
+
+/// Why a worker ended, for `pika_worker_exits_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum ExitCause {
+    /// Left when asked: pipe of death, reload, graceful stop.
+    Retired,
+    /// Served `workers.max_requests`.
+    MaxRequests,
+    /// Exited short of a resource (descriptors, memory).
+    Sick,
+    /// Could not start.
+    Fatal,
+    /// Stopped by the master's watchdog: no progress for `request_timeout`.
+    Stuck,
+    /// Stopped by the master in a fast stop.
+    Stopped,
+    /// Killed by a signal the master did not send (a crash, the OOM killer).
+    Signal,
+    /// Exited with a code no worker gives.
+    Code,
+}
+
+impl ExitCause {
+    pub const ALL: [ExitCause; 8] = [
+        ExitCause::Retired,
+        ExitCause::MaxRequests,
+        ExitCause::Sick,
+        ExitCause::Fatal,
+        ExitCause::Stuck,
+        ExitCause::Stopped,
+        ExitCause::Signal,
+        ExitCause::Code,
+    ];
+
+    /// The `cause` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitCause::Retired => "retired",
+            ExitCause::MaxRequests => "max_requests",
+            ExitCause::Sick => "sick",
+            ExitCause::Fatal => "fatal",
+            ExitCause::Stuck => "stuck",
+            ExitCause::Stopped => "stopped",
+            ExitCause::Signal => "signal",
+            ExitCause::Code => "exit_code",
+        }
+    }
+}
+
+/// What the master counts, in the scoreboard's header.
+#[repr(C)]
+pub struct PoolEvents {
+    /// Workers forked.
+    pub starts: AtomicU64,
+    /// Workers reaped, by [`ExitCause`].
+    exits: [AtomicU64; ExitCause::ALL.len()],
+    pub reloads: AtomicU64,
+    /// Reloads refused (the config did not load): the old one kept serving.
+    pub reloads_failed: AtomicU64,
+}
+
+impl PoolEvents {
+    pub fn exited(&self, cause: ExitCause) {
+        self.exits[cause as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn exits(&self, cause: ExitCause) -> u64 {
+        self.exits[cause as usize].load(Relaxed)
+    }
+}
+
+/// A metric's `# HELP` and `# TYPE` lines.
+fn head(s: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Seconds from microseconds, as Prometheus reads them.
+fn seconds(us: u64) -> String {
+    format!("{}", us as f64 / 1e6)
+}
+
+/// The metrics of the whole server, in Prometheus' text format (version 0.0.4).
+/// `config` is the serving worker's: the pool's limits as configured; the spare band
+/// is the master's (TTIN and TTOU move it).
+pub fn render(sb: &Scoreboard, config: &Config) -> String {
+    let mut requests = [[0u64; CLASSES.len()]; METHODS.len()];
+    let mut durations = [0u64; BUCKETS_US.len() + 1];
+    let (mut duration_us, mut bytes, mut accepted, mut hits, mut misses, mut log_errors) = (0, 0, 0, 0, 0, 0);
+    let (mut waiting, mut closing, mut full) = (0u64, 0u64, 0u64);
+    let mut states = [0u64; 9];
+    for slot in sb.slots {
+        let t = &slot.traffic;
+        for (m, row) in t.requests.iter().enumerate() {
+            for (c, n) in row.iter().enumerate() {
+                requests[m][c] += n.load(Relaxed);
+            }
+        }
+        for (b, n) in t.durations.iter().enumerate() {
+            durations[b] += n.load(Relaxed);
+        }
+        duration_us += t.duration_us.load(Relaxed);
+        bytes += slot.bytes.load(Relaxed) + t.refused_bytes.load(Relaxed);
+        accepted += slot.connections.load(Relaxed);
+        hits += t.cache_hits.load(Relaxed);
+        misses += t.cache_misses.load(Relaxed);
+        log_errors += t.log_write_errors.load(Relaxed);
+        let state = slot.state();
+        states[state as usize] += 1;
+        if state != State::Dead {
+            waiting += u64::from(slot.conns_waiting.load(Relaxed));
+            closing += u64::from(slot.conns_closing.load(Relaxed));
+            full += u64::from(slot.full.load(Relaxed) != 0);
+        }
+    }
+    let header = sb.header;
+    let busy: u64 = State::ALL.iter().filter(|s| s.is_busy()).map(|&s| states[s as usize]).sum();
+    let mut s = String::with_capacity(8192);
+
+    head(&mut s, "pika_info", "gauge", "pika's version (the value is always 1).");
+    let _ = writeln!(s, "pika_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+    head(&mut s, "pika_start_time_seconds", "gauge", "When the master started, in seconds since the Unix epoch.");
+    let _ = writeln!(s, "pika_start_time_seconds {}", header.started.load(Relaxed));
+    head(&mut s, "pika_generation", "gauge", "The generation of workers now serving (one more at each reload).");
+    let _ = writeln!(s, "pika_generation {}", sb.generation());
+
+    head(
+        &mut s,
+        "pika_http_requests_total",
+        "counter",
+        "Requests answered, by method and status class (the master's internal requests left out).",
+    );
+    for (m, row) in requests.iter().enumerate() {
+        for (c, n) in row.iter().enumerate() {
+            let _ = writeln!(s, "pika_http_requests_total{{method=\"{}\",code=\"{}\"}} {n}", METHODS[m], CLASSES[c]);
+        }
+    }
+    head(&mut s, "pika_http_response_bytes_total", "counter", "Bytes written in answers, heads and bodies.");
+    let _ = writeln!(s, "pika_http_response_bytes_total {bytes}");
+    head(
+        &mut s,
+        "pika_http_request_duration_seconds",
+        "histogram",
+        "Time from a request's whole head to the last byte of its answer handed to the kernel.",
+    );
+    let mut cumulative = 0;
+    for (b, n) in durations.iter().enumerate() {
+        cumulative += n;
+        let le = BUCKETS_US.get(b).map_or_else(|| "+Inf".to_string(), |&us| seconds(us));
+        let _ = writeln!(s, "pika_http_request_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(s, "pika_http_request_duration_seconds_sum {}", seconds(duration_us));
+    let _ = writeln!(s, "pika_http_request_duration_seconds_count {cumulative}");
+
+    head(&mut s, "pika_connections_accepted_total", "counter", "Connections accepted by the workers.");
+    let _ = writeln!(s, "pika_connections_accepted_total {accepted}");
+    head(
+        &mut s,
+        "pika_connections",
+        "gauge",
+        "Connections open: being answered by a worker (active), kept alive by a worker waiting for their next request (keepalive), closing (lingering).",
+    );
+    let _ = writeln!(s, "pika_connections{{state=\"active\"}} {busy}");
+    let _ = writeln!(s, "pika_connections{{state=\"keepalive\"}} {waiting}");
+    let _ = writeln!(s, "pika_connections{{state=\"closing\"}} {closing}");
+
+    head(&mut s, "pika_workers", "gauge", "Worker processes by state (the status page's scoreboard).");
+    for state in State::ALL.iter().filter(|&&st| st != State::Dead) {
+        let _ = writeln!(s, "pika_workers{{state=\"{}\"}} {}", state.name(), states[*state as usize]);
+    }
+    head(
+        &mut s,
+        "pika_workers_full",
+        "gauge",
+        "Workers holding workers.max_connections connections, which take no new one.",
+    );
+    let _ = writeln!(s, "pika_workers_full {full}");
+    head(&mut s, "pika_workers_max", "gauge", "workers.max: the most worker processes.");
+    let _ = writeln!(s, "pika_workers_max {}", config.workers.max);
+    head(
+        &mut s,
+        "pika_workers_min_spare",
+        "gauge",
+        "The fewest idle workers the master keeps (TTIN and TTOU move it).",
+    );
+    let _ = writeln!(s, "pika_workers_min_spare {}", header.min_spare.load(Relaxed));
+    head(&mut s, "pika_workers_max_spare", "gauge", "The most idle workers the master keeps (TTIN and TTOU move it).");
+    let _ = writeln!(s, "pika_workers_max_spare {}", header.max_spare.load(Relaxed));
+    head(
+        &mut s,
+        "pika_worker_max_connections",
+        "gauge",
+        "workers.max_connections: the most connections one worker holds, busy or kept alive.",
+    );
+    let _ = writeln!(s, "pika_worker_max_connections {}", config.workers.max_connections);
+
+    let pool = &header.pool;
+    head(&mut s, "pika_worker_starts_total", "counter", "Worker processes forked.");
+    let _ = writeln!(s, "pika_worker_starts_total {}", pool.starts.load(Relaxed));
+    head(&mut s, "pika_worker_exits_total", "counter", "Worker processes ended, by cause.");
+    for cause in ExitCause::ALL {
+        let _ = writeln!(s, "pika_worker_exits_total{{cause=\"{}\"}} {}", cause.name(), pool.exits(cause));
+    }
+    head(
+        &mut s,
+        "pika_reloads_total",
+        "counter",
+        "Reloads (HUP), by result: failed ones left the running configuration serving.",
+    );
+    let _ = writeln!(s, "pika_reloads_total{{result=\"success\"}} {}", pool.reloads.load(Relaxed));
+    let _ = writeln!(s, "pika_reloads_total{{result=\"failure\"}} {}", pool.reloads_failed.load(Relaxed));
+
+    head(
+        &mut s,
+        "pika_access_log_write_errors_total",
+        "counter",
+        "Writes to an access log that failed (disk full, permissions); their records are lost.",
+    );
+    let _ = writeln!(s, "pika_access_log_write_errors_total {log_errors}");
+    head(
+        &mut s,
+        "pika_file_cache_requests_total",
+        "counter",
+        "Files sent from a worker's cache of mapped files (hit) or opened for the request (miss).",
+    );
+    let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
+    let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_stay_in_their_sets() {
+        assert_eq!(METHODS[method_index(b"GET")], "GET");
+        assert_eq!(METHODS[method_index(b"PATCH")], "PATCH");
+        assert_eq!(METHODS[method_index(b"PROPFIND")], "other");
+        assert_eq!(METHODS[method_index(b"get")], "other", "methods are case-sensitive");
+        assert_eq!(METHODS[method_index(b"")], "other");
+        for (status, class) in [(100, "1xx"), (200, "2xx"), (304, "3xx"), (404, "4xx"), (599, "5xx"), (0, "1xx")] {
+            assert_eq!(CLASSES[class_index(status)], class, "{status}");
+        }
+    }
+
+    #[test]
+    fn buckets_hold_what_is_at_most_their_bound() {
+        assert_eq!(bucket_index(0), 0);
+        assert_eq!(bucket_index(100), 0);
+        assert_eq!(bucket_index(101), 1);
+        assert_eq!(bucket_index(10_000_000), BUCKETS_US.len() - 1);
+        assert_eq!(bucket_index(10_000_001), BUCKETS_US.len(), "+Inf");
+        assert!(BUCKETS_US.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// The value of the line that starts with `series ` in `text`.
+    fn value(text: &str, series: &str) -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .to_string()
+    }
+
+    #[test]
+    fn the_page_sums_every_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("htdocs")).unwrap();
+        let text = "[server]\nlisten = [\"8080\"]\nmime_types = \"builtin\"\n[workers]\nmax = 9\nmax_connections = 77\n\
+                    [[vhost]]\nroot = \"htdocs\"\n";
+        let config = crate::config::parse(text, &dir.path().join("conf/pika.toml")).unwrap();
+        let sb = Scoreboard::new(3).unwrap();
+        let get = |status, us, cached| Outcome {
+            method: b"GET",
+            status,
+            bytes: 100,
+            duration: Duration::from_micros(us),
+            cached,
+            refused: false,
+        };
+        for (slot, o) in [
+            (0, get(200, 50, Some(true))),
+            (1, get(200, 300, Some(false))),
+            (1, get(404, 20_000_000, None)),
+            (2, Outcome { method: b"BREW", refused: true, ..get(400, 0, None) }),
+        ] {
+            sb.slots[slot].traffic.count(&o);
+            if !o.refused {
+                add(&sb.slots[slot].bytes, o.bytes);
+            }
+        }
+        sb.slots[0].claim(0);
+        sb.slots[0].set_state(State::Ready);
+        sb.slots[1].claim(0);
+        sb.slots[1].set_state(State::Writing);
+        sb.slots[1].conns_waiting.store(4, Relaxed);
+        sb.header.max_spare.store(6, Relaxed);
+        sb.header.pool.exited(ExitCause::Signal);
+        sb.header.pool.exited(ExitCause::Signal);
+        add(&sb.slots[2].traffic.log_write_errors, 3);
+        let page = render(&sb, &config);
+        assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"2xx\"}"), "2");
+        assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"4xx\"}"), "1");
+        assert_eq!(value(&page, "pika_http_requests_total{method=\"other\",code=\"4xx\"}"), "1", "a refused one too");
+        assert_eq!(value(&page, "pika_http_response_bytes_total"), "400");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_bucket{le=\"0.0001\"}"), "2");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_bucket{le=\"0.0005\"}"), "3");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_bucket{le=\"10\"}"), "3");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_bucket{le=\"+Inf\"}"), "4");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_count"), "4");
+        assert_eq!(value(&page, "pika_http_request_duration_seconds_sum"), "20.00035");
+        assert_eq!(value(&page, "pika_workers{state=\"ready\"}"), "1");
+        assert_eq!(value(&page, "pika_workers{state=\"writing\"}"), "1");
+        assert_eq!(value(&page, "pika_connections{state=\"active\"}"), "1");
+        assert_eq!(value(&page, "pika_connections{state=\"keepalive\"}"), "4");
+        assert_eq!(value(&page, "pika_workers_max"), "9");
+        assert_eq!(value(&page, "pika_workers_max_spare"), "6");
+        assert_eq!(value(&page, "pika_worker_max_connections"), "77");
+        assert_eq!(value(&page, "pika_worker_exits_total{cause=\"signal\"}"), "2");
+        assert_eq!(value(&page, "pika_worker_exits_total{cause=\"retired\"}"), "0");
+        assert_eq!(value(&page, "pika_access_log_write_errors_total"), "3");
+        assert_eq!(value(&page, "pika_file_cache_requests_total{result=\"hit\"}"), "1");
+        assert_eq!(value(&page, "pika_file_cache_requests_total{result=\"miss\"}"), "1");
+        // Every series has its HELP and TYPE before it, once.
+        for line in page.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+            let base = if page.contains(&format!("# TYPE {name} ")) { name } else { base };
+            assert_eq!(page.matches(&format!("# TYPE {base} ")).count(), 1, "{line}");
+            assert_eq!(page.matches(&format!("# HELP {base} ")).count(), 1, "{line}");
+        }
+    }
+}
