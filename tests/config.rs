@@ -57,8 +57,13 @@ fn included_vhosts_serve_and_a_reload_reads_a_new_file() {
 
     // The Debian habit: drop a file in conf.d, reload.
     site.write("conf/conf.d/20-b.toml", "[[vhost]]\nserver_names = [\"b.test\"]\nroot = \"www/b\"\n");
+    // The two workers of the default pool (start 2, min_spare 1) read the old
+    // config: an idle one may still take a connection until it has seen the reload,
+    // so each request below waits for them to be gone.
+    let old = n_children(p.pid, 2);
     p.signal(libc::SIGHUP);
-    wait_until(DEADLINE, "b.test served after the reload", || (page(p.addr, "b.test") == "site b\n").then_some(()));
+    wait_until(DEADLINE, "the old generation to exit", || old.iter().all(|&w| !alive(w)).then_some(()));
+    assert_eq!(page(p.addr, "b.test"), "site b\n", "b.test served after the reload");
     assert_eq!(page(p.addr, "a.test"), "site a\n");
 
     // A broken included file is reported with its name and position, and the running
