@@ -316,6 +316,17 @@ mod tests {
     }
 
     #[test]
+    fn health_checks_fail_from_a_drain_or_a_stop() {
+        let sb = Scoreboard::new(1).unwrap();
+        assert!(!sb.header.draining(), "serving");
+        sb.header.draining.store(1, Relaxed);
+        assert!(sb.header.draining(), "draining");
+        sb.header.draining.store(0, Relaxed);
+        sb.header.stopping.store(1, Relaxed);
+        assert!(sb.header.draining(), "stopping");
+    }
+
+    #[test]
     fn text_round_trips_and_truncates() {
         let sb = Scoreboard::new(2).unwrap();
         let s = &sb.slots[1];
