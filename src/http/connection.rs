@@ -29,10 +29,9 @@ use super::request::{self, HttpError, Limits, Method, Request};
 use super::response::{ALLOW, Body, Reply};
 use super::transport::{self, Transport};
 use crate::clock::now_ms;
-use crate::config::{Config, ServerTokens};
+use crate::config::{Config, Http, ServerTokens};
 use crate::handlers::{self, Ask};
 use crate::log::access::AccessLogs;
-use crate::metrics::Outcome;
 use crate::pod::INTERNAL_HEADER;
 use crate::site::Site;
 use crate::tls::stream::{Opening, TlsStream};
@@ -373,16 +372,7 @@ impl<'c> Server<'c> {
                 return Served::Linger;
             }
         };
-        // The client a trusted forwarder names, for this request only.
-        let client = match self.config.trusted_proxies.is_empty() {
-            true => None,
-            false => {
-                let header = self.config.forwarded_header;
-                req.header_list(header.name())
-                    .and_then(|v| forwarded::client(conn.peer.ip(), &self.config.trusted_proxies, header, &v))
-            }
-        };
-        let client = client.map_or(conn.peer, |ip| SocketAddr::new(ip, 0));
+        let client = self.client(&req, conn.peer);
         obs.request(req.line, client);
         conn.requests += 1;
 
@@ -414,39 +404,20 @@ impl<'c> Server<'c> {
             reply.header("Strict-Transport-Security", hsts);
         }
 
-        let keep_alive = req.keep_alive
-            && http.keepalive
-            && body_dropped
-            && !reply.close
-            && !obs.must_close()
-            && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests);
+        let keep_alive = req.keep_alive && body_dropped && !reply.close && may_keep_alive(http, conn, obs);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let cached = reply.cached;
         let logs = &mut self.out.logs;
-        let mut answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
-        answer.duration = start.elapsed().unwrap_or_default();
+        let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
         if let Err(e) = &answer.sent
             && transport::file_shrank(e)
         {
-            self.sites[vhost].files_changed();
-            let mut target = Vec::new();
-            crate::log::format::escape_into(&mut target, req.target);
-            log::warn!(
-                "{}: the file shrank while it was sent ({e}); the response was cut short, and the cached files are looked at again",
-                String::from_utf8_lossy(&target)
-            );
+            file_shrank(&self.sites[vhost], req.target, e);
         }
         if !internal {
             // The master's dummy requests are not traffic: they stay out of the
             // counts as they stay out of the logs.
-            obs.served(&Outcome {
-                method: req.method_str.as_bytes(),
-                status: answer.status,
-                bytes: *answer.sent.as_ref().unwrap_or(&0),
-                duration: answer.duration,
-                cached,
-                refused: false,
-            });
+            obs.served(&answer.outcome(req.method_str.as_bytes(), cached, false));
         }
         // Every request goes to the logs' filters; their default leaves the
         // master's dummy requests out.
@@ -469,6 +440,18 @@ impl<'c> Server<'c> {
         Served::KeepAlive
     }
 
+    /// The request's client: the one a trusted forwarder names (for this request
+    /// only), else the peer (or the client its PROXY header named).
+    fn client(&self, req: &Request<'_>, peer: SocketAddr) -> SocketAddr {
+        if self.config.trusted_proxies.is_empty() {
+            return peer;
+        }
+        let header = self.config.forwarded_header;
+        req.header_list(header.name())
+            .and_then(|v| forwarded::client(peer.ip(), &self.config.trusted_proxies, header, &v))
+            .map_or(peer, |ip| SocketAddr::new(ip, 0))
+    }
+
     /// Answers a request that cannot be served (its line is in `req_head`) with the
     /// error's status and logs it; the caller lingers, so the client sees the answer.
     #[cold]
@@ -483,18 +466,32 @@ impl<'c> Server<'c> {
         let logs = &mut self.out.logs;
         let answer = self.out.writer.send(t, reply, start, how, obs, &mut || logs.waiting());
         let method = &line[..line.iter().position(|&b| b == b' ').unwrap_or(line.len())];
-        obs.served(&Outcome {
-            method,
-            status: answer.status,
-            bytes: *answer.sent.as_ref().unwrap_or(&0),
-            duration: start.elapsed().unwrap_or_default(),
-            cached: None,
-            refused: true,
-        });
+        obs.served(&answer.outcome(method, None, true));
         let bytes_in = self.input.bytes_in();
         self.out.log(self.config, conn, &Asked::Refused { line }, &answer, bytes_in, t.tls());
         obs.state(ConnState::Closing);
     }
+}
+
+/// Whether the server lets a connection take another request: keep-alive on, not
+/// at `max_keepalive_requests`, and the worker not leaving.
+fn may_keep_alive(http: &Http, conn: &Conn, obs: &mut dyn Observer) -> bool {
+    http.keepalive
+        && !obs.must_close()
+        && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests)
+}
+
+/// A file got shorter while it was sent: the response was cut, and the vhost's
+/// cached files are looked at again.
+#[cold]
+fn file_shrank(site: &Site<'_>, target: &[u8], e: &std::io::Error) {
+    site.files_changed();
+    let mut escaped = Vec::new();
+    crate::log::format::escape_into(&mut escaped, target);
+    log::warn!(
+        "{}: the file shrank while it was sent ({e}); the response was cut short, and the cached files are looked at again",
+        String::from_utf8_lossy(&escaped)
+    );
 }
 
 /// Compares a secret in time that does not depend on where the bytes differ (`==`

@@ -14,6 +14,7 @@ use super::transport::{Pacer, Transport};
 use crate::config::Config;
 use crate::log::access::AccessLogs;
 use crate::log::record::{Record, TlsFields};
+use crate::metrics::Outcome;
 
 /// The write side: what builds, sends and logs responses.
 pub(super) struct Output {
@@ -94,7 +95,16 @@ impl HeadWriter {
         let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
         let sent = t.send(&self.head, send_body.then_some(&body), &mut pacer);
         let body_bytes = if send_body { body.len() } else { 0 };
-        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start, duration: Duration::ZERO }
+        let duration = start.elapsed().unwrap_or_default();
+        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start, duration }
+    }
+}
+
+impl Answer {
+    /// The request as the metrics count it.
+    pub(super) fn outcome<'a>(&self, method: &'a [u8], cached: Option<bool>, refused: bool) -> Outcome<'a> {
+        let bytes = *self.sent.as_ref().unwrap_or(&0);
+        Outcome { method, status: self.status, bytes, duration: self.duration, cached, refused }
     }
 }
 
