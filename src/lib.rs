@@ -69,6 +69,11 @@
 //!   errors), the master to the header's ([`metrics::PoolEvents`]: forks, exits by
 //!   cause, reloads), and a location with `metrics = true`
 //!   ([`handlers::metrics`]) sums them into Prometheus' text format.
+//! - [`status`] is the scoreboard as people read it: Apache's `?auto`, `?json`, the
+//!   status file's lines, and the HTML page, whose live view (charts of the last five
+//!   minutes, redrawn from `?json` every second) is a script and a stylesheet served
+//!   at the page's own path (`?js`, `?css`: `handlers/status_live.js` and `.css`), so
+//!   the strict `Content-Security-Policy` the page is sent with allows them.
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,

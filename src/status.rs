@@ -14,6 +14,24 @@ fn iso_date(unix: i64) -> String {
     jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
 }
 
+/// The status page's script (`?js`): the live view.
+pub const LIVE_JS: &str = include_str!("handlers/status_live.js");
+
+/// The status page's stylesheet (`?css`).
+pub const LIVE_CSS: &str = include_str!("handlers/status_live.css");
+
+/// The live view's place on the page: two charts (SVG, drawn by [`LIVE_JS`]), hidden
+/// until the script shows them.
+const LIVE_HTML: &str = "<section id=\"live\" hidden>\n<div class=\"charts\">\n\
+<figure><figcaption><span class=\"rps\">&#9632;</span> Requests per second: <b data-k=\"rps-now\">&hellip;</b><span class=\"axis\" id=\"chart-rps-top\"></span></figcaption>\
+<svg id=\"chart-rps\" viewBox=\"0 0 600 150\" preserveAspectRatio=\"none\" role=\"img\" aria-label=\"requests per second, last five minutes\">\
+<polyline class=\"rps\" fill=\"none\" stroke=\"#1565c0\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\" points=\"\"/></svg></figure>\n\
+<figure><figcaption><span class=\"busy\">&#9632;</span> Busy <b data-k=\"busy_workers\"></b> &middot; <span class=\"idle\">&#9632;</span> Idle <b data-k=\"idle_workers\"></b> workers<span class=\"axis\" id=\"chart-workers-top\"></span></figcaption>\
+<svg id=\"chart-workers\" viewBox=\"0 0 600 150\" preserveAspectRatio=\"none\" role=\"img\" aria-label=\"busy and idle workers, last five minutes\">\
+<polyline class=\"busy\" fill=\"none\" stroke=\"#c62828\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\" points=\"\"/>\
+<polyline class=\"idle\" fill=\"none\" stroke=\"#2e7d32\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\" points=\"\"/></svg></figure>\n\
+</div>\n<p class=\"note\">The last five minutes, read from ?json every second (this page's own reads count as requests); updated <span data-k=\"updated\"></span>.</p>\n</section>\n";
+
 /// One worker's row.
 pub struct Row {
     pub slot: usize,
@@ -223,13 +241,20 @@ impl Snapshot {
         s
     }
 
+    /// The HTML page: Apache's figures and table, and above them a live view (two
+    /// charts that `?js`, [`LIVE_JS`], draws from `?json` every second; hidden until
+    /// the script runs, so a browser without scripts shows the page as it was).
+    /// Styled by `?css` ([`LIVE_CSS`]); nothing inline, so the page's strict
+    /// `Content-Security-Policy` holds.
     pub fn html(&self) -> String {
         let mut s = String::from(
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>pika status</title></head><body>\n<h1>pika server status</h1>\n",
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>pika status</title><link rel=\"stylesheet\" href=\"?css\"><script src=\"?js\" defer></script></head><body>\n<h1>pika server status</h1>\n",
         );
+        s.push_str(LIVE_HTML);
+        // The figures the script refreshes are marked with data-k (their ?json keys).
         let _ = writeln!(
             s,
-            "<p>Master pid {} &middot; generation {} &middot; uptime {} s &middot; {} requests &middot; {} kB &middot; {:.2} requests/s &middot; {} busy, {} idle workers</p>\n<p>Connections: {} in all, {} kept alive waiting for a request (held by a worker that serves others meanwhile), {} closing</p>",
+            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> kept alive waiting for a request (held by a worker that serves others meanwhile), <span data-k=\"conns_closing\">{}</span> closing</p>",
             self.master_pid,
             self.generation,
             self.uptime,
@@ -242,11 +267,12 @@ impl Snapshot {
             self.conns_waiting(),
             self.conns_closing()
         );
-        let _ = writeln!(s, "<pre>{}</pre>", html_escape(&self.letters));
+        let _ = writeln!(s, "<pre data-k=\"scoreboard\">{}</pre>", html_escape(&self.letters));
         s.push_str(
             "<p>_ ready, S starting, R reading, W writing, L logging, C closing, G finishing, . open slot</p>\n",
         );
-        s.push_str("<table border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Kept alive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
+        s.push_str("<div class=\"scroll\">");
+        s.push_str("<table id=\"workers\" border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Kept alive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
         for r in &self.rows {
             let _ = writeln!(
                 s,
@@ -265,7 +291,7 @@ impl Snapshot {
                 html_escape(&r.request)
             );
         }
-        s.push_str("</table>\n");
+        s.push_str("</table></div>\n");
         if !self.certificates.is_empty() {
             s.push_str("<h2>TLS certificates</h2>\n<table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th></tr>\n");
             for c in &self.certificates {

@@ -303,8 +303,21 @@ fn server_status_auto_json_and_html() {
     assert_eq!(json.header("content-type").unwrap(), "application/json");
     let j = json.text();
     assert!(j.contains("\"total_accesses\":9") && j.contains("\"workers\":[{\"slot\":0"), "{j}");
-    let html = get(p.addr, "/server-status").text();
+    let page = get(p.addr, "/server-status");
+    let html = page.text();
     assert!(html.contains("<table") && html.contains("GET /server-status HTTP/1.1"), "{html}");
+    // The live view's script and stylesheet, at the page's own path, and the policy
+    // that allows them and nothing else.
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    assert!(html.contains("<script src=\"?js\" defer>") && !html.contains("<script>"), "{html}");
+    assert!(!html.contains("style="), "no inline style: {html}");
+    let js = get(p.addr, "/server-status?js");
+    assert_eq!(js.header("content-type").unwrap(), "text/javascript; charset=utf-8");
+    assert!(js.text().contains("?json"), "{}", js.text());
+    let css = get(p.addr, "/server-status?css");
+    assert_eq!(css.header("content-type").unwrap(), "text/css; charset=utf-8");
+    assert_eq!(get(p.addr, "/server-status?json").header("content-security-policy"), None);
 }
 
 #[test]

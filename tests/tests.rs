@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod balancer;
+mod browser;
 mod config;
 mod control;
 mod corpus;

@@ -119,7 +119,7 @@ fn html(dir: &[u8], entries: &[Entry], key: Key, desc: bool) -> String {
     let mut s = String::with_capacity(512 + entries.len() * 160);
     let _ = write!(
         s,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<table>\n<tr>"
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1>\n<table>\n<tr>"
     );
     for (k, label, c) in [(Key::Name, "Name", 'N'), (Key::Size, "Size", 'S'), (Key::Modified, "Last modified", 'M')] {
         // Clicking the current column flips its order, as in Apache.

@@ -5,7 +5,14 @@ use super::ask::{Ask, read_only};
 use crate::config::Config;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
-use crate::status::Snapshot;
+use crate::status::{LIVE_CSS, LIVE_JS, Snapshot};
+
+/// The HTML page's policy: its script, its stylesheet and its reads of `?json` come
+/// from this server (`?js`, `?css`: the page's own path, which any location type
+/// matches), and nothing else is loaded, run, framed or submitted. No inline script
+/// or style, so no hash to keep in step with the page.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
+                       base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The status-page handler of a worker.
 #[derive(Clone, Copy)]
@@ -41,11 +48,25 @@ impl StatusPage<'_> {
             Snapshot::take(self.scoreboard, self.master_pid).with_certificates(self.config.certificate_expiries(now));
         let query = ask.query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
+        if wants(b"js") || wants(b"css") {
+            let (ty, body) = if wants(b"js") {
+                ("text/javascript; charset=utf-8", LIVE_JS)
+            } else {
+                ("text/css; charset=utf-8", LIVE_CSS)
+            };
+            reply
+                .header("Content-Type", ty)
+                .header("Cache-Control", "no-cache")
+                .header("X-Content-Type-Options", "nosniff");
+            reply.body = Body::Owned(body.as_bytes().to_vec());
+            return;
+        }
         let (ty, body) = if wants(b"auto") {
             ("text/plain; charset=utf-8", snap.auto())
         } else if wants(b"json") {
             ("application/json", snap.json())
         } else {
+            reply.header("Content-Security-Policy", CSP);
             ("text/html; charset=utf-8", snap.html())
         };
         reply.header("Content-Type", ty).header("Cache-Control", "no-store");

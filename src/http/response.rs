@@ -100,7 +100,7 @@ pub const ALLOW: &str = "GET, HEAD, OPTIONS";
 pub fn error_page(status: u16, detail: &str) -> Vec<u8> {
     let reason = reason(status);
     format!(
-        "<!DOCTYPE html>\n<html><head><title>{status} {reason}</title></head>\n<body><h1>{status} {reason}</h1>\n<p>{}</p>\n</body></html>\n",
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{status} {reason}</title></head>\n<body><h1>{status} {reason}</h1>\n<p>{}</p>\n</body></html>\n",
         crate::text::html_escape(detail)
     )
     .into_bytes()
