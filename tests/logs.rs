@@ -74,10 +74,15 @@ fn filters_include_and_exclude() {
     wait_until(DEADLINE, "an internal request in the debug log", || {
         site.read("logs/debug.log").contains("(internal dummy connection)").then_some(())
     });
-    let main = site.read("logs/access.log");
+    // The first worker holds its records until a quiet second (flush = "1s") or its
+    // exit, and the worker retired may be the other one (any idle worker may take
+    // the dummy connection): wait for them.
+    let (main, errors) = wait_until(DEADLINE, "the first worker's records", || {
+        let (main, errors) = (site.read("logs/access.log"), site.read("logs/errors.log"));
+        (main.lines().count() >= 3 && errors.lines().count() >= 2).then_some((main, errors))
+    });
     assert_eq!(main.lines().count(), 3, "/, /missing and OPTIONS: {main}");
     assert!(!main.contains("/health") && !main.contains("FriendlyBot") && !main.contains("internal dummy"));
-    let errors = site.read("logs/errors.log");
     assert_eq!(errors.lines().count(), 2, "{errors}");
     assert!(errors.contains("GET /missing") && errors.contains("OPTIONS *"));
     assert!(site.read("logs/debug.log").lines().all(|l| l.contains("internal dummy connection")));
