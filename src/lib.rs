@@ -63,12 +63,12 @@
 //!   waiting, first byte peeked to answer plain HTTP with a 400), and a
 //!   [`http::transport::Transport`] that decrypts input and sends responses as
 //!   sealed records (file bytes by `pread`, never read from a mapping).
-//! - [`metrics`] is what the scoreboard counts for Prometheus: each worker adds to
-//!   counters in its own slot as it answers ([`metrics::Traffic`]: requests by method
-//!   and status class, a duration histogram, file-cache hits, access-log write
-//!   errors), the master to the header's ([`metrics::PoolEvents`]: forks, exits by
-//!   cause, reloads), and a location with `metrics = true`
-//!   ([`handlers::metrics`]) sums them into Prometheus' text format.
+//! - [`metrics`] renders what the scoreboard counts ([`scoreboard::counters`]) for
+//!   Prometheus: each worker adds to counters in its own slot as it answers
+//!   (`Traffic`: requests by method and status class, a duration histogram,
+//!   file-cache hits, access-log write errors), the master to the header's
+//!   (`PoolEvents`: forks, exits by cause, reloads), and a location with
+//!   `metrics = true` ([`handlers::metrics`]) sums them into Prometheus' text format.
 //! - [`status`] is the scoreboard as people read it: Apache's `?auto`, `?json`, the
 //!   status file's lines, and the HTML page, whose live view (charts of the last five
 //!   minutes, redrawn from `?json` every second) is a script and a stylesheet served
@@ -115,7 +115,7 @@
 //! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
 //! body with `sendfile`; [`http::transport::send`]; over TLS, sealed records) →
 //! counted in the worker's scoreboard slot ([`http::observer::Observer::served`],
-//! [`metrics::Traffic`]) → one access-log record (made in one place,
+//! [`scoreboard::counters::Traffic`]) → one access-log record (made in one place,
 //! `http::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until

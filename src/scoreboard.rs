@@ -8,8 +8,10 @@
 
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::metrics::{PoolEvents, Traffic};
+pub mod counters;
+
 use crate::sys;
+use counters::{PoolEvents, Traffic};
 
 /// What a worker is doing. The letters are Apache's, so `?auto` output reads the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

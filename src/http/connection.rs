@@ -4,7 +4,7 @@
 //! [`Server::serve_ready`] when it has input: is a whole head there yet ([`Input`],
 //! which never waits)? If so `Server::serve_request` answers it: parse and
 //! validate → drop a body that is all there, or plan to close → pick the vhost and
-//! what answers there → the answer's head and body ([`response`], blocking writes)
+//! what answers there → the answer's head and body ([`super::response`], blocking writes)
 //! → one access-log record (`output::Output::log`, the only place one is made) → keep alive
 //! or close. Then the next pipelined request, or back to the worker's set to wait.
 //! A closing connection lingers in that set too: shut for writing, its input read

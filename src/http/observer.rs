@@ -20,7 +20,7 @@ pub trait Observer {
     fn request(&mut self, line: &[u8], client: SocketAddr);
     /// A request has been answered (not the master's internal ones): what the
     /// metrics count of it.
-    fn served(&mut self, outcome: &crate::metrics::Outcome<'_>);
+    fn served(&mut self, outcome: &crate::scoreboard::counters::Outcome<'_>);
     /// Progress on a long write (a stuck-worker watchdog reads it).
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.

@@ -14,7 +14,7 @@ use super::transport::{Pacer, Transport};
 use crate::config::Config;
 use crate::log::access::AccessLogs;
 use crate::log::record::{Record, TlsFields};
-use crate::metrics::Outcome;
+use crate::scoreboard::counters::Outcome;
 
 /// The write side: what builds, sends and logs responses.
 pub(super) struct Output {

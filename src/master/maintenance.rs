@@ -23,7 +23,7 @@ use log::Level;
 use nix::sys::signal::Signal;
 
 use crate::config::Config;
-use crate::metrics::ExitCause;
+use crate::scoreboard::counters::ExitCause;
 use crate::worker::ChildExit;
 
 /// Most workers forked in one tick. Apache's value: enough to answer a burst within a

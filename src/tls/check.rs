@@ -160,7 +160,7 @@ fn covers(cert: &webpki::EndEntityCert<'_>, name: &str) -> bool {
 }
 
 /// Reads `notBefore` and `notAfter` from a DER certificate (RFC 5280 §4.1):
-/// Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL,
+/// Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { \[0\] version OPTIONAL,
 /// serialNumber, signature, issuer, validity SEQUENCE { notBefore, notAfter } … } … }.
 pub fn validity(der: &CertificateDer<'_>) -> Option<Validity> {
     let (tag, cert, _) = der_item(der)?;
