@@ -19,6 +19,7 @@ mod locations;
 mod logs;
 mod man;
 mod metrics;
+mod modules;
 mod package;
 mod path_props;
 mod prefork;
