@@ -37,6 +37,8 @@ impl Browser {
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                // Containers often have a small /dev/shm: keep shared memory in /tmp.
+                "--disable-dev-shm-usage",
                 "--no-first-run",
                 "--disable-extensions",
                 "--hide-scrollbars",
