@@ -405,6 +405,8 @@ fn a_stuck_worker_is_killed() {
     let stuck: i32 = line.split("worker ").nth(1).and_then(|r| r.split(' ').next()?.parse().ok()).expect(&line);
     // Killed, reaped, and the pool has its idle workers again without it.
     wait_until(Duration::from_secs(5), "the stuck worker gone", || (!alive(stuck)).then_some(()));
+    // The TERM ended it (its handler writes what the worker holds): no KILL was needed.
+    assert!(!site.error_log().contains("after TERM; killing it"), "{}", site.error_log());
     wait_status(&site, "two idle workers again", DEADLINE, |st| in_state(st, "ready") >= 2);
     let now = workers(&p);
     assert!(!now.contains(&stuck) && now.len() >= 2, "{stuck} still among {now:?}");
