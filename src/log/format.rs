@@ -690,6 +690,17 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_record_whose_own_text_is_over_the_limit_is_cut_to_it() {
+        // Even with every client field empty the record is longer than the limit:
+        // cut to the limit, the newline last, after what the buffer already held.
+        let h = |_: &str| None;
+        let f = LogFormat::parse("0123456789abcdef %U").unwrap();
+        let mut out = b"kept\n".to_vec();
+        f.render_within(&record(&h), "", &mut out, 8);
+        assert_eq!(String::from_utf8_lossy(&out), "kept\n0123456\n");
+    }
+
+    #[test]
     fn zero_bytes_is_a_dash_in_clf() {
         let h = |_: &str| None;
         let f = LogFormat::parse("%b %B").unwrap();
