@@ -745,6 +745,32 @@ fn workers_that_die_young_are_replaced_at_the_spawn_rate_not_at_once() {
 }
 
 #[test]
+fn a_reload_that_lowers_max_below_busy_old_workers_keeps_serving() {
+    let site = Site::new();
+    big_file(&site);
+    let pool = |max: u32| format!("[workers]\nstart = {max}\nmin_spare = 1\nmax_spare = {max}\nmax = {max}\n");
+    site.config("", &pool(4));
+    let p = Pika::start(&site, "-F");
+    // Four slow clients hold the four workers, slots 0 to 3.
+    let held: Vec<TcpStream> = (0..4).map(|_| slow_client(p.addr)).collect();
+    wait_status(&site, "four workers writing", DEADLINE, |s| in_state(s, "writing") == 4);
+    // Max lowered to 3 while they still send: the old worker in slot 3 is past the
+    // new max, and the new generation finds no free slot until one of them leaves.
+    site.config("", &pool(3));
+    p.signal(SIGHUP);
+    wait_until(DEADLINE, "the reload", || site.error_log().contains("reloaded ").then_some(()));
+    wait_ticks(&site, 2);
+    drop(held);
+    // (The new generation had no slot to start in: maintenance forks what
+    // min_spare asks for.)
+    wait_status(&site, "the old generation gone, a new worker ready", DEADLINE, |s| {
+        n(s, "old_generation") == 0 && in_state(s, "ready") >= 1
+    });
+    assert!(children_of(p.pid).len() <= 3, "max is 3 now");
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
+#[test]
 fn winch_retires_every_worker_and_hup_brings_the_pool_back() {
     let site = Site::new();
     site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n");
