@@ -9,7 +9,9 @@
 //! The cases are written by `tests/requests/generate.py`, so a parser bug found
 //! anywhere becomes one more line there. One test replays them all and reports every
 //! mismatch at once, then checks that no worker died on the way and that the server
-//! still answers.
+//! still answers. A second does the same with `tests/requests/proxy/` against a
+//! listener that expects a PROXY protocol header, where a case may also expect to be
+//! `dropped`: closed without a byte of answer.
 
 use std::fmt;
 use std::io::{ErrorKind, Read, Write};
@@ -17,7 +19,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::util::{Pika, Site, alive, children_of, get, ppid_of};
+use crate::util::{Pika, Site, alive, children_of, ppid_of, raw};
 
 /// How long a case may take to be answered. Under the server's 20 s header timeout,
 /// so a server still waiting for bytes shows up as "no response", never as a 408.
@@ -41,37 +43,48 @@ const SENTINEL_REQUEST: &[u8] = b"GET /sentinel.txt HTTP/1.1\r\nHost: localhost\
 const SENTINEL_BODY: &[u8] = b"corpus sentinel: the connection still works\n";
 
 /// What a case expects.
-struct Expect {
-    status: u16,
-    close: bool,
+enum Expect {
+    /// This final status, then the close or (`close` false) the sentinel answered.
+    Answer { status: u16, close: bool },
+    /// `dropped`: the connection closed with no answer at all.
+    Dropped,
 }
 
 impl Expect {
     fn parse(text: &str, path: &Path) -> Expect {
         let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        let status = lines.next().and_then(|l| l.parse().ok());
+        let first = lines.next();
+        if first == Some("dropped") && lines.next().is_none() {
+            return Expect::Dropped;
+        }
+        let status = first.and_then(|l| l.parse().ok());
         let close = match lines.next() {
             None => false,
             Some("close") => true,
             Some(other) => panic!("{}: second line must be `close`, not {other:?}", path.display()),
         };
         match (status, lines.next()) {
-            (Some(status), None) => Expect { status, close },
-            _ => panic!("{}: want a status code, then optionally `close`", path.display()),
+            (Some(status), None) => Expect::Answer { status, close },
+            _ => panic!("{}: want a status code, then optionally `close`; or `dropped`", path.display()),
         }
     }
 
     fn met_by(&self, answer: &Answer) -> bool {
-        match answer {
-            Answer::Status { status, after } => *status == self.status && after.is_ok(),
-            Answer::Nothing(_) => false,
+        match (self, answer) {
+            (Expect::Answer { status: want, .. }, Answer::Status { status, after }) => status == want && after.is_ok(),
+            (Expect::Dropped, Answer::Dropped) => true,
+            _ => false,
         }
     }
 }
 
 impl fmt::Display for Expect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.status, if self.close { ", then close" } else { ", then the sentinel answered" })
+        match self {
+            Expect::Answer { status, close: true } => write!(f, "{status}, then close"),
+            Expect::Answer { status, close: false } => write!(f, "{status}, then the sentinel answered"),
+            Expect::Dropped => write!(f, "a close with no answer"),
+        }
     }
 }
 
@@ -82,6 +95,8 @@ enum Answer {
     Status { status: u16, after: Result<(), String> },
     /// No final response head: why not.
     Nothing(String),
+    /// Closed (or reset) before a single byte of answer.
+    Dropped,
 }
 
 impl fmt::Display for Answer {
@@ -90,6 +105,7 @@ impl fmt::Display for Answer {
             Answer::Status { status, after: Ok(()) } => write!(f, "{status}"),
             Answer::Status { status, after: Err(why) } => write!(f, "{status}, then {why}"),
             Answer::Nothing(why) => write!(f, "no response ({why})"),
+            Answer::Dropped => write!(f, "a close with no answer"),
         }
     }
 }
@@ -101,11 +117,11 @@ struct Case {
     expect: Expect,
 }
 
-/// Every case, `valid/` then `invalid/`, each sorted by file name.
-fn load_cases() -> Vec<Case> {
+/// Every case of `dirs` (under `tests/requests`), each folder sorted by file name.
+fn load_cases(dirs: &[&str]) -> Vec<Case> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/requests");
     let mut cases = Vec::new();
-    for dir in ["valid", "invalid"] {
+    for &dir in dirs {
         let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
             .unwrap_or_else(|e| panic!("{}: {e}", root.join(dir).display()))
             .map(|e| e.unwrap().path())
@@ -129,11 +145,19 @@ fn load_cases() -> Vec<Case> {
 
 /// Sends one case on a fresh connection and reads the final response's head (1xx
 /// interim responses are skipped); with `close`, then waits for the close, else
-/// sends the sentinel with the case and waits for its answer.
-fn send(addr: SocketAddr, case: &[u8], close: bool) -> Answer {
+/// sends the sentinel with the case and waits for its answer. A case that expects
+/// to be dropped is sent alone, and the first thing read says what happened.
+fn send(addr: SocketAddr, case: &[u8], expect: &Expect) -> Answer {
     let mut s = match TcpStream::connect(addr) {
         Ok(s) => s,
         Err(e) => return Answer::Nothing(format!("connect: {e}")),
+    };
+    let close = match expect {
+        Expect::Answer { close, .. } => *close,
+        Expect::Dropped => {
+            let _ = s.write_all(case);
+            return dropped_or_what(&mut s);
+        }
     };
     // why: the whole case is written and the write side left open. A half-close
     // (`shutdown(Write)`) would change the request: the server would see the stream
@@ -172,6 +196,34 @@ fn send(addr: SocketAddr, case: &[u8], close: bool) -> Answer {
     };
     let after = if close { closes_within(&mut s, CLOSE_WITHIN) } else { sentinel_answered(&mut s, buf, deadline) };
     Answer::Status { status, after }
+}
+
+/// What came on a connection a case expects closed with no answer: `Dropped` (the
+/// end of the stream, or a reset, before any byte), else what came instead.
+fn dropped_or_what(s: &mut TcpStream) -> Answer {
+    s.set_read_timeout(Some(ANSWER_WITHIN)).unwrap();
+    let mut byte = [0u8; 1];
+    loop {
+        return match s.read(&mut byte) {
+            Ok(0) => Answer::Dropped,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => Answer::Dropped,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                Answer::Nothing(format!("left open for {ANSWER_WITHIN:?}"))
+            }
+            Err(e) => Answer::Nothing(format!("read: {e}")),
+            Ok(_) => {
+                let mut buf = byte.to_vec();
+                match read_head(s, &mut buf, Instant::now() + ANSWER_WITHIN) {
+                    Ok(head) => match status_of(&head) {
+                        Some(status) => Answer::Status { status, after: Ok(()) },
+                        None => Answer::Nothing(format!("garbled answer {:?}", String::from_utf8_lossy(&head))),
+                    },
+                    Err(why) => Answer::Nothing(format!("{} bytes of answer, then {why}", buf.len())),
+                }
+            }
+        };
+    }
 }
 
 /// Reads on (after the case's answer, part of which may be in `buf`) until the
@@ -261,19 +313,30 @@ fn closes_within(s: &mut TcpStream, limit: Duration) -> Result<(), String> {
     Err(format!("the connection was left open ({limit:?})"))
 }
 
-#[test]
-fn corpus() {
+/// The site every corpus runs against; `listen` replaces the plain listener.
+fn corpus_site(listen: Option<&str>, http: &str) -> Site {
     let site = Site::new();
     site.write("htdocs/a b.txt", "spaced\n");
     site.write("htdocs/file.txt", "x".repeat(1000));
     site.write("htdocs/dir/index.html", "<h1>dir</h1>\n");
     site.write("htdocs/sentinel.txt", SENTINEL_BODY);
-    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n");
-    let pika = Pika::start(&site, "-F");
+    site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n{http}"));
+    if let Some(listen) = listen {
+        let text = site.read("conf/pika.toml").replace("listen = [\"127.0.0.1:0\"]", listen);
+        site.write("conf/pika.toml", text);
+    }
+    site
+}
+
+/// Replays the cases of `dirs` against `site`'s pika and fails with every mismatch;
+/// then no worker may have died, and `probe` (a whole request) must be answered 200.
+/// Returns the error log.
+fn replay(site: &Site, dirs: &[&str], probe: &[u8]) -> String {
+    let pika = Pika::start(site, "-F");
     let workers = children_of(pika.pid);
     assert!(!workers.is_empty(), "no workers under master {}", pika.pid);
 
-    let cases = load_cases();
+    let cases = load_cases(dirs);
     let mut failures: Vec<String> = Vec::new();
     let mut tried = 0;
     for case in &cases {
@@ -283,13 +346,13 @@ fn corpus() {
             break;
         }
         tried += 1;
-        let answer = send(pika.addr, &case.request, case.expect.close);
+        let answer = send(pika.addr, &case.request, &case.expect);
         if !case.expect.met_by(&answer) {
             failures.push(format!("{}: expected {}, got {answer}", case.name, case.expect));
         }
     }
     let mismatches = failures.len();
-    println!("corpus: {} cases, {tried} tried, {mismatches} mismatches", cases.len());
+    println!("corpus {dirs:?}: {} cases, {tried} tried, {mismatches} mismatches", cases.len());
 
     // A case that crashed a worker would have been answered by its replacement.
     for w in workers {
@@ -297,19 +360,40 @@ fn corpus() {
             failures.push(format!("worker {w} died during the corpus"));
         }
     }
-    let after = get(pika.addr, "/");
+    let after = raw(pika.addr, probe);
     if after.status != 200 {
-        failures.push(format!("GET / after the corpus answered {}", after.status));
+        failures.push(format!("{:?} after the corpus answered {}", String::from_utf8_lossy(probe), after.status));
     }
+    let log = site.error_log();
     assert!(
         failures.is_empty(),
         "{mismatches} of {tried} corpus cases tried (of {}) differ:\n  {}\nerror log warnings:\n{}",
         cases.len(),
         failures.join("\n  "),
-        site.error_log()
-            .lines()
-            .filter(|l| l.contains("[warn]") || l.contains("[error]"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        log.lines().filter(|l| l.contains("[warn]") || l.contains("[error]")).collect::<Vec<_>>().join("\n")
     );
+    log
+}
+
+#[test]
+fn corpus() {
+    let site = corpus_site(None, "");
+    replay(&site, &["valid", "invalid"], b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+}
+
+/// `tests/requests/proxy/` against a listener that expects a PROXY header: every
+/// header served or refused as its case says, a refused one with one `info` line.
+/// header_timeout is short, for the cases that stop inside their header.
+#[test]
+fn proxy_protocol_corpus() {
+    let site = corpus_site(
+        Some("listen = [{ addr = \"127.0.0.1:0\", proxy_protocol = true }]"),
+        "[http]\nheader_timeout = \"1s\"\n",
+    );
+    let probe = [&pika::http::proxy_protocol::V2_LOCAL[..], b"GET / HTTP/1.0\r\n\r\n"].concat();
+    let log = replay(&site, &["proxy"], &probe);
+    let dropped = load_cases(&["proxy"]).iter().filter(|c| matches!(c.expect, Expect::Dropped)).count();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("PROXY protocol")).collect();
+    assert_eq!(lines.len(), dropped, "one line per refused header:\n{}", lines.join("\n"));
+    assert!(lines.iter().all(|l| l.contains("[info]")), "{}", lines.join("\n"));
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes pika's raw-request corpus: tests/requests/{valid,invalid}/NNN-name.{http,expect}.
+"""Writes pika's raw-request corpus: tests/requests/{valid,invalid,proxy}/NNN-name.{http,expect}.
 
 Each case is the exact bytes sent on a fresh TCP connection (`.http`) and what a
 correct RFC 9110/9112 server answers (`.expect`): the status code on the first line,
@@ -25,6 +25,11 @@ error found in the head or the body framing: the server answers before it has re
 the rest of the request, so nothing after it on the connection can be trusted.
 Errors found after the request was read whole (a bad path, 405, 416) leave the
 connection open, and so are not marked.
+
+"proxy" holds what a load balancer sends first on a connection to a listener with
+`proxy_protocol = true` (a PROXY v1 line or v2 header, valid or not, whole or cut
+short), then a request; the runner replays it against such a listener. There the
+`.expect` may say `dropped`: the server closes the connection without a byte of answer.
 
 The site the runner builds: htdocs/index.html (`<h1>hello</h1>\\n`), htdocs/a b.txt,
 htdocs/file.txt (1000 bytes), htdocs/dir/index.html, one vhost "localhost", and the
@@ -673,6 +678,146 @@ INVALID = [
 ]
 
 
+
+# --- The PROXY protocol (tests/requests/proxy/): the bytes a balancer sends first on
+# a connection to a `proxy_protocol = true` listener, then a request. `None` as the
+# status: no answer at all, the connection closed (a header that can never be valid is
+# refused at once; one that stops short is dropped at the runner's header_timeout,
+# 1 s). Whatever the header says, the request after it is served as usual.
+# Specification: https://www.haproxy.org/download/2.6/doc/proxy-protocol.txt
+
+V2_SIG = b"\r\n\r\n\0\r\nQUIT\n"
+V2_MAX_PAYLOAD = 4096  # pika's limit on a v2 header's address and TLV bytes
+SRC4, DST4 = bytes([192, 0, 2, 7]), bytes([127, 0, 0, 1])
+SRC6, DST6 = bytes.fromhex("20010db8" + "0" * 22 + "05"), bytes(15) + b"\x01"
+PORTS = (40000).to_bytes(2, "big") + (80).to_bytes(2, "big")
+
+
+def v2(payload, command=0x21, family=0x11, length=None):
+    """A v2 header: signature, version and command, family, length, `payload`."""
+    n = len(payload) if length is None else length
+    return V2_SIG + bytes([command, family]) + n.to_bytes(2, "big") + payload
+
+
+def tlv(kind, value):
+    return bytes([kind]) + len(value).to_bytes(2, "big") + value
+
+
+def tcp4(tlvs=b""):
+    return v2(SRC4 + DST4 + PORTS + tlvs)
+
+
+def tcp6(tlvs=b""):
+    return v2(SRC6 + DST6 + PORTS + tlvs, family=0x21)
+
+
+GET = get("/")
+
+# HAProxy's own TLVs (send-proxy-v2 with proxy-v2-options): ALPN, authority, CRC32C,
+# NOOP, unique id, SSL with its sub-TLVs (version, CN, cipher), netns.
+HAPROXY_TLVS = (tlv(0x01, b"http/1.1") + tlv(0x02, b"www.example.com") + tlv(0x03, b"\0\0\0\0")
+                + tlv(0x04, b"") + tlv(0x05, b"0123456789abcdef0123456789abcdef")
+                + tlv(0x20, b"\x01\0\0\0\0" + tlv(0x21, b"TLSv1.3") + tlv(0x22, b"client")
+                      + tlv(0x23, b"TLS_AES_128_GCM_SHA256"))
+                + tlv(0x30, b"blue"))
+# The longest one TLV can be: the payload limit less the IPv4 addresses and its own
+# type and length.
+TLV_MAX = V2_MAX_PAYLOAD - 12 - 3
+
+PROXY = [
+    # v1 lines.
+    ("v1-tcp4", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, 200, False),
+    ("v1-tcp6", b"PROXY TCP6 2001:db8::5 ::1 40000 80\r\n" + GET, 200, False),
+    ("v1-unknown", b"PROXY UNKNOWN\r\n" + GET, 200, False),
+    ("v1-unknown-with-addresses", b"PROXY UNKNOWN 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, 200, False),
+    ("v1-longest-line", b"PROXY UNKNOWN " + b"ffff:" * 7 + b"ffff " + b"ffff:" * 7 + b"ffff 65535 65535\r\n" + GET,
+     200, False),
+    ("v1-ports-0-and-65535", b"PROXY TCP4 192.0.2.7 127.0.0.1 0 65535\r\n" + GET, 200, False),
+    # v2 headers.
+    ("v2-tcp4", tcp4() + GET, 200, False),
+    ("v2-tcp6", tcp6() + GET, 200, False),
+    ("v2-local", v2(b"", command=0x20, family=0x00) + GET, 200, False),
+    ("v2-local-with-addresses", v2(SRC4 + DST4 + PORTS, command=0x20) + GET, 200, False),
+    ("v2-unspec", v2(b"", family=0x00) + GET, 200, False),
+    ("v2-unspec-with-tlv", v2(tlv(0x04, b"xyz"), family=0x00) + GET, 200, False),
+    ("v2-haproxy-tlvs", tcp4(HAPROXY_TLVS) + GET, 200, False),
+    ("v2-tcp6-haproxy-tlvs", tcp6(HAPROXY_TLVS) + GET, 200, False),
+    ("v2-then-request-answered-400", tcp4() + b"GET / HTTP/1.1\r\n\r\n", 400, True),
+    # A second header is no header: it is read as the request.
+    ("v1-twice", b"PROXY UNKNOWN\r\n" * 2 + GET, 400, True),
+    ("v2-twice", tcp4() * 2 + GET, 400, True),
+]
+# TLVs of every length up to 300, and then to the longest, each walked and ignored.
+PROXY += [(f"v2-tlv-{n}-bytes", tcp4(tlv(0xE0, b"\xab" * n)) + GET, 200, False)
+          for n in list(range(0, 301)) + [511, 512, 1000, 1024, 2048, TLV_MAX - 1, TLV_MAX]]
+# Many TLVs: 300 empty ones, and one of every type.
+PROXY += [
+    ("v2-300-empty-tlvs", tcp4(tlv(0x04, b"") * 300) + GET, 200, False),
+    ("v2-every-tlv-type", tcp4(b"".join(tlv(t, bytes([t])) for t in range(256))) + GET, 200, False),
+]
+PROXY += [
+    # No header, or a wrong signature: refused at the first byte that cannot match.
+    ("no-header", GET, None, True),
+    ("no-header-empty-line", b"\r\n" + GET, None, True),
+    ("v1-lower-case", b"proxy TCP4 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-proxz", b"PROXZ TCP4 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-no-space", b"PROXYTCP4 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+]
+PROXY += [(f"v2-signature-byte-{i}", V2_SIG[:i] + bytes([V2_SIG[i] ^ 0x40]) + tcp4()[i + 1:] + GET, None, True)
+          for i in range(len(V2_SIG))]
+PROXY += [
+    # Malformed v1 lines.
+    ("v1-no-cr", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 80\n" + GET, None, True),
+    ("v1-family-mismatch", b"PROXY TCP4 2001:db8::5 ::1 40000 80\r\n" + GET, None, True),
+    ("v1-tcp6-with-ipv4", b"PROXY TCP6 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-udp4", b"PROXY UDP4 192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-port-65536", b"PROXY TCP4 192.0.2.7 127.0.0.1 65536 80\r\n" + GET, None, True),
+    ("v1-port-leading-zero", b"PROXY TCP4 192.0.2.7 127.0.0.1 040000 80\r\n" + GET, None, True),
+    ("v1-port-signed", b"PROXY TCP4 192.0.2.7 127.0.0.1 +4000 80\r\n" + GET, None, True),
+    ("v1-missing-port", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000\r\n" + GET, None, True),
+    ("v1-extra-field", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 80 9\r\n" + GET, None, True),
+    ("v1-two-spaces", b"PROXY TCP4  192.0.2.7 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-trailing-space", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 80 \r\n" + GET, None, True),
+    ("v1-ipv4-octet-256", b"PROXY TCP4 192.0.2.256 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-obs-text", b"PROXY TCP4 192.0.2.\xff 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-nul", b"PROXY TCP4 192.0.2.7\0 127.0.0.1 40000 80\r\n" + GET, None, True),
+    ("v1-empty", b"PROXY \r\n" + GET, None, True),
+    # Oversized: no line end within v1's 107 bytes; a v2 length past pika's limit.
+    ("v1-108-bytes", b"PROXY UNKNOWN " + b"x" * 92 + b"\r\n" + GET, None, True),
+    ("v1-kilobyte", b"PROXY UNKNOWN " + b"x" * 1024 + b"\r\n" + GET, None, True),
+    ("v2-length-4097", v2(SRC4 + DST4 + PORTS + b"\0" * (V2_MAX_PAYLOAD + 1 - 12)) + GET, None, True),
+    ("v2-length-65535", v2(b"", length=0xFFFF) + GET, None, True),
+]
+# Bad version or command, and every family pika does not take (UDP, UNIX, unknown).
+PROXY += [(f"v2-command-{c:#04x}", v2(SRC4 + DST4 + PORTS, command=c) + GET, None, True)
+          for c in (0x00, 0x01, 0x10, 0x11, 0x22, 0x2F, 0x31, 0xFF)]
+PROXY += [(f"v2-family-{f:#04x}", v2(SRC4 + DST4 + PORTS, family=f) + GET, None, True)
+          for f in (0x01, 0x02, 0x10, 0x12, 0x13, 0x20, 0x22, 0x30, 0x31, 0x32, 0x41, 0xFF)]
+PROXY += [
+    ("v2-local-bad-family", v2(b"", command=0x20, family=0x12) + GET, None, True),
+    # Addresses longer than the header says it is.
+    ("v2-tcp4-length-11", v2(SRC4 + DST4 + PORTS, length=11) + GET, None, True),
+    ("v2-tcp6-length-35", v2(SRC6 + DST6 + PORTS, family=0x21, length=35) + GET, None, True),
+    ("v2-tcp4-length-0", v2(b"", length=0) + GET, None, True),
+    # TLVs that run past the header, or stop inside their own type and length.
+    ("v2-tlv-stub-1-byte", tcp4(b"\x04") + GET, None, True),
+    ("v2-tlv-stub-2-bytes", tcp4(b"\x04\x00") + GET, None, True),
+    ("v2-tlv-after-good-one-stub", tcp4(tlv(0x04, b"ok") + b"\x04\x00") + GET, None, True),
+]
+PROXY += [(f"v2-tlv-{n}-claims-{n + 1}", tcp4(tlv(0xE0, b"\xab" * n)[:1] + (n + 1).to_bytes(2, "big") + b"\xab" * n)
+           + GET, None, True) for n in (0, 1, 2, 255, 256, 1000, TLV_MAX - 1)]
+PROXY += [
+    ("v2-tlv-claims-65535", tcp4(b"\x04\xff\xff" + b"\xab" * 16) + GET, None, True),
+    # Truncated: a header that stops short, and nothing more (dropped at header_timeout).
+    ("truncated-v1", b"PROXY TCP4 192.0.2.7 127.0.", None, True),
+    ("truncated-v1-no-lf", b"PROXY TCP4 192.0.2.7 127.0.0.1 40000 80\r", None, True),
+    ("truncated-v2-signature", V2_SIG[:7], None, True),
+    ("truncated-v2-fixed-part", tcp4()[:14], None, True),
+    ("truncated-v2-addresses", tcp4()[:22], None, True),
+    ("truncated-v2-tlv", tcp4(tlv(0x05, b"u" * 100))[:60], None, True),
+]
+
+
 def write_cases(directory, cases):
     """Replaces every case file in `directory`, numbering the cases in list order."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -684,14 +829,17 @@ def write_cases(directory, cases):
         names.add(name)
         stem = f"{number:03}-{name}"
         (directory / f"{stem}.http").write_bytes(raw)
-        (directory / f"{stem}.expect").write_text(f"{status}\n" + ("close\n" if close else ""))
+        # `dropped`: closed with no answer at all (PROXY cases only).
+        answer = "dropped\n" if status is None else f"{status}\n" + ("close\n" if close else "")
+        (directory / f"{stem}.expect").write_text(answer)
 
 
 def main():
     write_cases(HERE / "valid", VALID)
     write_cases(HERE / "invalid", INVALID)
+    write_cases(HERE / "proxy", PROXY)
     (HERE / ".gitattributes").write_text("*.http -text binary\n")
-    print(f"{len(VALID)} valid, {len(INVALID)} invalid cases written under {HERE}")
+    print(f"{len(VALID)} valid, {len(INVALID)} invalid, {len(PROXY)} PROXY protocol cases written under {HERE}")
 
 
 if __name__ == "__main__":
