@@ -137,3 +137,54 @@ fn k_upgrade_exits_0_only_when_a_new_master_serves() {
     let (code, text) = ctl(&bin, &site, "stop");
     assert_eq!(code, 0, "{text}");
 }
+
+/// A new binary that never serves (here a script that only sleeps): while the old
+/// master waits for it, its pid file is `<pid_file>.oldbin` and it serves on; at the
+/// master's limit (30 s) it stops the new one, takes its pid file back and says why,
+/// and `-k upgrade` exits 1.
+#[test]
+fn an_upgrade_to_a_binary_that_never_serves_is_given_up_at_the_limit() {
+    let site = Site::new();
+    site.config("", CONFIG);
+    let _stop = StopAtEnd(&site);
+    let bin = own_binary(&site);
+    let (code, text) = ctl(&bin, &site, "start");
+    assert_eq!(code, 0, "{text}");
+    let old = pid_in(&site).unwrap();
+    let addr = wait_until(DEADLINE, "the address", || listening_addr(&site.error_log()));
+    replace_with_script(&bin, "#!/bin/sh\nexec sleep 90\n");
+
+    // Driven by the test's own binary (the site's is the script now).
+    let driver = {
+        let conf = site.path("conf/pika.toml");
+        std::thread::spawn(move || {
+            let out = Command::new(BIN).args(["-k", "upgrade", "-f"]).arg(conf).output().unwrap();
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            (out.status.code().unwrap_or(-1), text)
+        })
+    };
+    // The dance has begun: the pid file moved aside, the new binary running.
+    let child: i32 = wait_until(DEADLINE, "the new binary to start", || {
+        let log = site.error_log();
+        let line = log.lines().find(|l| l.contains("upgrade: started"))?;
+        line.split("as pid ").nth(1)?.split(';').next()?.parse().ok()
+    });
+    assert!(alive(child));
+    assert_eq!(site.read("logs/pika.pid.oldbin").trim(), old.to_string());
+    assert!(!site.path("logs/pika.pid").exists(), "the pid file is the new master's to write");
+    assert_eq!(get(addr, "/").status, 200, "the old master serves meanwhile");
+
+    let (code, text) = driver.join().unwrap();
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("the upgrade failed"), "{text}");
+    let log = site.error_log();
+    assert!(log.contains(&format!("upgrade failed: the new master (pid {child}) did not serve within 30s")), "{log}");
+    assert_eq!(pid_in(&site), Some(old), "the pid file taken back");
+    assert!(!site.path("logs/pika.pid.oldbin").exists());
+    wait_until(DEADLINE, "the new binary to be stopped", || (!alive(child)).then_some(()));
+    assert_eq!(get(addr, "/").status, 200);
+    std::fs::copy(BIN, site.path("pika.new")).unwrap();
+    std::fs::rename(site.path("pika.new"), &bin).unwrap();
+    let (code, text) = ctl(&bin, &site, "stop");
+    assert_eq!(code, 0, "{text}");
+}
