@@ -2,6 +2,7 @@
 //! sockets over with no request failed; a new binary that cannot serve leaves the
 //! old master serving, with its pid file back.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -187,4 +188,50 @@ fn an_upgrade_to_a_binary_that_never_serves_is_given_up_at_the_limit() {
     std::fs::rename(site.path("pika.new"), &bin).unwrap();
     let (code, text) = ctl(&bin, &site, "stop");
     assert_eq!(code, 0, "{text}");
+}
+
+/// The health location during an upgrade: the old generation's workers answer 503
+/// from the moment the new master serves (a request they still hold), the new
+/// master's 200.
+#[test]
+fn the_old_generation_answers_health_checks_503_once_the_new_master_serves() {
+    let site = Site::new();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\n[http]\nkeepalive_timeout = \"30s\"\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nexact = \"/healthz\"\nhealth = true\n",
+    );
+    // Larger than loopback's socket buffers: its worker is still writing it, and has
+    // the health check behind it, when the upgrade happens.
+    let big = 48 << 20;
+    site.write("htdocs/big.bin", vec![b'x'; big]);
+    let _stop = StopAtEnd(&site);
+    let mut p = Pika::start(&site, "-F");
+    assert_eq!(get(p.addr, "/healthz").status, 200);
+    let mut held = connect(p.addr);
+    held.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 4096];
+    held.read_exact(&mut first).unwrap();
+
+    p.signal(libc::SIGUSR2);
+    let new = new_master_serves(&site, p.pid);
+    wait_until(DEADLINE, "the old generation to retire", || {
+        site.error_log().contains(&format!("upgrade: the new master (pid {new}) serves")).then_some(())
+    });
+    assert_eq!(get(p.addr, "/healthz").status, 200, "the new master's workers serve");
+
+    // The rest of the file, then the old worker's answer to the health check.
+    let head_end = first.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut body_left = big - (first.len() - head_end);
+    let mut chunk = vec![0u8; 1 << 16];
+    while body_left > 0 {
+        let n = held.read(&mut chunk[..body_left.min(1 << 16)]).unwrap();
+        assert!(n > 0, "closed with {body_left} bytes of the file left");
+        body_left -= n;
+    }
+    let r = read_response(&mut held, false).expect("an answer to the held health check");
+    assert_eq!((r.status, r.text().as_str()), (503, "draining\n"));
+    assert_eq!(p.wait_exit(DEADLINE), Some(0), "the old master exits once its worker is done");
 }
