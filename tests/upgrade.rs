@@ -89,16 +89,22 @@ fn ctl(bin: &Path, site: &Site, cmd: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Starts `site` with `-k start` from its own copy of the binary (which the test may
+/// then replace): the copy, the master's pid and its address.
+fn start_own_binary(site: &Site) -> (PathBuf, i32, std::net::SocketAddr) {
+    let bin = own_binary(site);
+    let (code, text) = ctl(&bin, site, "start");
+    assert_eq!(code, 0, "{text}");
+    let pid = pid_in(site).unwrap();
+    (bin, pid, wait_until(DEADLINE, "the address", || listening_addr(&site.error_log())))
+}
+
 #[test]
 fn k_upgrade_exits_0_only_when_a_new_master_serves() {
     let site = Site::new();
     site.config("", CONFIG);
     let _stop = StopAtEnd(&site);
-    let bin = own_binary(&site);
-    let (code, text) = ctl(&bin, &site, "start");
-    assert_eq!(code, 0, "{text}");
-    let first = pid_in(&site).unwrap();
-    let addr = wait_until(DEADLINE, "the address", || listening_addr(&site.error_log()));
+    let (bin, first, addr) = start_own_binary(&site);
 
     // The same binary: a new master, the old one gone.
     let (code, text) = ctl(&bin, &site, "upgrade");
@@ -148,11 +154,7 @@ fn an_upgrade_to_a_binary_that_never_serves_is_given_up_at_the_limit() {
     let site = Site::new();
     site.config("", CONFIG);
     let _stop = StopAtEnd(&site);
-    let bin = own_binary(&site);
-    let (code, text) = ctl(&bin, &site, "start");
-    assert_eq!(code, 0, "{text}");
-    let old = pid_in(&site).unwrap();
-    let addr = wait_until(DEADLINE, "the address", || listening_addr(&site.error_log()));
+    let (bin, old, addr) = start_own_binary(&site);
     replace_with_script(&bin, "#!/bin/sh\nexec sleep 90\n");
 
     // Driven by the test's own binary (the site's is the script now).
