@@ -1,6 +1,7 @@
 //! systemd: socket activation (`LISTEN_FDS`, run by `systemd-socket-activate`) and
 //! `sd_notify` for `Type=notify` units, read from a notify socket the test binds.
 
+use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,6 +93,8 @@ fn socket_activation_and_notify_messages_in_order() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let conf = site.config("", "[workers]\nstart = 2\nmin_spare = 1\n");
+    // Larger than loopback's socket buffers: a worker still sends it at the upgrade.
+    site.write("htdocs/big.bin", vec![b'x'; 48 << 20]);
     let text = site.read("conf/pika.toml").replace("127.0.0.1:0", &addr.to_string());
     site.write("conf/pika.toml", text);
     let notify = site.path("notify.sock");
@@ -140,7 +143,13 @@ fn socket_activation_and_notify_messages_in_order() {
         assert_eq!(generation_in_status(notes.text(reloaded)), generation + 1);
 
         // An upgrade: the new master says READY=1 (NotifyAccess=all) and the old one
-        // names it with MAINPID=; the old one's retirement is no STOPPING=1.
+        // names it with MAINPID=; the old one's retirement is no STOPPING=1, not
+        // even when it is told to stop at once while a worker of its still sends
+        // a file (held here: the test does not read it).
+        let mut held = connect(addr);
+        held.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut first_bytes = [0u8; 1024];
+        held.read_exact(&mut first_bytes).unwrap();
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGUSR2).unwrap();
         let main = notes.next(reloaded + 1, "MAINPID=");
         assert_eq!(notes.sender(main), first);
@@ -152,7 +161,11 @@ fn socket_activation_and_notify_messages_in_order() {
             (site.read("logs/pika.pid").trim() == new.to_string()).then_some(())
         });
         assert_eq!(get(addr, "/").status, 200);
+        assert!(alive(first), "the old master waits for its worker");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), nix::sys::signal::Signal::SIGTERM).unwrap();
         wait_until(DEADLINE, "the old master to exit", || (!alive(first)).then_some(()));
+        drop(held);
+        assert_eq!(get(addr, "/").status, 200, "the new master serves on");
 
         // A stop, said by the new master.
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(new), nix::sys::signal::Signal::SIGTERM).unwrap();

@@ -105,7 +105,11 @@ impl Master {
             return;
         }
         log::info!("fast stop: terminating {} workers", self.children.len());
-        crate::notify::send("STOPPING=1");
+        // An old master that handed over to a new one is not the service: the new
+        // master serves on.
+        if !self.superseded {
+            crate::notify::send("STOPPING=1");
+        }
         self.scoreboard.header.stopping.store(1, SeqCst);
         self.signal_all(Signal::SIGTERM);
         self.stopping = Some(Stopping::Fast { deadline: Instant::now() + STOP_GRACE });
