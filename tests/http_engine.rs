@@ -440,6 +440,21 @@ fn directory_listing_html_and_json() {
 }
 
 #[test]
+fn a_listing_leaves_out_dot_names_unless_serve_hidden_and_never_lists_dot_or_dot_dot() {
+    let listing = |serve_hidden: bool| {
+        let (site, p) =
+            serve("", &format!("[[vhost]]\nroot = \"htdocs\"\nautoindex = true\nserve_hidden = {serve_hidden}\n"));
+        site.write("htdocs/list/.hidden", "h");
+        get_with(p.addr, "/list/", "Accept: application/json\r\n").text()
+    };
+    let shown = listing(false);
+    assert!(shown.contains("\"name\":\"a.txt\"") && !shown.contains(".hidden"), "{shown}");
+    let shown = listing(true);
+    assert!(shown.contains("\"name\":\".hidden\""), "{shown}");
+    assert!(!shown.contains("\"name\":\".\"") && !shown.contains("\"name\":\"..\""), "{shown}");
+}
+
+#[test]
 fn a_listing_shows_the_directory_that_was_opened() {
     let (site, p) = serve("", "[[vhost]]\nroot = \"htdocs\"\nautoindex = true\n");
     // Served once: the worker has opened its docroot.
