@@ -530,24 +530,28 @@ fn a_worker_waiting_on_a_slow_client_writes_its_held_records_first() {
 #[test]
 fn ttin_and_ttou_move_the_spare_band() {
     let site = Site::new();
-    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n");
+    site.config("", "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 4\n");
     let p = Pika::start(&site, "-F");
     // Pending signals of one kind merge: send each after the last was seen.
     let step = |sig: i32, min: u32, max: u32| {
-        let line = format!("min_spare {min}, max_spare {max}");
+        let line = format!("min_spare {min}, max_spare {max}\n");
         let before = site.error_log().matches(&line).count();
         p.signal(sig);
         wait_until(DEADLINE, &line, || (site.error_log().matches(&line).count() > before).then_some(()));
     };
-    step(21, 3, 4); // SIGTTIN
-    step(21, 4, 5);
-    step(21, 5, 6);
+    step(21, 3, 5); // SIGTTIN: both ends move up by one
+    step(21, 4, 6);
+    step(21, 5, 7);
     wait_status(&site, "5 workers", DEADLINE, |s| n(s, "workers") == 5);
-    step(22, 4, 5); // SIGTTOU
-    step(22, 3, 4);
-    step(22, 2, 3);
-    step(22, 1, 2);
-    wait_status(&site, "back to 2 workers", DEADLINE, |s| n(s, "workers") == 2);
+    step(22, 4, 6); // SIGTTOU
+    step(22, 3, 5);
+    step(22, 2, 4);
+    step(22, 1, 3);
+    wait_status(&site, "back to 3 workers", DEADLINE, |s| n(s, "workers") == 3);
+    // min_spare stops at 0, and max_spare stays above it.
+    step(22, 0, 2);
+    step(22, 0, 1);
+    step(22, 0, 1);
 }
 
 /// Idle workers wait in `epoll` with `EPOLLEXCLUSIVE` and the oldest sleeping one is
