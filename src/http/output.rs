@@ -93,6 +93,9 @@ impl HeadWriter {
             obs.borrow_mut().stalled();
         };
         let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
+        if !how.keep_alive {
+            t.last_response();
+        }
         let sent = t.send(&self.head, send_body.then_some(&body), &mut pacer);
         let body_bytes = if send_body { body.len() } else { 0 };
         let duration = start.elapsed().unwrap_or_default();

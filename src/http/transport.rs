@@ -33,6 +33,10 @@ pub trait Transport {
     /// how each write went. Returns the response's bytes sent.
     fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64>;
 
+    /// The next response is the connection's last: a TLS session may end with it
+    /// (its `close_notify` leaves in the response's last write).
+    fn last_response(&mut self) {}
+
     /// Ends our side of the stream; reads still work.
     fn shutdown_write(&mut self);
 

@@ -169,6 +169,8 @@ pub struct TlsStream<'a> {
     send_timeout: Duration,
     /// Sealed bytes not written yet.
     unflushed: usize,
+    /// The response being sent is the last: `close_notify` follows it in its write.
+    last: bool,
     /// Why the session failed, if it did (rustls' error, or what the client did).
     pub failure: Option<String>,
 }
@@ -180,7 +182,7 @@ impl<'a> TlsStream<'a> {
         stage: &'a mut Vec<u8>,
         send_timeout: Duration,
     ) -> TlsStream<'a> {
-        TlsStream { sock, conn: &mut session.conn, stage, send_timeout, unflushed: 0, failure: None }
+        TlsStream { sock, conn: &mut session.conn, stage, send_timeout, unflushed: 0, last: false, failure: None }
     }
 
     /// Hands rustls records already read from the socket (what followed a PROXY
@@ -197,10 +199,14 @@ impl<'a> TlsStream<'a> {
     }
 
     /// Processes the records rustls has read, and sends what it answers (the
-    /// handshake's next flight, tickets, or the alert of a failure).
+    /// handshake's next flight, tickets, or the alert of a failure). Tickets sent
+    /// after the handshake wait when a request came with the client's `Finished`:
+    /// they leave with its answer, in one write (the client wakes once, not twice).
     fn process(&mut self) -> io::Result<()> {
         let processed = self.conn.process_new_packets();
-        if self.conn.wants_write() {
+        let request_waits =
+            !self.conn.is_handshaking() && processed.as_ref().is_ok_and(|s| s.plaintext_bytes_to_read() > 0);
+        if self.conn.wants_write() && !request_waits {
             self.flush_handshake()?;
         }
         match processed {
@@ -364,8 +370,16 @@ impl Transport for TlsStream<'_> {
             }
         }
         self.seal(pacer)?;
+        if self.last {
+            // Sent once: the session's close finds nothing more to say.
+            self.conn.send_close_notify();
+        }
         self.flush(pacer)?;
         Ok(head.len() as u64 + body.map_or(0, Body::len))
+    }
+
+    fn last_response(&mut self) {
+        self.last = true;
     }
 
     fn shutdown_write(&mut self) {
