@@ -686,6 +686,24 @@ fn idle_workers_are_counted_in_the_current_generation_only() {
 }
 
 #[test]
+fn a_graceful_stop_and_a_winch_wake_idle_workers_with_dummy_requests() {
+    for sig in [SIGQUIT, 28] {
+        let site = Site::new();
+        site.config(
+            "",
+            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n\
+             [[access_log]]\npath = \"logs/internal.log\"\nbuffer = 0\nexclude = []\ninclude = [{ internal = true }]\n",
+        );
+        let p = Pika::start(&site, "-F");
+        n_children(p.pid, 2);
+        p.signal(sig);
+        wait_until(DEADLINE, "the idle workers gone", || children_of(p.pid).is_empty().then_some(()));
+        let log = site.read("logs/internal.log");
+        assert!(log.contains("internal dummy connection"), "signal {sig}: no dummy request woke them: {log:?}");
+    }
+}
+
+#[test]
 fn the_masters_dummy_requests_are_left_out_of_every_counter() {
     let site = Site::new();
     site.config(
