@@ -738,3 +738,47 @@ fn workers_that_are_nobody_in_a_chroot_serve_with_keys_only_root_can_read() {
     assert_eq!(served(&h), new.pems[0].trim());
     assert!(!h.site.error_log().contains("reload failed"), "{}", h.site.error_log());
 }
+
+#[test]
+fn a_file_truncated_under_an_https_answer_cuts_it_and_the_worker_lives_on() {
+    // Over TLS a worker reads the file's bytes itself (to seal them): from the mapping
+    // of a small cached file (copied by the kernel, so a page past the new end is an
+    // error, not SIGBUS), with pread for a large one. Both cached and trusted for a
+    // minute, so the truncation is seen only when the bytes are read. -X: one process,
+    // so a signal would end the server.
+    let mut h = Https::new();
+    h.cert("a.example", &["a.example"]);
+    h.site.write("htdocs/small.bin", vec![b's'; 20_000]);
+    h.site.write("htdocs/large.bin", vec![b'l'; 100_000]);
+    h.config(BOTH, &format!("[http]\nfile_check_interval = \"60s\"\n{}", vhost("a.example", Some("a.example"), "")));
+    h.start("-X");
+    let client = client_config(&h.site.read("conf/ca.pem"));
+    let fetch = |path: &str, extra: &str| -> std::io::Result<Resp> {
+        let mut s = tls_connect(h.tls, "a.example", &client);
+        let req = format!("GET {path} HTTP/1.1\r\nHost: a.example\r\n{extra}Connection: close\r\n\r\n");
+        s.write_all(req.as_bytes())?;
+        read_response(&mut s, false).ok_or_else(|| std::io::Error::other("no answer"))
+    };
+    for (name, len) in [("/small.bin", 20_000), ("/large.bin", 100_000)] {
+        assert_eq!(fetch(name, "").unwrap().body.len(), len, "{name} whole first");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(h.site.path(&format!("htdocs{name}")))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        // The head promised `len` bytes: the answer is cut short ...
+        let cut = fetch(name, "");
+        assert!(cut.as_ref().is_err() || cut.as_ref().unwrap().body.len() < len, "{name}: {cut:?}");
+        // ... the process lives on, and the next answers see the file as it is now.
+        let r = fetch(name, "").unwrap();
+        assert_eq!((r.status, r.header("content-length").as_deref()), (200, Some("0")), "{name}");
+        assert_eq!(fetch(name, "Range: bytes=0-99\r\n").unwrap().status, 416, "{name}");
+    }
+    assert!(alive(h.pika().pid), "one process served it all");
+    let log = h.site.error_log();
+    for name in ["/small.bin", "/large.bin"] {
+        let said = log.lines().filter(|l| l.contains("shrank while it was sent") && l.contains(name)).count();
+        assert_eq!(said, 1, "{name}, once:\n{log}");
+    }
+}
