@@ -44,7 +44,9 @@
 //!   writes, then parks the connection again. An idle kept-alive connection costs no
 //!   worker; a worker holding `workers.max_connections` takes no new ones. After an
 //!   accept it rings the master's doorbell if fewer than `min_spare` others stay
-//!   idle. It looks at the pipe of death ([`pod`]) and the generation on every turn;
+//!   idle. Once a second it also accepts whatever waits on the listeners (a wake-up
+//!   may have gone to a worker that was just killed). It looks at the pipe of death
+//!   ([`pod`]) and the generation on every turn;
 //!   when it must leave it stops accepting, hands its idle plain connections to a
 //!   worker that stays ([`handover`], `SCM_RIGHTS`), finishes the rest (TLS sessions
 //!   among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
