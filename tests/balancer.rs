@@ -267,23 +267,6 @@ fn node(port: u16) -> Site {
     site
 }
 
-/// Stops whatever master a node's pid file names (after an upgrade or a restart it
-/// is not the process the test started first).
-struct NodeGuard<'a>(&'a Site);
-
-impl Drop for NodeGuard<'_> {
-    fn drop(&mut self) {
-        let conf = self.0.path("conf/pika.toml");
-        for file in ["logs/pika.pid", "logs/pika.pid.oldbin"] {
-            let Some(pid) = self.0.read(file).trim().parse::<i32>().ok() else { continue };
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if alive(pid) && String::from_utf8_lossy(&cmdline).contains(conf.to_str().unwrap()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-            }
-        }
-    }
-}
-
 fn master_of(site: &Site) -> i32 {
     site.read("logs/pika.pid").trim().parse().expect("a pid file")
 }
@@ -293,7 +276,7 @@ fn haproxy_in_front_of_two_nodes_upgrade_reload_and_restart_under_load_with_no_r
     let Some(haproxy) = need_tool("haproxy") else { return };
     let (port_a, port_b, port_h) = (free_port(), free_port(), free_port());
     let (a, b) = (node(port_a), node(port_b));
-    let (_ga, _gb) = (NodeGuard(&a), NodeGuard(&b));
+    let (_ga, _gb) = (StopAtEnd(&a), StopAtEnd(&b));
     let mut first_a = Pika::start(&a, "-F");
     let _pb = Pika::start(&b, "-F");
 

@@ -13,23 +13,6 @@ fn pid_in(site: &Site) -> Option<i32> {
     site.read("logs/pika.pid").trim().parse().ok()
 }
 
-/// Stops the master named by the site's pid file when dropped (after an upgrade it
-/// is not the process the test started).
-struct StopAtEnd<'a>(&'a Site);
-
-impl Drop for StopAtEnd<'_> {
-    fn drop(&mut self) {
-        let conf = self.0.path("conf/pika.toml");
-        for file in ["logs/pika.pid", "logs/pika.pid.oldbin"] {
-            let Some(pid) = self.0.read(file).trim().parse::<i32>().ok() else { continue };
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if alive(pid) && String::from_utf8_lossy(&cmdline).contains(conf.to_str().unwrap()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-            }
-        }
-    }
-}
-
 /// Waits until a master other than `old` serves (pid file and status file say so).
 fn new_master_serves(site: &Site, old: i32) -> i32 {
     wait_until(DEADLINE, "the new master to serve", || {

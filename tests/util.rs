@@ -265,6 +265,24 @@ pub fn alive(pid: i32) -> bool {
     stat_fields(pid).is_some_and(|f| f[0] != "Z")
 }
 
+/// Stops the master named by the site's pid file (and an upgrade's `.oldbin`) when
+/// dropped: after an upgrade or a restart it is not the process the test started.
+/// Only a process whose command line names this site's config is signalled.
+pub struct StopAtEnd<'a>(pub &'a Site);
+
+impl Drop for StopAtEnd<'_> {
+    fn drop(&mut self) {
+        let conf = self.0.path("conf/pika.toml");
+        for file in ["logs/pika.pid", "logs/pika.pid.oldbin"] {
+            let Some(pid) = self.0.read(file).trim().parse::<i32>().ok() else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if alive(pid) && String::from_utf8_lossy(&cmdline).contains(conf.to_str().unwrap()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            }
+        }
+    }
+}
+
 /// A parsed response.
 #[derive(Debug)]
 pub struct Resp {

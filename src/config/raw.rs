@@ -136,9 +136,9 @@ impl Default for RawWorkers {
         // more process taking turns on the cores (measured in the commit that set
         // these: ab -c20 5-10% faster, keep-alive no slower). The ceiling is lower
         // than Apache's MaxRequestWorkers 256: on a static load a few workers per
-        // core saturate the CPUs, and clients beyond `max` wait in the backlog while
-        // kept-alive connections rotate (every 100 requests while clients wait, and
-        // idle ones yield). At 500 keep-alive clients 64 workers took 8.6 MiB PSS
+        // core saturate the CPUs, and a worker is busy only while it answers: the
+        // kept-alive connections between requests wait in its epoll set, not in a
+        // worker of their own. At 500 keep-alive clients 64 workers took 8.6 MiB PSS
         // where 256 take ~30.
         RawWorkers {
             start: 2,
