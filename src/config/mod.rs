@@ -155,6 +155,7 @@ pub struct Http {
     pub max_keepalive_requests: u64,
     pub max_request_line: usize,
     pub max_header_size: usize,
+    pub max_header_line: usize,
     pub max_headers: usize,
     pub max_body_size: u64,
     pub max_ranges: usize,
@@ -343,6 +344,7 @@ impl Ctx<'_> {
             max_keepalive_requests: h.max_keepalive_requests,
             max_request_line: h.max_request_line.0 as usize,
             max_header_size: h.max_header_size.0 as usize,
+            max_header_line: h.max_header_line.0 as usize,
             max_headers: h.max_headers as usize,
             max_body_size: h.max_body_size.0,
             max_ranges: h.max_ranges as usize,
@@ -359,13 +361,14 @@ impl Ctx<'_> {
         }
         if http.max_request_line < 16
             || http.max_header_size < http.max_request_line
+            || http.max_header_line < 16
             || http.max_headers == 0
             || http.max_headers > crate::http::request::MAX_HEADERS
         {
             return Err(self.error(
                 self.table("http"),
                 format!(
-                    "http limits: max_request_line >= 16, max_header_size >= max_request_line, max_headers from 1 to {}",
+                    "http limits: max_request_line >= 16, max_header_size >= max_request_line, max_header_line >= 16, max_headers from 1 to {}",
                     crate::http::request::MAX_HEADERS
                 ),
             ));

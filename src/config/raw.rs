@@ -171,6 +171,7 @@ pub(crate) struct RawHttp {
     pub(crate) max_keepalive_requests: u64,
     pub(crate) max_request_line: Bytes,
     pub(crate) max_header_size: Bytes,
+    pub(crate) max_header_line: Bytes,
     pub(crate) max_headers: u32,
     pub(crate) max_body_size: Bytes,
     pub(crate) max_ranges: u32,
@@ -197,6 +198,9 @@ impl Default for RawHttp {
             // Apache's LimitRequestLine / LimitRequestFieldSize / LimitRequestFields.
             max_request_line: Bytes(8190),
             max_header_size: Bytes(16384),
+            // nginx's large_client_header_buffers line; Apache's LimitRequestFieldSize
+            // is 8190.
+            max_header_line: Bytes(8192),
             max_headers: 100,
             max_body_size: Bytes(1 << 20),
             // Apache's MaxRanges default.

@@ -55,6 +55,7 @@ pub fn show(c: &Config) -> String {
     t.key("max_keepalive_requests", int(h.max_keepalive_requests));
     t.key("max_request_line", size(h.max_request_line as u64));
     t.key("max_header_size", size(h.max_header_size as u64));
+    t.key("max_header_line", size(h.max_header_line as u64));
     t.key("max_headers", int(h.max_headers));
     t.key("max_body_size", size(h.max_body_size));
     t.key("max_ranges", int(h.max_ranges));

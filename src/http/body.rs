@@ -46,8 +46,12 @@ fn chunked_len(buf: &[u8], max: u64) -> Result<Option<usize>, HttpError> {
             return Err(HttpError::BadRequest("chunk line too long"));
         }
         // httparse reads an empty size as 0, which would end the body early and
-        // smuggle the rest in as a request: a size has at least one digit.
-        let size = match httparse::parse_chunk_size(line) {
+        // smuggle the rest in as a request: a size has at least one digit. It also
+        // refuses more than 16 digits, leading zeros included, which the grammar
+        // (1*HEXDIG) allows and nginx and Apache accept: they are skipped first.
+        let zeros = line.iter().take_while(|&&b| b == b'0').count();
+        let digits = &line[zeros.min(line.iter().take_while(|b| b.is_ascii_hexdigit()).count().saturating_sub(1))..];
+        let size = match httparse::parse_chunk_size(digits) {
             Ok(httparse::Status::Complete((_, size))) if line.ends_with(b"\r\n") && line[0].is_ascii_hexdigit() => size,
             _ => return Err(HttpError::BadRequest("bad chunk size line")),
         };
@@ -124,5 +128,15 @@ mod tests {
         assert!(matches!(chunked(&[b'1'; 2000]), Err(HttpError::BadRequest(_))));
         assert_eq!(buffered_len(b"10\r\n", Framing::Chunked, 8), Err(HttpError::BodyTooLarge));
         assert_eq!(chunked(b"ffffffffffffffff\r\n"), Err(HttpError::BodyTooLarge));
+        assert!(matches!(chunked(b"10000000000000000\r\n"), Err(HttpError::BadRequest(_))), "17 digits overflow");
+    }
+
+    #[test]
+    fn leading_zeros_do_not_count_as_digits() {
+        let zeros = b"0".repeat(40);
+        let body = [&zeros[..], b"5\r\nhello\r\n", &zeros[..], b"\r\n\r\n"].concat();
+        assert_eq!(chunked(&body), Ok(Some(body.len())));
+        let ext = [&zeros[..], b"1;a=0\r\nx\r\n0\r\n\r\n"].concat();
+        assert_eq!(chunked(&ext), Ok(Some(ext.len())));
     }
 }

@@ -90,6 +90,7 @@ impl<'c> Server<'c> {
         let limits = Limits {
             max_request_line: config.http.max_request_line,
             max_header_size: config.http.max_header_size,
+            max_header_line: config.http.max_header_line,
             max_headers: config.http.max_headers,
         };
         let server_header = match config.server_tokens {
@@ -365,6 +366,7 @@ impl<'c> Server<'c> {
             many = std::iter::repeat_with(MaybeUninit::uninit).take(self.limits.max_headers).collect();
             &mut many
         };
+        request::serve_later_minor_as_11(&mut self.req_head);
         let req = match request::parse(&self.req_head, headers, &self.limits) {
             Ok(r) => r,
             Err(e) => {

@@ -264,7 +264,8 @@ mod tests {
     use super::*;
     use crate::http::transport::Memory;
 
-    const LIMITS: Limits = Limits { max_request_line: 8190, max_header_size: 16384, max_headers: 100 };
+    const LIMITS: Limits =
+        Limits { max_request_line: 8190, max_header_size: 16384, max_header_line: 8192, max_headers: 100 };
 
     /// Feeds `stream` in pieces of `piece` bytes, each after a "nothing yet", until a
     /// head is whole; then parses it and drops its body. Returns what is left unread

@@ -131,6 +131,8 @@ impl<'b> Request<'b> {
 pub struct Limits {
     pub max_request_line: usize,
     pub max_header_size: usize,
+    /// Longest header field line (name, colon and value): 431 above it.
+    pub max_header_line: usize,
     pub max_headers: usize,
 }
 
@@ -206,7 +208,19 @@ pub fn trailer_end(buf: &[u8], max_size: usize) -> Result<Option<usize>, HttpErr
     }
 }
 
-/// Parses and validates a complete head (`buf` ends with the blank line).
+/// Rewrites a request line that says `HTTP/1.2` to `HTTP/1.9` to say `HTTP/1.1`, the
+/// version it is then served (and logged) as: RFC 9110 §2.5 says a server SHOULD
+/// read a later minor version it does not know as the highest it knows, and nginx,
+/// Apache and lighttpd do. httparse knows 1.0 and 1.1 only, so this comes before
+/// [`parse`].
+pub fn serve_later_minor_as_11(head: &mut [u8]) {
+    if let Some(minor) = later_minor_version(head) {
+        head[minor] = b'1';
+    }
+}
+
+/// Parses and validates a complete head (`buf` ends with the blank line), after
+/// [`serve_later_minor_as_11`].
 pub fn parse<'b>(
     buf: &'b [u8],
     headers: &'b mut [MaybeUninit<httparse::Header<'b>>],
@@ -243,8 +257,8 @@ pub fn parse<'b>(
 
     // The target: origin-form, `*` for OPTIONS, or absolute-form (whose authority then
     // replaces Host, RFC 9112 §3.2.2). authority-form is only for CONNECT, which is
-    // refused by method.
-    let (target, uri_host) = split_target(raw_target, method)?;
+    // refused by method; CONNECT with any other form is malformed.
+    let (target, uri_host) = split_target(raw_target, method_str)?;
 
     let mut host = None;
     let mut host_count = 0;
@@ -255,6 +269,12 @@ pub fn parse<'b>(
     let mut keep_alive_token = false;
     let mut expect_continue = false;
     for h in headers {
+        // The field line from its name to the end of its value: the value lies after
+        // the name in the same buffer.
+        let line_len = h.value.as_ptr() as usize + h.value.len() - h.name.as_ptr() as usize;
+        if line_len > limits.max_header_line {
+            return Err(HttpError::HeadersTooLarge);
+        }
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host_count += 1;
@@ -293,6 +313,9 @@ pub fn parse<'b>(
         return Err(HttpError::BadRequest("repeated Host header"));
     }
     if let Some(h) = host {
+        if h.is_empty() {
+            return Err(HttpError::BadRequest("empty Host header"));
+        }
         if !valid_host(h) {
             return Err(HttpError::BadRequest("invalid Host header"));
         }
@@ -332,6 +355,14 @@ pub fn request_line(buf: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
+/// Where the minor digit of an `HTTP/1.2` to `HTTP/1.9` request line is, if it is one.
+fn later_minor_version(buf: &[u8]) -> Option<usize> {
+    let line = request_line(buf);
+    let start = line.as_ptr() as usize - buf.as_ptr() as usize;
+    let v = line.get(line.len().checked_sub(9)?..)?;
+    (v[0] == b' ' && v.starts_with(b" HTTP/1.") && (b'2'..=b'9').contains(&v[8])).then_some(start + line.len() - 1)
+}
+
 fn looks_like_version(buf: &[u8]) -> bool {
     let line = request_line(buf);
     // Only a well-formed request line (method SP target SP version) earns a 505;
@@ -344,20 +375,36 @@ fn looks_like_version(buf: &[u8]) -> bool {
     v.len() == 8 && v.starts_with(b"HTTP/") && v[5].is_ascii_digit() && v[6] == b'.' && v[7].is_ascii_digit()
 }
 
-fn split_target(raw: &[u8], method: Method) -> Result<(&[u8], Option<&[u8]>), HttpError> {
+fn split_target<'t>(raw: &'t [u8], method: &str) -> Result<(&'t [u8], Option<&'t [u8]>), HttpError> {
+    // authority-form (host:port) is CONNECT's, and CONNECT has no other form
+    // (RFC 9112 §3.2.3); a static-file origin then refuses the method with 405.
+    if method == "CONNECT" {
+        return match raw.iter().rposition(|&b| b == b':') {
+            Some(colon) if colon + 1 < raw.len() && !raw.contains(&b'/') && valid_host(raw) => Ok((raw, None)),
+            _ => Err(HttpError::BadRequest("CONNECT needs a host:port target")),
+        };
+    }
     if raw.first() == Some(&b'/') {
         return Ok((raw, None));
     }
     if raw == b"*" {
-        return if method == Method::Options {
+        return if method == "OPTIONS" {
             Ok((raw, None))
         } else {
             Err(HttpError::BadRequest("'*' is only for OPTIONS"))
         };
     }
-    let lower_scheme = raw.get(..7).is_some_and(|s| s.eq_ignore_ascii_case(b"http://"));
-    if lower_scheme {
-        let rest = &raw[7..];
+    // Both schemes name this server (RFC 9112 §3.2.2: a server MUST accept the
+    // absolute form); which vhost answers is Host's business, as for any request.
+    let scheme = if raw.get(..7).is_some_and(|s| s.eq_ignore_ascii_case(b"http://")) {
+        7
+    } else if raw.get(..8).is_some_and(|s| s.eq_ignore_ascii_case(b"https://")) {
+        8
+    } else {
+        0
+    };
+    if scheme > 0 {
+        let rest = &raw[scheme..];
         let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
         let authority = &rest[..end];
         if authority.is_empty() || authority.contains(&b'@') || !valid_host(authority) {
@@ -367,10 +414,6 @@ fn split_target(raw: &[u8], method: Method) -> Result<(&[u8], Option<&[u8]>), Ht
         // the dispatcher reads a target starting with '?' as "/?q".
         let path: &[u8] = if end == rest.len() { b"/" } else { &rest[end..] };
         return Ok((path, Some(authority)));
-    }
-    // authority-form belongs to CONNECT, which a static-file origin refuses with 405.
-    if method == Method::OtherKnown && !raw.contains(&b'/') && raw.contains(&b':') {
-        return Ok((raw, None));
     }
     Err(HttpError::BadRequest("bad request-target"))
 }
@@ -432,11 +475,9 @@ fn transfer_coding(v: &[u8], mut chunked_last: bool) -> Result<bool, HttpError> 
 
 /// RFC 3986 host[:port]: reg-name characters, or an IP-literal in brackets.
 fn valid_host(h: &[u8]) -> bool {
-    if h.is_empty() {
-        // An empty Host is allowed when the target has no authority (RFC 9112 §3.2).
-        return true;
-    }
-    if h.len() > 255 {
+    // An empty Host is what a client sends for a target without an authority (RFC
+    // 9112 §3.2), which an http(s) URI always has: nginx, Apache and lighttpd refuse it.
+    if h.is_empty() || h.len() > 255 {
         return false;
     }
     let (host, port) = if h[0] == b'[' {
@@ -478,7 +519,7 @@ const REG_NAME: [bool; 256] = {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_request_line: 64, max_header_size: 256, max_headers: 8 };
+    const LIMITS: Limits = Limits { max_request_line: 64, max_header_size: 256, max_header_line: 100, max_headers: 8 };
 
     #[test]
     fn reg_name_table_is_rfc_3986() {
@@ -497,7 +538,9 @@ mod tests {
 
     fn parse_str(s: &str) -> Result<Parsed, HttpError> {
         let mut headers = [const { MaybeUninit::uninit() }; 16];
-        let r = parse(s.as_bytes(), &mut headers, &LIMITS)?;
+        let mut buf = s.as_bytes().to_vec();
+        serve_later_minor_as_11(&mut buf);
+        let r = parse(&buf, &mut headers, &LIMITS)?;
         Ok((r.method, r.framing, r.keep_alive, r.host.map(<[u8]>::to_vec), r.target.to_vec()))
     }
 
@@ -565,7 +608,9 @@ mod tests {
         let (_, _, _, host, target) =
             parse_str("GET http://Example.COM:80/p?q HTTP/1.1\r\nHost: other\r\n\r\n").unwrap();
         assert_eq!((host.unwrap(), target), (b"Example.COM:80".to_vec(), b"/p?q".to_vec()));
-        assert_eq!(status("GET https://x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
+        let (_, _, _, host, target) = parse_str("GET https://x/p HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!((host.unwrap(), target), (b"x".to_vec(), b"/p".to_vec()));
+        assert_eq!(status("GET ftp://x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
         assert_eq!(status("GET http://u@x/ HTTP/1.1\r\nHost: x\r\n\r\n"), 400);
     }
 
@@ -601,7 +646,17 @@ mod tests {
         assert_eq!(status("get / HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
         assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\n\r\n"), 200); // 405 is decided by the handler
         assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
-        assert_eq!(status("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/1.2\r\nHost: a\r\n\r\n"), 200);
+        assert_eq!(status("GET / HTTP/1.9\r\nHost: a\r\n\r\n"), 200);
+        assert_eq!(status("GET / HTTP/1.9\r\n\r\n"), 400, "served as 1.1, so Host is needed");
+        assert_eq!(status("GET /  HTTP/1.2\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost:\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.0\r\nHost: \r\n\r\n"), 400);
+        assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n"), 200); // 405 by the handler
+        assert_eq!(status("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("CONNECT a HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("CONNECT http://a:1/ HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("POST a:443 HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTX/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), 200);
@@ -612,6 +667,9 @@ mod tests {
         assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")), 431);
         let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "v".repeat(300));
         assert_eq!(status(&big), 431);
+        // One field line up to max_header_line (100 here), counted from its name.
+        let line = |n: usize| format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "v".repeat(n - 3));
+        assert_eq!((status(&line(100)), status(&line(101))), (200, 431));
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nX-A: one\r\n two\r\n\r\n"), 400);
     }
 
