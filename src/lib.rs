@@ -1,5 +1,9 @@
 //! pika: a pre-forking HTTP/1.1 web server for Linux.
 //!
+//! The design as a whole (the process model, the master's life, the worker's event
+//! loop, TLS, the hand-over, the binary upgrade, logs) is `docs/design.md`; this map
+//! names the module for each part.
+//!
 //! # The map
 //!
 //! Processes and their modules:

@@ -4,7 +4,7 @@
 //!
 //! Paths are opened with `openat2(RESOLVE_BENEATH)` relative to the directory's
 //! descriptor ([`Root`]), so the kernel refuses anything that would leave it, links
-//! included (DESIGN §3).
+//! included, with no gap between a check and the open.
 
 use std::cell::RefCell;
 use std::fs::File;

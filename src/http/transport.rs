@@ -6,7 +6,7 @@
 //! bodies with `writev`, and large files with `sendfile` ([`Stream`], through
 //! [`send`]); a TLS session (`tls::stream`) encrypts what it sends, so it
 //! reads a file's bytes itself, never through a mapping that a shrinking file would
-//! turn into `SIGBUS` (DESIGN §3). [`Memory`] serves unit tests and the fuzz targets:
+//! turn into `SIGBUS`. [`Memory`] serves unit tests and the fuzz targets:
 //! the read side and the chunked decoder run on bytes in memory, cut where a test
 //! says.
 //!

@@ -1,4 +1,4 @@
-//! Built-in log rotation, done by the master (DESIGN §4): rename the file (never copy
+//! Built-in log rotation, done by the master: rename the file (never copy
 //! and truncate), create the new one for the workers, then bump the log epoch so each
 //! worker reopens by path before its next write. A line written in between lands in
 //! the renamed file: nothing is lost, nothing doubled.

@@ -1,6 +1,6 @@
 //! The master process: it binds, forks, watches and never serves a request.
 //!
-//! One flat loop with a one-second tick (DESIGN §1):
+//! One flat loop with a one-second tick (docs/design.md, The process model):
 //! wait for a signal or the tick → act on signals → reap exited workers → on the tick,
 //! maintain the pool, retire old generations, stop stuck workers → stop when asked and
 //! no worker is left. While the pool is short of idle workers the loop also wakes

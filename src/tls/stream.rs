@@ -15,8 +15,8 @@
 //! File bytes reach the stage by `pread` from the file, or, for a small file the
 //! worker keeps only mapped, by a copy the kernel makes (`process_vm_readv`): our
 //! code never reads a mapping, so a file that shrinks under it fails that one
-//! response (`EFAULT`, short read) instead of killing the worker with `SIGBUS`
-//! (DESIGN §3). No `sendfile`: the bytes must be encrypted here.
+//! response (`EFAULT`, short read) instead of killing the worker with `SIGBUS`.
+//! No `sendfile`: the bytes must be encrypted here.
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
