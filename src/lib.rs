@@ -69,6 +69,13 @@
 //!   waiting, first byte peeked to answer plain HTTP with a 400), and a
 //!   [`http::transport::Transport`] that decrypts input and sends responses as
 //!   sealed records (file bytes by `pread`, never read from a mapping).
+//! - [`gateway`] is dynamic content: the CGI meta-variables ([`gateway::env`]),
+//!   which file a path runs ([`gateway::script`], confined like static files), the
+//!   strict reading of a script's header block ([`gateway::answer`]), a CGI
+//!   script's process (spawned from a worker with an environment built from
+//!   nothing, its own process group, no descriptor of the worker, rlimits, killed
+//!   with its group and always reaped: [`gateway::child`]), and the FastCGI
+//!   protocol's records ([`gateway::fcgi`]).
 //! - [`metrics`] renders what the scoreboard counts ([`scoreboard::counters`]) for
 //!   Prometheus: each worker adds to counters in its own slot as it answers
 //!   (`Traffic`: requests by method and status class, a duration histogram,
@@ -83,7 +90,8 @@
 //! - [`text`] formats numbers and addresses into byte buffers for the per-request
 //!   path (the head, the log record, the scoreboard) without `core::fmt`.
 //! - [`sys`] holds every `unsafe` call (fork, `_exit`, shared memory, signal reset,
-//!   `prctl`, `sched_setscheduler`, `openat2`, `mmap`, `close_range`); the rest of the
+//!   `prctl`, `sched_setscheduler`, `openat2`, `mmap`, `close_range`, what a CGI
+//!   child does between `fork` and `exec`, `pidfd_open`); the rest of the
 //!   crate denies `unsafe`.
 //! - [`safe_files`] opens what the master writes as root (logs, the pid file): no
 //!   link followed, no hard-linked file written, no folder others may write, a log
@@ -158,6 +166,7 @@ pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod gateway;
 pub mod handlers;
 pub mod handover;
 pub mod http;

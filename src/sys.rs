@@ -460,3 +460,70 @@ pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     fcntl(fd, FcntlArg::F_SETFD(flags))?;
     Ok(())
 }
+
+/// Limits a script's process gets (`gateway::child`); 0 leaves one unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScriptLimits {
+    /// `RLIMIT_CPU`, seconds.
+    pub cpu_secs: u64,
+    /// `RLIMIT_AS`, bytes.
+    pub memory: u64,
+}
+
+/// Prepares `cmd` to run a CGI script from a worker: between `fork` and `exec` the
+/// child resets every signal the worker ignores or handles to its default, dies with
+/// the worker, takes `limits`, no core file, and marks every descriptor from 3 up
+/// close-on-exec, so none of the worker's (listeners, client sockets, logs) reaches
+/// the script whatever flag it was opened with. (Marked, not closed: std's own pipe
+/// that reports a failed `exec` back to the parent must live until the `exec`.)
+pub fn prepare_script(cmd: &mut std::process::Command, limits: ScriptLimits) {
+    use std::os::unix::process::CommandExt;
+    let ScriptLimits { cpu_secs, memory } = limits;
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: it makes only raw system calls
+    // (sigaction, prctl, setrlimit, close_range, fcntl) on plain values it owns, and
+    // allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::sigaction(sig, &action, std::ptr::null_mut());
+                }
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            let set = |res, value: u64| {
+                if value > 0 {
+                    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+                    libc::setrlimit(res, &lim);
+                }
+            };
+            set(libc::RLIMIT_CPU, cpu_secs);
+            set(libc::RLIMIT_AS, memory);
+            libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 });
+            const CLOSE_RANGE_CLOEXEC: u32 = 4;
+            if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+                // Before Linux 5.11: one flag at a time, over the whole table.
+                let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(256, 65536) as i32;
+                for fd in 3..max {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A descriptor that reads ready when process `pid` (our child) exits.
+pub fn pidfd_open(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open(2) takes plain integers; the descriptor it returns is new
+    // and ours alone.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
