@@ -54,8 +54,14 @@
 //!   when it must leave it stops accepting, hands its idle plain connections to a
 //!   worker that stays ([`handover`], `SCM_RIGHTS`), finishes the rest (TLS sessions
 //!   among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
-//!   [`http::observer::Observer`] it hands to the HTTP code, which knows nothing
+//!   [`serve::observer::Observer`] it hands to the request cycle ([`serve`]), which knows nothing
 //!   about processes.
+//! - A worker serves through three layers, each importing only the ones after it:
+//!   [`serve`] is the request cycle (a connection between requests, its buffer, its
+//!   transport, the stages of one request, the delivery and the log record);
+//!   [`handlers`] answer a request once its vhost and location are known; [`http`] is
+//!   the protocol's pure rules (parsing, paths, ranges, preconditions, the response
+//!   head), which know nothing of connections.
 //! - Shared by several of these: [`cidr`] (address ranges), [`location`] (what a
 //!   `[[vhost.location]]` matches, and the table that picks one), [`site`] (a vhost as
 //!   a worker serves it), [`statusfile`], [`clock`].
@@ -67,7 +73,7 @@
 //!   and the connection itself ([`tls::stream`]): a rustls session in the
 //!   connection's `Held`, driven by the worker's event loop (handshake without
 //!   waiting, first byte peeked to answer plain HTTP with a 400), and a
-//!   [`http::transport::Transport`] that decrypts input and sends responses as
+//!   [`serve::transport::Transport`] that decrypts input and sends responses as
 //!   sealed records (file bytes by `pread`, never read from a mapping).
 //! - [`gateway`] is dynamic content: the CGI meta-variables ([`gateway::env`]),
 //!   which file a path runs ([`gateway::script`], confined like static files), the
@@ -100,9 +106,9 @@
 //! # How a request travels
 //!
 //! The worker's event loop accepts a socket (options inherited from the listener) or
-//! finds input on one it holds ([`http::held::Held`]) and calls
-//! [`http::connection::Server::serve_ready`]: take what has arrived without waiting
-//! ([`http::input::Input`], over an [`http::transport::Transport`]: the socket, or
+//! finds input on one it holds ([`serve::held::Held`]) and calls
+//! [`serve::connection::Server::serve_ready`]: take what has arrived without waiting
+//! ([`serve::input::Input`], over an [`serve::transport::Transport`]: the socket, or
 //! on a TLS listener the rustls session of [`tls::stream`], which first advances
 //! the handshake with what came); on a `proxy_protocol` listener first a PROXY
 //! header ([`http::proxy_protocol`], read the same way; its client becomes the
@@ -127,10 +133,10 @@
 //! [`http::conditional`] and [`http::range`]) → the head built from
 //! [`http::response::Reply`] (HTTPS answers carry the vhost's `hsts`) and sent with
 //! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
-//! body with `sendfile`; [`http::transport::send`]; over TLS, sealed records) →
-//! counted in the worker's scoreboard slot ([`http::observer::Observer::served`],
+//! body with `sendfile`; [`serve::transport::send`]; over TLS, sealed records) →
+//! counted in the worker's scoreboard slot ([`serve::observer::Observer::served`],
 //! [`scoreboard::counters::Traffic`]) → one access-log record (made in one place,
-//! `http::output`) per log ([`log::access`],
+//! `serve::output`) per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
 //! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until
 //! the next one or `keepalive_timeout`) or close (lingering in the set when the client
@@ -181,6 +187,7 @@ pub mod pidfile;
 pub mod pod;
 pub mod safe_files;
 pub mod scoreboard;
+pub mod serve;
 pub mod site;
 pub mod status;
 pub mod statusfile;

@@ -81,7 +81,7 @@ impl Listeners {
     /// to `send_timeout` and writes its held log records). That spares two
     /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
     /// sockets block on writes; reads never wait (`MSG_DONTWAIT`,
-    /// `http::transport`).
+    /// `serve::transport`).
     pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
         for l in &list {
             l.socket.set_nonblocking(true)?;

@@ -19,9 +19,9 @@ use std::mem::MaybeUninit;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use pika::http::input::{DROP_MAX, Input};
+use pika::serve::input::{DROP_MAX, Input};
 use pika::http::request::{self, Framing, Limits, MAX_HEADERS, Request};
-use pika::http::transport::Memory;
+use pika::serve::transport::Memory;
 
 /// The server's defaults, so that only framing decides what is refused.
 const LIMITS: Limits = Limits { max_request_line: 8190, max_header_size: 16384, max_headers: 100 };

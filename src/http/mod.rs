@@ -4,18 +4,12 @@
 
 pub mod body;
 pub mod conditional;
-pub mod connection;
 pub mod date;
 pub mod forwarded;
-pub mod held;
 pub mod https;
-pub mod input;
 pub mod mime;
-pub mod observer;
-mod output;
 pub mod path;
 pub mod proxy_protocol;
 pub mod range;
 pub mod request;
 pub mod response;
-pub mod transport;

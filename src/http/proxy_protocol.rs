@@ -3,7 +3,7 @@
 //!
 //! A listener marked `proxy_protocol = true` expects this header before the first
 //! request head; the worker reads it the way it reads a head, without waiting
-//! (`http::connection`), and hands the bytes it has so far to [`parse`], which says
+//! (`serve::connection`), and hands the bytes it has so far to [`parse`], which says
 //! "not all there yet", "here is the header and its length", or why the bytes can
 //! never be one. Nothing here allocates or trusts a length it has not checked: the
 //! `proxy_header` fuzz target feeds it arbitrary bytes.

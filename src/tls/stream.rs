@@ -28,8 +28,8 @@ use std::time::Duration;
 use rustls::{ServerConfig, ServerConnection};
 
 use crate::http::response::Body;
-use crate::http::transport::{Pacer, Transport, read_now};
 use crate::log::record::TlsFields;
+use crate::serve::transport::{Pacer, Transport, read_now};
 
 /// Plaintext bytes per record: TLS's largest, so a response goes out in as few
 /// records (and AEAD calls) as it can.

@@ -43,9 +43,9 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 
 use super::parked::{Parked, Table, handover_open, publish_counts};
 use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
-use crate::http::connection::Server;
-use crate::http::held::{Conn, Held, Next};
 use crate::scoreboard::{State, now_ms};
+use crate::serve::connection::Server;
+use crate::serve::held::{Conn, Held, Next};
 
 /// Event tags above any index into the connection table.
 const LISTENER: u64 = 1 << 62;

@@ -11,7 +11,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
 use super::WorkerCtx;
 use crate::handover::{self, Handover};
-use crate::http::held::Held;
+use crate::serve::held::Held;
 
 /// What a worker holds between requests: its `epoll` set and the connections in it.
 pub(crate) struct Parked {

@@ -13,10 +13,10 @@
 
 use std::io;
 
-use super::body;
-use super::proxy_protocol;
-use super::request::{self, Framing, HttpError, Limits, Request};
 use super::transport::Transport;
+use crate::http::body;
+use crate::http::proxy_protocol;
+use crate::http::request::{self, Framing, HttpError, Limits, Request};
 
 /// The buffer's first size: more than nearly every request head.
 const INPUT_START: usize = 4096;
@@ -262,7 +262,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::*;
-    use crate::http::transport::Memory;
+    use crate::serve::transport::Memory;
 
     const LIMITS: Limits =
         Limits { max_request_line: 8190, max_header_size: 16384, max_header_line: 8192, max_headers: 100 };

@@ -19,7 +19,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-use super::response::Body;
+use crate::http::response::Body;
 use crate::listen::WAIT_SLICE;
 use crate::log::record::TlsFields;
 

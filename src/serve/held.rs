@@ -6,10 +6,10 @@
 use std::net::{SocketAddr, TcpStream};
 
 use super::input::Input;
-use super::request::HttpError;
 use super::transport::Transport;
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
+use crate::http::request::HttpError;
 use crate::tls::stream::Session;
 
 /// What is known of one connection between its requests: owned by the caller, so a

@@ -5,13 +5,13 @@
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use super::date::DateCache;
 use super::held::Conn;
 use super::observer::{ConnState, Observer};
-use super::request::Request;
-use super::response::{self, Body, Reply};
 use super::transport::{Pacer, Transport};
 use crate::config::Config;
+use crate::http::date::DateCache;
+use crate::http::request::Request;
+use crate::http::response::{self, Body, Reply};
 use crate::log::access::AccessLogs;
 use crate::log::record::{Record, TlsFields};
 use crate::scoreboard::counters::Outcome;

@@ -4,7 +4,7 @@
 //! [`Server::serve_ready`] when it has input: is a whole head there yet ([`Input`],
 //! which never waits)? If so `Server::serve_request` answers it: parse and
 //! validate → drop a body that is all there, or plan to close → pick the vhost and
-//! what answers there → the answer's head and body ([`super::response`], blocking writes)
+//! what answers there → the answer's head and body ([`crate::http::response`], blocking writes)
 //! → one access-log record (`output::Output::log`, the only place one is made) → keep alive
 //! or close. Then the next pipelined request, or back to the worker's set to wait.
 //! A closing connection lingers in that set too: shut for writing, its input read
@@ -18,19 +18,19 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::time::SystemTime;
 
-use super::date::DateCache;
-use super::forwarded;
 use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase};
 use super::input::{HeadError, Input, ProxyFail};
 use super::observer::{ConnState, Observer};
 use super::output::{Asked, Delivery, HeadWriter, Kind, Output};
-use super::path::{self, PathError};
-use super::request::{self, HttpError, Limits, Method, Request};
-use super::response::{ALLOW, Body, Reply};
 use super::transport::{self, Transport};
 use crate::clock::now_ms;
 use crate::config::{Config, Http, ServerTokens};
 use crate::handlers::{self, Ask};
+use crate::http::date::DateCache;
+use crate::http::forwarded;
+use crate::http::path::{self, PathError};
+use crate::http::request::{self, HttpError, Limits, Method, Request};
+use crate::http::response::{ALLOW, Body, Reply};
 use crate::log::access::AccessLogs;
 use crate::pod::INTERNAL_HEADER;
 use crate::site::Site;
@@ -525,7 +525,7 @@ fn redirect_to_https(
     let index = config.vhost_for(req.host);
     let code = config.vhosts[index].https_redirect?;
     let name = config.vhosts[index].server_names.first().map_or("", String::as_str);
-    let location = super::https::location(req.host, name, port, req.target);
+    let location = crate::http::https::location(req.host, name, port, req.target);
     reply.error(code, "This site is served over HTTPS.");
     reply.header("Location", String::from_utf8_lossy(&location));
     Some(index)
