@@ -185,6 +185,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pidfile;
 pub mod pod;
+pub mod rules;
 pub mod safe_files;
 pub mod scoreboard;
 pub mod serve;

@@ -1,0 +1,283 @@
+//! HTTP Basic auth (RFC 7617) as a request sees it: the `Authorization` header read
+//! strictly, the credentials a worker has already verified, and the clients that keep
+//! failing.
+//!
+//! A bcrypt check at htpasswd's default cost takes a couple of milliseconds of a
+//! worker, which a browser would pay on every request of a page (it resends the
+//! header each time). So a worker keeps what it verified ([`Verified`]): the SHA-256
+//! of the header's value (never the password itself) and the user, for
+//! [`VERIFIED_FOR`]. A client that fails [`FREE_FAILURES`] times in a row is then
+//! answered 429 with `Retry-After` for a time that doubles with each further failure
+//! ([`Failures`]), without a hash being checked: the worker is not held (no sleep,
+//! no waiting connection), and guessing costs the guesser time, not the server. Both
+//! are per worker: a client whose connections reach several workers gets that many
+//! allowances, which bounds its rate all the same.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+
+/// Longest `Authorization` value read: a user and password of several hundred
+/// bytes each. A longer one is refused (400) before anything is decoded.
+pub const MAX_AUTHORIZATION: usize = 1024;
+
+/// How long a worker trusts credentials it verified. A password changed in the file
+/// reaches the workers through a new generation anyway (the file is read with the
+/// config); this bounds how long a header seen once keeps its worth in memory.
+pub const VERIFIED_FOR: Duration = Duration::from_secs(300);
+
+/// Most verified credentials a worker keeps; when full it starts over.
+pub const MAX_VERIFIED: usize = 1024;
+
+/// Failures in a row a client may have before it is slowed.
+pub const FREE_FAILURES: u32 = 5;
+
+/// The longest a failing client is turned away for at a time.
+pub const MAX_PENALTY: Duration = Duration::from_secs(60);
+
+/// A client with no failure for this long starts afresh.
+pub const FAILURES_FORGOTTEN: Duration = Duration::from_secs(600);
+
+/// Most clients a worker remembers failures of; when full it starts over.
+pub const MAX_FAILING: usize = 4096;
+
+/// The user and password of a `Basic` header.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: Vec<u8>,
+}
+
+/// What is wrong with an `Authorization` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadHeader {
+    /// Another scheme (`Bearer`, `Digest`): asked again, with the challenge (401).
+    #[error("the Authorization header is not Basic")]
+    NotBasic,
+    /// A broken `Basic` header: the client is at fault (400).
+    #[error("the Authorization header is longer than {MAX_AUTHORIZATION} bytes")]
+    TooLong,
+    #[error("the Basic credentials are not base64")]
+    NotBase64,
+    #[error("the Basic credentials have no ':' between user and password")]
+    NoColon,
+    #[error("the Basic user name is not UTF-8 or has control characters")]
+    BadUser,
+}
+
+impl BadHeader {
+    /// The status it is answered with.
+    pub fn status(self) -> u16 {
+        match self {
+            BadHeader::NotBasic => 401,
+            _ => 400,
+        }
+    }
+}
+
+/// The credentials of an `Authorization` value: `Basic`, any case, then the base64
+/// of `user:password` (RFC 7617 §2).
+pub fn parse(value: &[u8]) -> Result<Credentials, BadHeader> {
+    if value.len() > MAX_AUTHORIZATION {
+        return Err(BadHeader::TooLong);
+    }
+    let value = value.trim_ascii();
+    let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
+        Some(at) => (&value[..at], value[at..].trim_ascii_start()),
+        None => (value, &b""[..]),
+    };
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return Err(BadHeader::NotBasic);
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(rest).map_err(|_| BadHeader::NotBase64)?;
+    let colon = decoded.iter().position(|&b| b == b':').ok_or(BadHeader::NoColon)?;
+    let user = std::str::from_utf8(&decoded[..colon]).map_err(|_| BadHeader::BadUser)?;
+    if user.chars().any(char::is_control) {
+        return Err(BadHeader::BadUser);
+    }
+    Ok(Credentials { user: user.to_string(), password: decoded[colon + 1..].to_vec() })
+}
+
+/// The `WWW-Authenticate` value for `realm` (quotes and backslashes escaped).
+pub fn challenge(realm: &str) -> String {
+    let mut v = String::from("Basic realm=\"");
+    for c in realm.chars() {
+        if c == '"' || c == '\\' {
+            v.push('\\');
+        }
+        v.push(c);
+    }
+    v.push_str("\", charset=\"UTF-8\"");
+    v
+}
+
+/// Credentials a worker verified: the SHA-256 of (which file, the header's value) →
+/// the user and when it was verified.
+#[derive(Default)]
+pub struct Verified {
+    entries: HashMap<[u8; 32], (String, Instant)>,
+}
+
+impl Verified {
+    /// The key of a header value checked against file number `file`.
+    pub fn key(file: usize, value: &[u8]) -> [u8; 32] {
+        let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        ctx.update(&(file as u64).to_le_bytes());
+        ctx.update(value);
+        ctx.finish().as_ref().try_into().expect("SHA-256 is 32 bytes")
+    }
+
+    /// The user verified under `key` less than [`VERIFIED_FOR`] ago.
+    pub fn get(&self, key: &[u8; 32], now: Instant) -> Option<&str> {
+        let (user, at) = self.entries.get(key)?;
+        (now.saturating_duration_since(*at) < VERIFIED_FOR).then_some(user.as_str())
+    }
+
+    pub fn insert(&mut self, key: [u8; 32], user: &str, now: Instant) {
+        if self.entries.len() >= MAX_VERIFIED {
+            self.entries.clear();
+        }
+        self.entries.insert(key, (user.to_string(), now));
+    }
+}
+
+/// The clients that failed lately, and until when each is turned away.
+#[derive(Default)]
+pub struct Failures {
+    by_client: HashMap<IpAddr, Failing>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failing {
+    count: u32,
+    last: Instant,
+}
+
+impl Failures {
+    /// How long `client` must still wait before its next try is checked, if it must.
+    pub fn wait(&self, client: IpAddr, now: Instant) -> Option<Duration> {
+        let f = self.by_client.get(&client)?;
+        let until = f.last + penalty(f.count);
+        (until > now).then(|| until - now)
+    }
+
+    /// `client` sent credentials that did not verify.
+    pub fn failed(&mut self, client: IpAddr, now: Instant) {
+        if self.by_client.len() >= MAX_FAILING && !self.by_client.contains_key(&client) {
+            self.by_client.retain(|_, f| now.saturating_duration_since(f.last) < FAILURES_FORGOTTEN);
+            if self.by_client.len() >= MAX_FAILING {
+                self.by_client.clear();
+            }
+        }
+        let f = self.by_client.entry(client).or_insert(Failing { count: 0, last: now });
+        if now.saturating_duration_since(f.last) >= FAILURES_FORGOTTEN {
+            f.count = 0;
+        }
+        f.count += 1;
+        f.last = now;
+    }
+
+    /// `client` logged in: its failures are forgotten.
+    pub fn succeeded(&mut self, client: IpAddr) {
+        if !self.by_client.is_empty() {
+            self.by_client.remove(&client);
+        }
+    }
+}
+
+/// How long a client with `count` failures in a row waits: nothing for the first
+/// [`FREE_FAILURES`], then 1 s, doubling, at most [`MAX_PENALTY`].
+pub fn penalty(count: u32) -> Duration {
+    if count < FREE_FAILURES {
+        return Duration::ZERO;
+    }
+    let shift = (count - FREE_FAILURES).min(6);
+    Duration::from_secs(1 << shift).min(MAX_PENALTY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic(s: &str) -> Vec<u8> {
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s)).into_bytes()
+    }
+
+    #[test]
+    fn basic_credentials_are_read() {
+        let c = parse(&basic("alice:pa:ss wörd")).unwrap();
+        assert_eq!((c.user.as_str(), c.password.as_slice()), ("alice", "pa:ss wörd".as_bytes()));
+        assert_eq!(parse(b"bAsIc   YTpi").unwrap(), Credentials { user: "a".into(), password: b"b".to_vec() });
+        assert_eq!(parse(&basic("a:")).unwrap().password, b"");
+    }
+
+    #[test]
+    fn broken_headers_are_refused_with_their_status() {
+        let cases: [(&[u8], BadHeader); 7] = [
+            (b"Bearer abc", BadHeader::NotBasic),
+            (b"Basic", BadHeader::NoColon),
+            (b"Basic !!!", BadHeader::NotBase64),
+            (b"Basic YWxpY2U=", BadHeader::NoColon),
+            (b"Basic /w==", BadHeader::NoColon),
+            (b"Basic /zpi", BadHeader::BadUser),
+            (b"Basic YQFiOmM=", BadHeader::BadUser),
+        ];
+        for (value, want) in cases {
+            assert_eq!(parse(value), Err(want), "{}", String::from_utf8_lossy(value));
+        }
+        let huge = basic(&format!("u:{}", "p".repeat(MAX_AUTHORIZATION)));
+        assert_eq!(parse(&huge), Err(BadHeader::TooLong));
+        assert_eq!(BadHeader::NotBasic.status(), 401);
+        assert_eq!(BadHeader::TooLong.status(), 400);
+    }
+
+    #[test]
+    fn the_challenge_escapes_the_realm() {
+        assert_eq!(challenge("Staff"), "Basic realm=\"Staff\", charset=\"UTF-8\"");
+        assert_eq!(challenge("a\"b\\"), "Basic realm=\"a\\\"b\\\\\", charset=\"UTF-8\"");
+    }
+
+    #[test]
+    fn verified_credentials_are_kept_for_a_while_per_file() {
+        let mut v = Verified::default();
+        let now = Instant::now();
+        let key = Verified::key(0, b"Basic YTpi");
+        assert_ne!(key, Verified::key(1, b"Basic YTpi"), "another file, another key");
+        assert_eq!(v.get(&key, now), None);
+        v.insert(key, "a", now);
+        assert_eq!(v.get(&key, now + Duration::from_secs(1)), Some("a"));
+        assert_eq!(v.get(&key, now + VERIFIED_FOR), None, "expired");
+        for i in 0..MAX_VERIFIED {
+            v.insert(Verified::key(i + 2, b"x"), "b", now);
+        }
+        assert!(v.entries.len() <= MAX_VERIFIED);
+    }
+
+    #[test]
+    fn a_client_that_keeps_failing_waits_longer_each_time() {
+        let mut f = Failures::default();
+        let (me, other) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let t0 = Instant::now();
+        for _ in 0..FREE_FAILURES - 1 {
+            f.failed(me, t0);
+        }
+        assert_eq!(f.wait(me, t0), None, "a few typing errors cost nothing");
+        f.failed(me, t0);
+        assert_eq!(f.wait(me, t0), Some(Duration::from_secs(1)));
+        assert_eq!(f.wait(me, t0 + Duration::from_secs(1)), None, "then it may try again");
+        f.failed(me, t0);
+        assert_eq!(f.wait(me, t0), Some(Duration::from_secs(2)), "doubled");
+        assert_eq!(f.wait(other, t0), None, "another client is not slowed");
+        assert_eq!(penalty(FREE_FAILURES + 30), MAX_PENALTY);
+        // A success, or a long quiet, forgets.
+        f.succeeded(me);
+        assert_eq!(f.wait(me, t0), None);
+        for _ in 0..FREE_FAILURES {
+            f.failed(other, t0);
+        }
+        f.failed(other, t0 + FAILURES_FORGOTTEN);
+        assert_eq!(f.wait(other, t0 + FAILURES_FORGOTTEN), None, "one failure after a long quiet");
+    }
+}

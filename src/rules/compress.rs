@@ -1,0 +1,165 @@
+//! Compression on the fly: a file's bytes in gzip, brotli or zstd, made once per file
+//! version and worker and kept beside the file's cache entry, so a hot page costs one
+//! compression per worker, not one per request.
+//!
+//! What is kept is bounded per worker by [`MAX_KEPT`] (a copy that would go past it
+//! is made for its request and dropped). Generated bodies (error pages, listings) are
+//! small and made per request: they are compressed per request too.
+
+use std::cell::Cell;
+use std::io::Write;
+
+use super::encoding::Coding;
+
+/// gzip's level: zlib's default, near its best ratio for text at a fraction of
+/// level 9's time. Paid once per file version and worker.
+pub const GZIP_LEVEL: u32 = 6;
+/// brotli's quality: 5 gives smaller text than gzip -9 in about gzip -6's time;
+/// 11 (the best) costs ~50x more, which belongs to precompressed siblings.
+pub const BROTLI_QUALITY: u32 = 5;
+/// zstd's level: 9 compresses text about as well as brotli 5 and decodes fastest.
+pub const ZSTD_LEVEL: i32 = 9;
+
+/// Most bytes of compressed copies a worker keeps.
+pub const MAX_KEPT: usize = 16 * 1024 * 1024;
+
+/// Types compressed when `compress_types` is not set: text, and the textual
+/// application types (images, audio, video and archives are compressed already).
+pub const DEFAULT_TYPES: [&str; 11] = [
+    "text/*",
+    "application/javascript",
+    "application/json",
+    "application/xml",
+    "application/rss+xml",
+    "application/atom+xml",
+    "application/manifest+json",
+    "application/ld+json",
+    "application/wasm",
+    "image/svg+xml",
+    "image/x-icon",
+];
+
+/// Smallest body compressed when `compress_min_size` is not set: below it the
+/// coding's own framing and the `Content-Encoding` line eat what is saved.
+pub const DEFAULT_MIN_SIZE: u64 = 256;
+
+/// `data` in `coding`.
+pub fn compress(coding: Coding, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() / 3 + 64);
+    match coding {
+        Coding::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(out, flate2::Compression::new(GZIP_LEVEL));
+            e.write_all(data).expect("writing to memory");
+            out = e.finish().expect("writing to memory");
+        }
+        Coding::Br => {
+            let params = brotli::enc::BrotliEncoderParams { quality: BROTLI_QUALITY as i32, ..Default::default() };
+            brotli::BrotliCompress(&mut &data[..], &mut out, &params).expect("writing to memory");
+        }
+        Coding::Zstd => {
+            out = zstd::bulk::compress(data, ZSTD_LEVEL).expect("zstd compresses any input");
+        }
+    }
+    out
+}
+
+/// Whether `content_type` (parameters ignored) matches one of `patterns`
+/// (`type/subtype`, `type/*`).
+pub fn compressible(content_type: &str, patterns: &[String]) -> bool {
+    let ty = content_type.split(';').next().unwrap_or("").trim();
+    let major = ty.split('/').next().unwrap_or("");
+    patterns
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(ty) || p.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major)))
+}
+
+/// The ETag of a file's copy in `coding`: the file's, with the coding inside its
+/// quotes (`"5f-1a2b"` → `"5f-1a2b-br"`), so a cache never takes one for the other.
+pub fn coded_etag(etag: &str, coding: Coding) -> String {
+    match etag.strip_suffix('"') {
+        Some(open) => format!("{open}-{}\"", coding.token()),
+        None => format!("{etag}-{}", coding.token()),
+    }
+}
+
+thread_local! {
+    /// Bytes of the compressed copies this worker keeps.
+    static KEPT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A compressed copy counted against [`MAX_KEPT`] while it lives.
+pub struct Kept {
+    pub bytes: Vec<u8>,
+}
+
+impl Kept {
+    /// `bytes` if there is room for them, else None (the caller sends them once).
+    pub fn new(bytes: Vec<u8>) -> Result<Kept, Vec<u8>> {
+        let len = bytes.len();
+        KEPT.with(|k| {
+            if k.get() + len > MAX_KEPT {
+                return Err(bytes);
+            }
+            k.set(k.get() + len);
+            Ok(Kept { bytes })
+        })
+    }
+
+    /// Bytes kept by this worker now.
+    pub fn total() -> usize {
+        KEPT.with(Cell::get)
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        KEPT.with(|k| k.set(k.get() - self.bytes.len()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn page() -> Vec<u8> {
+        (0..2000).flat_map(|i| format!("<p class=\"row\">line {i} of a page</p>\n").into_bytes()).collect()
+    }
+
+    #[test]
+    fn each_coding_round_trips_and_shrinks_text() {
+        let data = page();
+        for c in super::super::encoding::ALL {
+            let z = compress(c, &data);
+            assert!(z.len() * 5 < data.len(), "{c:?}: {} of {}", z.len(), data.len());
+            let mut back = Vec::new();
+            match c {
+                Coding::Gzip => flate2::read::GzDecoder::new(&z[..]).read_to_end(&mut back).map(|_| ()).unwrap(),
+                Coding::Br => brotli::BrotliDecompress(&mut &z[..], &mut back).unwrap(),
+                Coding::Zstd => back = zstd::decode_all(&z[..]).unwrap(),
+            }
+            assert_eq!(back, data, "{c:?}");
+        }
+        assert!(!compress(Coding::Gzip, b"").is_empty(), "an empty body still has a gzip frame");
+    }
+
+    #[test]
+    fn types_and_etags() {
+        let types: Vec<String> = DEFAULT_TYPES.iter().map(|s| s.to_string()).collect();
+        assert!(compressible("text/html; charset=utf-8", &types));
+        assert!(compressible("application/javascript", &types) && compressible("image/svg+xml", &types));
+        assert!(!compressible("image/png", &types) && !compressible("application/gzip", &types));
+        assert_eq!(coded_etag("\"5f-1a2b\"", Coding::Br), "\"5f-1a2b-br\"");
+        assert_eq!(coded_etag("\"x\"", Coding::Gzip), "\"x-gzip\"");
+    }
+
+    #[test]
+    fn kept_copies_are_counted_within_the_bound() {
+        let before = Kept::total();
+        let a = Kept::new(vec![0; 1000]).ok().unwrap();
+        assert_eq!(Kept::total(), before + 1000);
+        assert!(Kept::new(vec![0; MAX_KEPT]).is_err(), "past the bound: not kept");
+        drop(a);
+        assert_eq!(Kept::total(), before);
+    }
+}
