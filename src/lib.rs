@@ -65,6 +65,8 @@
 //! - Shared by several of these: [`cidr`] (address ranges), [`location`] (what a
 //!   `[[vhost.location]]` matches, and the table that picks one), [`site`] (a vhost as
 //!   a worker serves it), [`statusfile`], [`clock`].
+//! - [`rules`] holds the per-location rules (address lists, Basic auth, `return`,
+//!   headers and caching, compressed answers), each resolved when the config is read.
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs) each worker builds, the
