@@ -11,6 +11,7 @@ pub mod answer;
 pub mod child;
 pub mod env;
 pub mod fcgi;
+pub mod incoming;
 pub mod script;
 
 use std::os::fd::BorrowedFd;

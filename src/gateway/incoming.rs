@@ -1,0 +1,400 @@
+//! A request body as the worker's event loop reads it, for a location that needs
+//! the body whole before it answers (a CGI script, a FastCGI application).
+//!
+//! A connection whose request needs its body parks with an [`Incoming`]: each time
+//! the socket has input, what arrived is decoded (`Content-Length` or chunked) and
+//! kept, in memory up to `http.client_body_buffer`, past that in a temporary file
+//! (`O_TMPFILE`: it has no name, so nothing is left behind, not even after a crash)
+//! in a folder only the workers' user can open. Only a whole body sends the request
+//! on to its handler, so a client uploading slowly costs a socket and a buffer, not
+//! a worker. `http.max_body_size` bounds it (a declared length past it is refused
+//! before a byte of the body is read).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::http::request::{Framing, HttpError};
+
+use super::child::Stdin;
+
+/// Longest chunk-size line (with extensions).
+const MAX_CHUNK_LINE: usize = 1024;
+/// Largest trailer section.
+const MAX_TRAILER: usize = 8192;
+
+/// A whole request body.
+pub enum RequestBody {
+    Memory(Vec<u8>),
+    /// In an unnamed temporary file, `len` bytes.
+    File(File, u64),
+}
+
+impl RequestBody {
+    pub fn len(&self) -> u64 {
+        match self {
+            RequestBody::Memory(v) => v.len() as u64,
+            RequestBody::File(_, n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body as a script's stdin.
+    pub fn stdin(&self) -> Stdin<'_> {
+        match self {
+            RequestBody::Memory(v) if v.is_empty() => Stdin::Empty,
+            RequestBody::Memory(v) => Stdin::Bytes(v),
+            RequestBody::File(f, n) => Stdin::File(f, *n),
+        }
+    }
+}
+
+/// How bodies are kept: the limits and where the temporary files go.
+#[derive(Debug, Clone)]
+pub struct Keep {
+    /// Bytes kept in memory before a temporary file takes the body.
+    pub memory: usize,
+    /// `http.max_body_size`.
+    pub max: u64,
+    /// The folder for temporary files (made by the worker, mode 0700).
+    pub dir: PathBuf,
+}
+
+/// Why a body was not read whole.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("{0}")]
+    Http(HttpError),
+    #[error("the client closed the connection inside the request body")]
+    Closed,
+    #[error("keeping the request body failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The decoder's place in a chunked body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// Reading a size line (bytes of it so far).
+    Size,
+    /// `left` data bytes of a chunk.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// The trailer section (bytes of it so far).
+    Trailer,
+}
+
+/// A body being read.
+pub struct Incoming {
+    /// The request's head, to be parsed again once the body is whole.
+    pub head: Vec<u8>,
+    framing: Decode,
+    kept: Store,
+    keep: Keep,
+    /// Bytes of a chunk-size line or the trailers not yet whole.
+    line: Vec<u8>,
+    /// Bytes of the message read off the wire (framing included).
+    pub wire_bytes: u64,
+}
+
+enum Decode {
+    Length(u64),
+    Chunked(Chunk),
+}
+
+enum Store {
+    Memory(Vec<u8>),
+    File(File, u64),
+}
+
+impl Incoming {
+    /// Starts reading the body of the request whose head is `head` (with
+    /// `framing`); a declared length past the limit is refused now.
+    pub fn new(head: Vec<u8>, framing: Framing, keep: Keep) -> Result<Incoming, HttpError> {
+        let framing = match framing {
+            Framing::None => Decode::Length(0),
+            Framing::Length(n) if n > keep.max => return Err(HttpError::BodyTooLarge),
+            Framing::Length(n) => Decode::Length(n),
+            Framing::Chunked => Decode::Chunked(Chunk::Size),
+        };
+        let first = match framing {
+            Decode::Length(n) => (n as usize).min(keep.memory),
+            Decode::Chunked(_) => 4096,
+        };
+        Ok(Incoming {
+            head,
+            framing,
+            kept: Store::Memory(Vec::with_capacity(first)),
+            keep,
+            line: Vec::new(),
+            wire_bytes: 0,
+        })
+    }
+
+    /// Body bytes kept so far.
+    pub fn len(&self) -> u64 {
+        match &self.kept {
+            Store::Memory(v) => v.len() as u64,
+            Store::File(_, n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the body is whole.
+    pub fn done(&self) -> bool {
+        matches!(self.framing, Decode::Length(0))
+    }
+
+    /// The whole body (after [`Incoming::take`] said it is done).
+    pub fn into_body(self) -> RequestBody {
+        match self.kept {
+            Store::Memory(v) => RequestBody::Memory(v),
+            Store::File(f, n) => RequestBody::File(f, n),
+        }
+    }
+
+    /// Takes what `bytes` holds of the body; returns how many bytes were used (the
+    /// rest is the next request). The body is whole when [`Incoming::done`].
+    pub fn take(&mut self, bytes: &[u8]) -> Result<usize, BodyError> {
+        let mut used = 0;
+        while used < bytes.len() && !self.done() {
+            let rest = &bytes[used..];
+            let n = match &mut self.framing {
+                Decode::Length(left) => {
+                    let n = rest.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                    *left -= n as u64;
+                    self.keep_bytes(&rest[..n])?;
+                    n
+                }
+                Decode::Chunked(state) => {
+                    let state = *state;
+                    self.chunked(state, rest)?
+                }
+            };
+            used += n;
+        }
+        self.wire_bytes += used as u64;
+        Ok(used)
+    }
+
+    /// One step of a chunked body: the bytes used.
+    fn chunked(&mut self, state: Chunk, rest: &[u8]) -> Result<usize, BodyError> {
+        let bad = |why| BodyError::Http(HttpError::BadRequest(why));
+        match state {
+            Chunk::Size => {
+                let Some(nl) = memchr::memchr(b'\n', rest) else {
+                    self.line.extend_from_slice(rest);
+                    if self.line.len() > MAX_CHUNK_LINE {
+                        return Err(bad("chunk line too long"));
+                    }
+                    return Ok(rest.len());
+                };
+                self.line.extend_from_slice(&rest[..=nl]);
+                let line = std::mem::take(&mut self.line);
+                if line.len() > MAX_CHUNK_LINE {
+                    return Err(bad("chunk line too long"));
+                }
+                let size = match httparse::parse_chunk_size(&line) {
+                    Ok(httparse::Status::Complete((_, size)))
+                        if line.ends_with(b"\r\n") && line[0].is_ascii_hexdigit() =>
+                    {
+                        size
+                    }
+                    _ => return Err(bad("bad chunk size line")),
+                };
+                if self.len().saturating_add(size) > self.keep.max {
+                    return Err(BodyError::Http(HttpError::BodyTooLarge));
+                }
+                self.framing = Decode::Chunked(if size == 0 { Chunk::Trailer } else { Chunk::Data(size) });
+                Ok(nl + 1)
+            }
+            Chunk::Data(left) => {
+                let n = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                self.keep_bytes(&rest[..n])?;
+                let left = left - n as u64;
+                self.framing = Decode::Chunked(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) });
+                Ok(n)
+            }
+            Chunk::DataEnd => {
+                // The CRLF, perhaps split over two reads.
+                let take = (2 - self.line.len()).min(rest.len());
+                self.line.extend_from_slice(&rest[..take]);
+                if self.line.len() == 2 {
+                    if self.line != b"\r\n" {
+                        return Err(bad("chunk data longer than its size"));
+                    }
+                    self.line.clear();
+                    self.framing = Decode::Chunked(Chunk::Size);
+                }
+                Ok(take)
+            }
+            Chunk::Trailer => {
+                let before = self.line.len();
+                self.line.extend_from_slice(&rest[..rest.len().min(MAX_TRAILER + 4)]);
+                match crate::http::request::trailer_end(&self.line, MAX_TRAILER) {
+                    Ok(Some(end)) => {
+                        self.line.clear();
+                        self.framing = Decode::Length(0);
+                        Ok(end - before)
+                    }
+                    Ok(None) => Ok(self.line.len() - before),
+                    Err(e) => Err(BodyError::Http(e)),
+                }
+            }
+        }
+    }
+
+    fn keep_bytes(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if let Store::Memory(v) = &mut self.kept {
+            if v.len() + bytes.len() <= self.keep.memory {
+                v.extend_from_slice(bytes);
+                return Ok(());
+            }
+            let mut file = temp_file(&self.keep.dir)?;
+            file.write_all(v)?;
+            self.kept = Store::File(file, v.len() as u64);
+        }
+        if let Store::File(f, n) = &mut self.kept {
+            f.write_all(bytes)?;
+            *n += bytes.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// An unnamed file in `dir`, read and written by this process only.
+fn temp_file(dir: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().read(true).write(true).mode(0o600).custom_flags(libc::O_TMPFILE).open(dir)
+}
+
+/// Makes `dir` the folder for body files: created with mode 0700 if missing; an
+/// existing one must be a real directory (not a link), owned by this process's
+/// user, and closed to everyone else.
+pub fn prepare_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} must be a directory of uid {uid} closed to others (mode 0700)", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+
+    fn keep(dir: &Path, memory: usize) -> Keep {
+        Keep { memory, max: 1 << 20, dir: dir.to_path_buf() }
+    }
+
+    fn contents(b: RequestBody) -> Vec<u8> {
+        match b {
+            RequestBody::Memory(v) => v,
+            RequestBody::File(f, n) => {
+                let mut v = vec![0; n as usize];
+                f.read_exact_at(&mut v, 0).unwrap();
+                v
+            }
+        }
+    }
+
+    #[test]
+    fn a_length_body_stops_at_its_end_whatever_the_pieces() {
+        let d = tempfile::tempdir().unwrap();
+        let wire = b"hello worldGET / HTTP/1.1\r\n";
+        for piece in 1..wire.len() {
+            let mut inc = Incoming::new(Vec::new(), Framing::Length(11), keep(d.path(), 4)).unwrap();
+            let mut used = 0;
+            for part in wire.chunks(piece) {
+                if inc.done() {
+                    break;
+                }
+                used += inc.take(part).unwrap();
+            }
+            assert!(inc.done());
+            assert_eq!(used, 11);
+            assert_eq!(contents(inc.into_body()), b"hello world");
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded_in_any_pieces() {
+        let d = tempfile::tempdir().unwrap();
+        let wire = b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        for piece in 1..wire.len() {
+            let mut inc = Incoming::new(Vec::new(), Framing::Chunked, keep(d.path(), 1 << 20)).unwrap();
+            let mut used = 0;
+            for part in wire.chunks(piece) {
+                let mut off = 0;
+                while off < part.len() && !inc.done() {
+                    let n = inc.take(&part[off..]).unwrap();
+                    off += n;
+                    used += n;
+                }
+            }
+            assert!(inc.done(), "piece {piece}");
+            assert_eq!(used, wire.len() - 4, "piece {piece}");
+            assert_eq!(contents(inc.into_body()), b"hello world");
+        }
+    }
+
+    #[test]
+    fn a_large_body_goes_to_a_nameless_file() {
+        let d = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let mut inc = Incoming::new(Vec::new(), Framing::Length(body.len() as u64), keep(d.path(), 1000)).unwrap();
+        for part in body.chunks(7000) {
+            inc.take(part).unwrap();
+        }
+        assert!(inc.done());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "the file has no name");
+        let b = inc.into_body();
+        assert!(matches!(b, RequestBody::File(..)));
+        assert_eq!(contents(b), body);
+    }
+
+    #[test]
+    fn limits_and_bad_chunks_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let k = Keep { memory: 100, max: 10, dir: d.path().into() };
+        assert!(matches!(Incoming::new(Vec::new(), Framing::Length(11), k.clone()), Err(HttpError::BodyTooLarge)));
+        let mut inc = Incoming::new(Vec::new(), Framing::Chunked, k.clone()).unwrap();
+        assert!(matches!(inc.take(b"b\r\n"), Err(BodyError::Http(HttpError::BodyTooLarge))));
+        for bad in [&b"x\r\n"[..], b"5\nhello", b"5\r\nhelloXY", b"\r\n"] {
+            let mut inc = Incoming::new(Vec::new(), Framing::Chunked, keep(d.path(), 100)).unwrap();
+            assert!(matches!(inc.take(bad), Err(BodyError::Http(HttpError::BadRequest(_)))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_folder_must_be_ours_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("bodies");
+        prepare_dir(&dir).unwrap();
+        prepare_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        assert!(prepare_dir(&dir).is_err());
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(d.path(), &link).unwrap();
+        assert!(prepare_dir(&link).is_err());
+        let _ = std::fs::File::open(d.path()).unwrap().read(&mut []);
+    }
+}
