@@ -36,6 +36,11 @@ pub const MAX_SPAWN_RATE: u32 = 32;
 /// `getsockopt` per listener.
 pub const QUICK_LOOK: Duration = Duration::from_millis(50);
 
+/// A worker that dies younger than this is replaced by the tick's maintenance (whose
+/// rate starts at one a second), not at once: a worker that crashes on start must
+/// not become a fork loop.
+pub const MIN_LIFETIME_FOR_RESPAWN: Duration = Duration::from_secs(1);
+
 /// What the master counted this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -157,6 +162,15 @@ pub fn exit_cause(exit: Exit, killed: bool, stuck: bool) -> ExitCause {
             None => ExitCause::Code,
         },
     }
+}
+
+/// Whether the slot of a worker that ended gets a new worker at once: its end asks
+/// for it ([`Verdict::replace`]: a crash or a recycle), it was of the current
+/// generation (an old one's slot is the new generation's to fill), the master keeps
+/// a pool now (`forking`: not paused, not stopping), and it lived at least
+/// [`MIN_LIFETIME_FOR_RESPAWN`].
+pub fn respawn_at_once(verdict: &Verdict, current: bool, forking: bool, lived: Duration) -> bool {
+    verdict.replace && current && forking && lived >= MIN_LIFETIME_FOR_RESPAWN
 }
 
 /// Decides what the end of worker `pid` in `slot` means. `current`: it belonged to
@@ -319,6 +333,18 @@ mod tests {
         assert_eq!(v.say, Some((Level::Error, "worker 7 (slot 4) killed by signal SIGSEGV, core dumped".into())));
         let v = on_exit(7, 4, Exit::Signal { signal: Signal::SIGKILL, core: false }, false, false);
         assert!(v.say.unwrap().1.ends_with("killed by signal SIGKILL (perhaps out of memory?)"));
+    }
+
+    #[test]
+    fn a_crashed_worker_is_replaced_at_once_only_if_it_lived_and_belongs() {
+        let crash = on_exit(7, 4, Exit::Code(101), true, false);
+        let retired = on_exit(7, 4, exit(ChildExit::Retired), true, false);
+        let old = MIN_LIFETIME_FOR_RESPAWN;
+        assert!(respawn_at_once(&crash, true, true, old));
+        assert!(!respawn_at_once(&crash, true, true, old - Duration::from_millis(1)), "young: paced");
+        assert!(!respawn_at_once(&crash, false, true, old), "an old generation's slot");
+        assert!(!respawn_at_once(&crash, true, false, old), "paused or stopping");
+        assert!(!respawn_at_once(&retired, true, true, old), "it left as asked");
     }
 
     #[test]

@@ -9,17 +9,25 @@
 //! Only pids from the master's own table are ever signalled; the scoreboard (which
 //! workers write) is read for states, never for pids to kill.
 //!
-//! This file is the loop, forking, reaping and reloading; beside it: [`signals`]
-//! (signal → [`signals::Control`]), [`maintenance`] (the pure policies: how many
-//! workers to fork or retire, what a worker's exit means), `pool` (counting the pool
-//! and forking into free slots), `retire` (the pipe of death, waking old
-//! generations, the stuck-worker watchdog, the stops) and [`ready`] (telling the
-//! launching command that the server is up).
+//! The master's phase (serving, paused, draining, stopping, superseded by an upgrade)
+//! is one value, [`life::Life`]; the loop asks it what to do.
+//!
+//! This file is the loop, forking and reaping; beside it: [`signals`] (signal →
+//! [`signals::Control`]), `life` (the phases and every move between them: the
+//! stops, WINCH's pause, an upgrade's hand-over), [`maintenance`] (the pure policies:
+//! how many workers to fork or retire, what a worker's exit means, whether it is
+//! replaced at once), `pool` (counting the pool and forking into free slots),
+//! `retire` (the pipe of death, waking the workers that must go, the stuck-worker
+//! watchdog), `reload` (HUP, USR1), `upgrade` (USR2), `report` (all the master
+//! tells systemd, the status file and the launching command) and [`ready`] (the
+//! launching command's pipe).
 
+mod life;
 pub mod maintenance;
 mod pool;
 pub mod ready;
 mod reload;
+mod report;
 mod retire;
 pub mod signals;
 mod upgrade;
@@ -30,7 +38,6 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -41,14 +48,17 @@ use crate::log::access::AccessLogs;
 use crate::log::rotate::Schedule;
 use crate::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
-use crate::statusfile;
 use crate::sys::{self, Forked};
 use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, WorkerCtx};
+use life::Life;
 use maintenance::{Band, Exit, Then};
+use pool::Pool;
 use ready::Ready;
 use reload::prepare_log_files;
+use report::Report;
 use signals::{Control, Signals};
+use upgrade::Upgrades;
 
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);
@@ -56,9 +66,6 @@ const TICK: Duration = Duration::from_secs(1);
 /// A worker's TERM handler only writes the access-log records it holds, then dies:
 /// that takes milliseconds unless the log's disk hangs.
 const STOP_GRACE: Duration = Duration::from_secs(3);
-/// A worker that dies younger than this is replaced by maintenance (rate-limited),
-/// not at once: a worker that crashes on start must not become a fork loop.
-const MIN_LIFETIME_FOR_RESPAWN: Duration = Duration::from_secs(1);
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
@@ -68,23 +75,26 @@ struct Child {
     slot: usize,
     generation: u32,
     born: Instant,
-    /// The master already decided this one's fate (stuck, stop): don't log its death.
-    killed: bool,
-    /// Sent TERM as stuck: KILL at this time if it is still there.
-    kill_at: Option<Instant>,
-    /// Stopped by the watchdog (the metrics count its end as `stuck`).
-    stuck: bool,
+    fate: Fate,
 }
 
+/// What the master decided about a worker, if anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stopping {
-    /// QUIT with `server.drain_time`: until `until`, health checks answer 503 and
-    /// everything else is served as usual; then the graceful stop.
-    Draining { until: Instant },
-    /// QUIT: until `deadline`, workers finish; then TERM.
-    Graceful { deadline: Instant },
-    /// TERM: workers got TERM; at `deadline`, KILL.
-    Fast { deadline: Instant },
+enum Fate {
+    /// Nothing: its death is news (a crash is said and the worker replaced).
+    Own,
+    /// Sent away by a stop (TERM, KILL): its death by signal is no news.
+    Stopped,
+    /// Stopped by the watchdog (the metrics count its end as `stuck`): TERM was sent;
+    /// KILL at `kill_at` if it is still there (`None` once sent).
+    Stuck { kill_at: Option<Instant> },
+}
+
+impl Fate {
+    /// The master already decided this one's fate: don't log its death.
+    fn decided(self) -> bool {
+        self != Fate::Own
+    }
 }
 
 pub struct Master {
@@ -103,37 +113,14 @@ pub struct Master {
     signals: Signals,
     logs: AccessLogs,
     rotations: Schedule,
+    /// The pid table: the only pids the master ever signals.
     children: HashMap<Pid, Child>,
     generation: u32,
-    band: Band,
-    spawn_rate: u32,
-    /// The last look found the pool short of idle workers: look again before the tick.
-    short: bool,
-    full_reported: bool,
-    /// WINCH: workers retired, none spawned until the next reload.
-    workers_paused: bool,
-    stopping: Option<Stopping>,
-    /// A worker could not start: stop, and exit with failure.
-    fatal: bool,
-    /// This binary, as it was found at start: what an upgrade (USR2) execs, so a
-    /// package that replaced the file brings in the new version.
-    exe: Option<std::path::PathBuf>,
-    /// The pid file this master owns: the config's, or `<pid_file>.oldbin` while a
-    /// new master takes over (and after it did).
-    pid_path: std::path::PathBuf,
-    /// A binary upgrade under way ([`upgrade`]).
-    upgrade: Option<upgrade::Upgrade>,
-    /// Upgrades that failed (the status file says, for `pika -k upgrade`).
-    upgrades_failed: u32,
-    /// This master gave way to a new one: it retires its workers and exits.
-    superseded: bool,
-    /// A reload told systemd RELOADING=1: READY=1 follows once the new generation
-    /// serves.
-    reload_unconfirmed: bool,
-    /// systemd was told READY=1 (or the start failed).
-    announced: bool,
-    /// The last STATUS= told systemd, sent again only when it changes.
-    notified_status: String,
+    /// Serving, paused, draining, stopping, or superseded by an upgrade.
+    life: Life,
+    pool: Pool,
+    upgrade: Upgrades,
+    report: Report,
 }
 
 impl Master {
@@ -180,20 +167,13 @@ impl Master {
         // group (an existing one keeps its own).
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
-        let band = Band::of(&config);
-        scoreboard.header.min_spare.store(band.min_spare, Relaxed);
-        scoreboard.header.max_spare.store(band.max_spare, Relaxed);
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
-        Ok(Master {
+        let mut master = Master {
             rotations,
-            exe: std::env::current_exe().ok(),
-            pid_path: config.pid_file.clone(),
-            upgrade: None,
-            upgrades_failed: 0,
-            superseded: false,
-            reload_unconfirmed: false,
-            announced: false,
-            notified_status: String::new(),
+            upgrade: Upgrades::new(&config.pid_file),
+            report: Report::new(),
+            pool: Pool::new(Band::of(&config)),
+            life: Life::Serving,
             config,
             listeners,
             scoreboard,
@@ -207,15 +187,9 @@ impl Master {
             logs,
             children: HashMap::new(),
             generation: 0,
-            band,
-            spawn_rate: 1,
-            // The first look comes soon after start: a burst may be waiting already.
-            short: true,
-            full_reported: false,
-            workers_paused: false,
-            stopping: None,
-            fatal: false,
-        })
+        };
+        master.new_pool();
+        Ok(master)
     }
 
     /// What the config's reader noted that is not an error (keys that no longer
@@ -240,13 +214,13 @@ impl Master {
         let mut next_tick = Instant::now() + TICK;
         let mut last_look = Instant::now();
         loop {
-            if ready.pending() || !self.announced {
+            if ready.pending() || self.report.start_pending() {
                 self.report_ready(ready);
             }
             // While short of idle workers, look again QUICK_LOOK after the last look.
-            let next_look = if self.short { last_look + maintenance::QUICK_LOOK } else { next_tick };
+            let next_look = if self.pool.short { last_look + maintenance::QUICK_LOOK } else { next_tick };
             let mut wait = next_tick.min(next_look).saturating_duration_since(Instant::now());
-            if ready.pending() || !self.announced {
+            if ready.pending() || self.report.start_pending() {
                 // Report readiness promptly: workers turn ready within milliseconds.
                 wait = wait.min(Duration::from_millis(20));
             }
@@ -256,7 +230,7 @@ impl Master {
                     PollFd::new(self.signals.fd(), PollFlags::POLLIN),
                     PollFd::new(self.doorbell.fd(), PollFlags::POLLIN),
                 ];
-                if let Some(u) = &self.upgrade {
+                if let Some(u) = &self.upgrade.under_way {
                     fds.push(PollFd::new(u.fd(), PollFlags::POLLIN));
                 }
                 let _ = poll(&mut fds, PollTimeout::from(ms));
@@ -264,7 +238,7 @@ impl Master {
             if self.doorbell.take() {
                 // A worker found too few idle workers: look now (or a quick look
                 // after the last one).
-                self.short = true;
+                self.pool.short = true;
             }
             for control in self.signals.take() {
                 self.handle(control);
@@ -277,48 +251,24 @@ impl Master {
                 next_tick = now + TICK;
                 last_look = now;
                 self.tick();
-            } else if self.short && now >= last_look + maintenance::QUICK_LOOK {
+            } else if self.pool.short && now >= last_look + maintenance::QUICK_LOOK {
                 last_look = now;
                 self.quick_look();
             }
-            if self.winding_down() && self.children.is_empty() {
+            if self.life.ends_with_the_workers() && self.children.is_empty() {
                 self.report_ready(ready);
-                break;
-            }
-        }
-        statusfile::remove(&self.pid_path);
-        if self.superseded {
-            let _ = std::fs::remove_file(&self.pid_path);
-            log::info!("pika (pid {}) exits: the new master serves", std::process::id());
-        } else {
-            log::info!("pika stopped");
-        }
-        if self.fatal { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-    }
-
-    /// Ready when every first-generation worker has left `Starting` (or none was
-    /// asked for); failed if one could not start.
-    fn report_ready(&mut self, ready: &mut Ready) {
-        if self.fatal {
-            ready.fail("a worker could not start (see the error log)");
-            self.announced = true;
-        } else if self.children.values().all(|c| self.scoreboard.slots[c.slot].state() != State::Starting) {
-            self.write_status_file();
-            ready.ok();
-            if !self.announced {
-                self.announced = true;
-                crate::notify::send(&format!("READY=1\nSTATUS={}", self.status_line()));
+                return self.exit();
             }
         }
     }
 
     fn handle(&mut self, control: Control) {
         match control {
-            Control::FastStop => self.fast_stop(),
+            Control::FastStop => self.fast_stop(false),
             Control::GracefulStop => self.graceful_stop(),
             Control::Reload => self.reload(),
             Control::ReopenLogs => self.reopen_logs(),
-            Control::StopWorkers => self.pause_workers(),
+            Control::StopWorkers => self.pause(),
             Control::MoreSpare => self.adjust_band(1),
             Control::FewerSpare => self.adjust_band(-1),
             Control::Upgrade => self.start_upgrade(),
@@ -326,38 +276,14 @@ impl Master {
         }
     }
 
-    /// A stop is under way, past any drain: workers leave and none is forked.
-    fn winding_down(&self) -> bool {
-        matches!(self.stopping, Some(Stopping::Graceful { .. } | Stopping::Fast { .. }))
-    }
-
     /// The once-a-second work.
     fn tick(&mut self) {
-        match self.stopping {
-            Some(Stopping::Draining { until }) if Instant::now() >= until => {
-                self.stopping = None;
-                self.begin_graceful_stop();
-            }
-            Some(Stopping::Graceful { deadline }) if Instant::now() >= deadline => {
-                log::warn!(
-                    "graceful stop timed out after {:?}; terminating the remaining workers",
-                    self.config.graceful_timeout
-                );
-                self.fast_stop();
-            }
-            Some(Stopping::Fast { deadline }) if Instant::now() >= deadline => self.signal_all(Signal::SIGKILL),
-            _ => {}
-        }
-        if !self.winding_down() && !self.workers_paused {
-            self.perform_idle_server_maintenance();
-        } else {
-            self.short = false;
-        }
+        self.advance_life();
+        self.perform_idle_server_maintenance();
         self.wake_retiring_workers();
         self.kill_stuck_workers();
         self.rotate_logs();
-        self.write_status_file();
-        self.notify_status();
+        self.report_tick();
         self.tickets.advance(unix_now() as u64);
         self.check_certificates();
     }
@@ -383,53 +309,6 @@ impl Master {
             self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);
             log::info!("logs rotated");
         }
-    }
-
-    /// The scoreboard's counts in a line, for systemd's STATUS=.
-    fn status_line(&self) -> String {
-        let snap = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32);
-        format!(
-            "{} workers ({} idle), {} connections held, {} requests, generation {}",
-            snap.busy() + snap.idle(),
-            snap.idle(),
-            snap.conns_total(),
-            snap.total_requests,
-            self.generation
-        )
-    }
-
-    /// STATUS= when the counts changed (at most once a tick).
-    fn notify_status(&mut self) {
-        if self.superseded {
-            return; // the new master speaks now
-        }
-        let line = self.status_line();
-        if line != self.notified_status {
-            crate::notify::send(&format!("STATUS={line}"));
-            self.notified_status = line;
-        }
-    }
-
-    /// READY=1 after RELOADING=1, once a worker of the new generation serves.
-    fn confirm_reload(&mut self) {
-        if !self.reload_unconfirmed {
-            return;
-        }
-        let serving = self.children.values().any(|c| {
-            c.generation == self.generation
-                && !matches!(self.scoreboard.slots[c.slot].state(), State::Starting | State::Dead)
-        });
-        if serving || self.config.workers.start == 0 {
-            self.reload_unconfirmed = false;
-            crate::notify::send(&format!("READY=1\nSTATUS={}", self.status_line()));
-        }
-    }
-
-    /// Rewrites the status file `pika -k status` and `-k reload` read.
-    fn write_status_file(&self) {
-        let mut text = crate::status::Snapshot::take(&self.scoreboard, std::process::id() as i32).summary();
-        text.push_str(&format!("upgrades_failed: {}\n", self.upgrades_failed));
-        let _ = statusfile::write(&self.pid_path, &text);
     }
 
     fn make_child(&mut self, slot: usize) -> std::io::Result<()> {
@@ -462,17 +341,8 @@ impl Master {
             }
             Ok(Forked::Parent(pid)) => {
                 sys::restore_signals(&old_mask);
-                self.children.insert(
-                    pid,
-                    Child {
-                        slot,
-                        generation: self.generation,
-                        born: Instant::now(),
-                        killed: false,
-                        kill_at: None,
-                        stuck: false,
-                    },
-                );
+                self.children
+                    .insert(pid, Child { slot, generation: self.generation, born: Instant::now(), fate: Fate::Own });
                 self.scoreboard.header.pool.starts.fetch_add(1, Relaxed);
                 Ok(())
             }
@@ -503,28 +373,19 @@ impl Master {
             slot.pid.store(0, Relaxed);
             slot.set_state(State::Dead);
             let current = child.generation == self.generation;
-            let cause = maintenance::exit_cause(exit, child.killed, child.stuck);
+            let stuck = matches!(child.fate, Fate::Stuck { .. });
+            let cause = maintenance::exit_cause(exit, child.fate.decided(), stuck);
             self.scoreboard.header.pool.exited(cause);
-            let verdict = maintenance::on_exit(pid.as_raw(), child.slot, exit, current, child.killed);
+            let verdict = maintenance::on_exit(pid.as_raw(), child.slot, exit, current, child.fate.decided());
             if let Some((level, line)) = &verdict.say {
                 log::log!(*level, "{line}");
             }
             match verdict.then {
                 Then::Nothing => {}
-                Then::StopServer => {
-                    self.fatal = true;
-                    self.fast_stop();
-                }
-                Then::SlowDown => self.spawn_rate = 1,
+                Then::StopServer => self.fast_stop(true),
+                Then::SlowDown => self.slow_down(),
             }
-            // A crashed or recycled worker of the current generation is replaced in its
-            // own slot at once, unless it died young (then maintenance paces it).
-            if verdict.replace
-                && current
-                && !self.winding_down()
-                && !self.workers_paused
-                && child.born.elapsed() >= MIN_LIFETIME_FOR_RESPAWN
-            {
+            if maintenance::respawn_at_once(&verdict, current, self.life.forks(), child.born.elapsed()) {
                 if let Err(e) = self.make_child(child.slot) {
                     log::error!("fork failed: {e}");
                 }

@@ -1,13 +1,53 @@
 //! The pool as the master keeps it: count the idle workers, ask
 //! [`maintenance`](super::maintenance) what to do, fork into free slots, and tell
-//! the workers when idle ones are scarce.
+//! the workers when idle ones are scarce. Only while the master's life keeps a pool
+//! ([`Life::forks`](super::life::Life::forks)): paused or stopping, it forks none.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::Master;
-use super::maintenance::{self, Counts, Decision};
+use super::maintenance::{self, Band, Counts, Decision};
+
+/// The pool's own state between looks.
+pub(super) struct Pool {
+    /// The spare band and the ceiling (the config's, moved by TTIN and TTOU).
+    pub(super) band: Band,
+    /// Workers forked at the next shortage, doubling while it lasts.
+    spawn_rate: u32,
+    /// The last look found the pool short of idle workers: look again before the
+    /// tick.
+    pub(super) short: bool,
+    /// "workers.max reached" was said: the error log says it once, not every tick,
+    /// until a reload.
+    full_reported: bool,
+}
+
+impl Pool {
+    pub(super) fn new(band: Band) -> Pool {
+        // The first look comes soon after start (or a reload): a burst may be
+        // waiting already.
+        Pool { band, spawn_rate: 1, short: true, full_reported: false }
+    }
+}
 
 impl Master {
+    /// A pool anew (start, reload): the config's band, told to the workers through
+    /// the scoreboard.
+    pub(super) fn new_pool(&mut self) {
+        self.pool = Pool::new(Band::of(&self.config));
+        self.publish_band();
+    }
+
+    fn publish_band(&self) {
+        self.scoreboard.header.min_spare.store(self.pool.band.min_spare, Relaxed);
+        self.scoreboard.header.max_spare.store(self.pool.band.max_spare, Relaxed);
+    }
+
+    /// A worker ran short of a resource, or a fork failed: fork slowly again.
+    pub(super) fn slow_down(&mut self) {
+        self.pool.spawn_rate = 1;
+    }
+
     /// Counts the pool for a look; workers may ring the doorbell again from here on.
     pub(super) fn counts(&self) -> Counts {
         self.doorbell.rearm(self.scoreboard.header);
@@ -24,13 +64,13 @@ impl Master {
 
     /// Between ticks, while short of idle workers: fork for the connections waiting.
     pub(super) fn quick_look(&mut self) {
-        self.short = false;
-        if self.winding_down() || self.workers_paused {
+        self.pool.short = false;
+        if !self.life.forks() {
             return;
         }
         let counts = self.counts();
-        self.short = maintenance::short(counts, self.band);
-        if let Decision::Spawn(n) = maintenance::quick(counts, self.band) {
+        self.pool.short = maintenance::short(counts, self.pool.band);
+        if let Decision::Spawn(n) = maintenance::quick(counts, self.pool.band) {
             log::debug!(
                 "maintenance: spawning {n} workers now ({} idle, {} total, {} connections waiting)",
                 counts.idle,
@@ -41,11 +81,16 @@ impl Master {
         }
     }
 
+    /// The tick's look (Apache's name for it).
     pub(super) fn perform_idle_server_maintenance(&mut self) {
+        self.pool.short = false;
+        if !self.life.forks() {
+            return;
+        }
         let counts = self.counts();
-        self.short = maintenance::short(counts, self.band);
-        let before = self.spawn_rate;
-        match maintenance::decide(counts, self.band, &mut self.spawn_rate) {
+        self.pool.short = maintenance::short(counts, self.pool.band);
+        let before = self.pool.spawn_rate;
+        match maintenance::decide(counts, self.pool.band, &mut self.pool.spawn_rate) {
             Decision::Nothing => {}
             Decision::Spawn(n) => {
                 log::debug!(
@@ -68,9 +113,9 @@ impl Master {
                 self.retire_one();
             }
             Decision::Full => {
-                if !self.full_reported {
-                    log::error!("server reached workers.max ({}); consider raising it", self.band.max);
-                    self.full_reported = true;
+                if !self.pool.full_reported {
+                    log::error!("server reached workers.max ({}); consider raising it", self.pool.band.max);
+                    self.pool.full_reported = true;
                 }
             }
         }
@@ -82,14 +127,14 @@ impl Master {
             let Some(slot) = self.free_slot() else { break };
             if let Err(e) = self.make_child(slot) {
                 log::error!("fork failed: {e}");
-                self.spawn_rate = 1;
+                self.slow_down();
                 break;
             }
         }
     }
 
     pub(super) fn free_slot(&self) -> Option<usize> {
-        let limit = (self.band.max as usize).min(self.scoreboard.slots.len());
+        let limit = (self.pool.band.max as usize).min(self.scoreboard.slots.len());
         let mut used = vec![false; limit];
         for c in self.children.values() {
             if c.slot < limit {
@@ -100,12 +145,12 @@ impl Master {
     }
 
     pub(super) fn adjust_band(&mut self, delta: i32) {
-        let min = (self.band.min_spare as i32 + delta).max(0) as u32;
-        let max = (self.band.max_spare as i32 + delta).max(min as i32 + 1) as u32;
-        self.band.min_spare = min;
-        self.band.max_spare = max;
-        self.scoreboard.header.min_spare.store(min, Relaxed);
-        self.scoreboard.header.max_spare.store(max, Relaxed);
+        let band = &mut self.pool.band;
+        let min = (band.min_spare as i32 + delta).max(0) as u32;
+        let max = (band.max_spare as i32 + delta).max(min as i32 + 1) as u32;
+        band.min_spare = min;
+        band.max_spare = max;
+        self.publish_band();
         log::info!("spare workers: min_spare {min}, max_spare {max}");
     }
 }

@@ -1,9 +1,8 @@
 //! The configuration read again (HUP) and the logs reopened (USR1), in the running
 //! master: nothing changes until everything that can fail has succeeded.
 
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 
-use super::maintenance::Band;
 use super::{Master, unix_now};
 use crate::config::{self, Config};
 use crate::listen::Listeners;
@@ -14,24 +13,18 @@ impl Master {
     /// HUP: the new config is read and checked in full before anything changes; a
     /// broken one is logged and the old one keeps serving.
     pub(super) fn reload(&mut self) {
-        if self.stopping.is_some() {
+        if !self.life.takes_orders() {
             return;
         }
-        if self.upgrade.is_some() {
+        if self.upgrade.under_way.is_some() {
             log::warn!("reload ignored: a binary upgrade is under way");
             return;
         }
-        crate::notify::send(&format!("RELOADING=1\nMONOTONIC_USEC={}", crate::notify::monotonic_usec()));
+        self.report_reload_begins();
         let (new, logs, listeners) = match self.prepare_reload() {
             Ok(ready) => ready,
-            Err(e) => {
-                log::error!("reload failed, still serving the previous configuration: {e}");
-                crate::notify::send(&format!("READY=1\nSTATUS=reload failed, serving the previous configuration: {e}"));
-                self.scoreboard.header.pool.reloads_failed.fetch_add(1, Relaxed);
-                return;
-            }
+            Err(e) => return self.report_reload_failed(&e),
         };
-        self.reload_unconfirmed = true;
         if let Err(e) = crate::log::set_target(&new.error_log, new.log_level) {
             log::error!("cannot open the new error log, keeping the old one: {e}");
         }
@@ -46,18 +39,11 @@ impl Master {
         self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());
         self.config = new;
         prepare_log_files(&self.config);
-        self.band = Band::of(&self.config);
-        self.scoreboard.header.min_spare.store(self.band.min_spare, Relaxed);
-        self.scoreboard.header.max_spare.store(self.band.max_spare, Relaxed);
-        self.scoreboard.header.pool.reloads.fetch_add(1, Relaxed);
-        self.spawn_rate = 1;
-        self.short = true;
-        self.full_reported = false;
-        self.workers_paused = false;
-        self.scoreboard.header.handover_open.store(1, Relaxed);
+        self.new_pool();
+        self.resume();
         self.next_cert_check = 0;
         self.new_generation();
-        log::info!("reloaded {}: generation {}", self.config.file.display(), self.generation);
+        self.report_reloaded();
         self.say_notes();
         self.startup_children(self.config.workers.start);
         self.wake_retiring_workers();

@@ -21,14 +21,15 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::Master;
 use super::maintenance::Exit;
-use super::{Master, Stopping};
 use crate::sys;
 
 /// How long the new master has to serve. It reads its config, maybe checks
@@ -40,11 +41,31 @@ pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const OLDBIN: &str = "oldbin";
 
 /// The pid file an old master keeps while a new one takes over.
-pub fn oldbin_path(pid_file: &std::path::Path) -> std::path::PathBuf {
+pub fn oldbin_path(pid_file: &Path) -> PathBuf {
     let mut p = pid_file.as_os_str().to_owned();
     p.push(".");
     p.push(OLDBIN);
     p.into()
+}
+
+/// What the master keeps for upgrades.
+pub(super) struct Upgrades {
+    /// This binary, as it was found at start: what an upgrade execs, so a package
+    /// that replaced the file brings in the new version.
+    exe: Option<PathBuf>,
+    /// The pid file this master owns: the config's, or `<pid_file>.oldbin` while a
+    /// new master takes over (and after it did). The status file lies beside it.
+    pub(super) pid_path: PathBuf,
+    /// The upgrade under way.
+    pub(super) under_way: Option<Upgrade>,
+    /// Upgrades that failed (the status file says, for `pika -k upgrade`).
+    pub(super) failed: u32,
+}
+
+impl Upgrades {
+    pub(super) fn new(pid_file: &Path) -> Upgrades {
+        Upgrades { exe: std::env::current_exe().ok(), pid_path: pid_file.to_path_buf(), under_way: None, failed: 0 }
+    }
 }
 
 /// An upgrade under way: the new master and the pipe it answers on.
@@ -64,11 +85,11 @@ impl Upgrade {
 impl Master {
     /// USR2.
     pub(super) fn start_upgrade(&mut self) {
-        if self.upgrade.is_some() || self.stopping.is_some() || self.superseded {
+        if self.upgrade.under_way.is_some() || !self.life.takes_orders() {
             log::warn!("SIGUSR2 ignored: an upgrade or a stop is under way");
             return;
         }
-        let Some(exe) = self.exe.clone() else {
+        let Some(exe) = self.upgrade.exe.clone() else {
             log::error!("upgrade: the path of this binary is unknown; not upgrading");
             return;
         };
@@ -81,12 +102,12 @@ impl Master {
             );
             return;
         }
-        crate::statusfile::remove(&self.pid_path);
-        self.pid_path = oldbin;
+        crate::statusfile::remove(&self.upgrade.pid_path);
+        self.upgrade.pid_path = oldbin;
         match self.spawn_new_master(&exe) {
             Ok((child, pipe)) => {
                 log::info!("upgrade: started {} as pid {child}; waiting for it to serve", exe.display());
-                self.upgrade =
+                self.upgrade.under_way =
                     Some(Upgrade { child, pipe, said: Vec::new(), deadline: Instant::now() + READY_TIMEOUT });
                 self.write_status_file();
             }
@@ -97,7 +118,7 @@ impl Master {
     /// Runs `exe -F -f CONFIG` with the listeners, the handover pair and a ready
     /// pipe inherited. The descriptors are made inheritable only around the spawn
     /// (the master is single-threaded: nothing else execs meanwhile).
-    fn spawn_new_master(&self, exe: &std::path::Path) -> std::io::Result<(Pid, File)> {
+    fn spawn_new_master(&self, exe: &Path) -> std::io::Result<(Pid, File)> {
         let (read, write): (OwnedFd, OwnedFd) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let listeners: Vec<(i32, std::net::SocketAddr)> =
             self.listeners.list.iter().map(|l| (l.socket.as_raw_fd(), l.configured)).collect();
@@ -120,7 +141,7 @@ impl Master {
 
     /// Reads what the new master said, and gives up on it at the deadline.
     pub(super) fn watch_upgrade(&mut self) {
-        let Some(u) = &mut self.upgrade else { return };
+        let Some(u) = &mut self.upgrade.under_way else { return };
         let mut buf = [0u8; 512];
         let mut eof = false;
         loop {
@@ -151,7 +172,7 @@ impl Master {
     /// A child that is not a worker was reaped: the new master of an upgrade.
     /// True if it was that.
     pub(super) fn new_master_exited(&mut self, pid: Pid, exit: Exit) -> bool {
-        match &self.upgrade {
+        match &self.upgrade.under_way {
             Some(u) if u.child == pid => {
                 let how = match exit {
                     Exit::Code(c) => format!("exit code {c}"),
@@ -159,7 +180,7 @@ impl Master {
                 };
                 // What it wrote before it went says more than its exit.
                 self.watch_upgrade();
-                if self.upgrade.is_some() {
+                if self.upgrade.under_way.is_some() {
                     self.upgrade_failed(&format!("the new master (pid {pid}) exited ({how}) before it served"));
                 }
                 true
@@ -171,42 +192,27 @@ impl Master {
 
     /// The new master serves: this generation retires and the master exits.
     fn upgrade_done(&mut self, child: Pid) {
-        self.upgrade = None;
-        self.superseded = true;
-        log::info!(
-            "upgrade: the new master (pid {child}) serves; retiring {} workers, then pika (pid {}) exits",
-            self.children.len(),
-            std::process::id()
-        );
-        crate::notify::send(&format!("MAINPID={child}\nSTATUS=upgraded: the new master is pid {child}"));
-        // WINCH's way, but the new master's workers adopt the kept-alive connections
-        // of ours (the handover socket is shared), so none is closed.
-        self.workers_paused = true;
-        self.scoreboard.header.draining.store(1, std::sync::atomic::Ordering::SeqCst);
-        self.scoreboard.header.handover_open.store(1, std::sync::atomic::Ordering::Relaxed);
-        self.new_generation();
-        self.stopping = Some(Stopping::Graceful { deadline: Instant::now() + self.config.graceful_timeout });
-        self.wake_retiring_workers();
+        self.upgrade.under_way = None;
+        self.report_upgraded(child);
+        self.supersede();
         self.write_status_file();
     }
 
     /// The upgrade did not take: stop the new master if it runs, take the pid file
     /// back, say why, serve on.
     pub(super) fn upgrade_failed(&mut self, why: &str) {
-        if let Some(u) = self.upgrade.take() {
+        if let Some(u) = self.upgrade.under_way.take() {
             // Ours: it was started by this process and is not reaped yet (or, if it
             // is gone, the signal finds nobody).
             let _ = kill(u.child, Signal::SIGTERM);
         }
         let oldbin = oldbin_path(&self.config.pid_file);
-        crate::statusfile::remove(&self.pid_path);
+        crate::statusfile::remove(&self.upgrade.pid_path);
         if let Err(e) = std::fs::rename(&oldbin, &self.config.pid_file) {
             log::error!("upgrade: cannot rename {} back: {e}", oldbin.display());
         }
-        self.pid_path = self.config.pid_file.clone();
-        self.upgrades_failed += 1;
-        self.write_status_file();
-        log::error!("upgrade failed: {why}; pika (pid {}) goes on serving", std::process::id());
-        crate::notify::send(&format!("STATUS=upgrade failed: {why}"));
+        self.upgrade.pid_path = self.config.pid_file.clone();
+        self.upgrade.failed += 1;
+        self.report_upgrade_failed(why);
     }
 }
