@@ -63,10 +63,16 @@
 //!   the protocol's pure rules (parsing, paths, ranges, preconditions, the response
 //!   head), which know nothing of connections.
 //! - Shared by several of these: [`cidr`] (address ranges), [`location`] (what a
-//!   `[[vhost.location]]` matches, and the table that picks one), [`site`] (a vhost as
-//!   a worker serves it), [`statusfile`], [`clock`].
+//!   `[[vhost.location]]` matches, and the table that picks one), [`kinds`] (what
+//!   answers at a location: files, the status page, the health check, the metrics;
+//!   each kind's module reads, checks, shows (`-T`) and builds its own keys),
+//!   [`site`] (a vhost as a worker serves it: each location's gate and handler),
+//!   [`statusfile`], [`clock`]. A `[[vhost.location]]` table is split between its
+//!   kind and its rules by [`config::read`]'s `Keys`.
 //! - [`rules`] holds the per-location rules (address lists, Basic auth, `return`,
-//!   headers and caching, compressed answers), each resolved when the config is read.
+//!   headers and caching, compressed answers): the keys any location may have
+//!   whatever its kind, and a `[[vhost]]` as their default, each resolved when the
+//!   config is read; what a request must pass is its location's [`rules::Gate`].
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs) each worker builds, the
@@ -126,7 +132,8 @@
 //! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
 //! vhost's [`site::Site`] picks what answers by location (an exact path, else the
 //! first regex, else the longest prefix: [`location::Table`], built when the config
-//! is read) → a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
+//! is read) → its rules' [`rules::Gate`] (`allow`: 403 for other clients) → a
+//! [`handlers::Handler`]: the status page ([`handlers::status_page`]),
 //! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]) or
 //! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
 //! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
@@ -179,6 +186,7 @@ pub mod handlers;
 pub mod handover;
 pub mod http;
 pub mod inherit;
+pub mod kinds;
 pub mod listen;
 pub mod location;
 pub mod log;

@@ -15,9 +15,11 @@
 //! paths from.
 
 use std::borrow::Cow;
-use std::path::PathBuf;
 
 use regex_lite::Regex;
+
+use crate::kinds::Kind;
+use crate::rules::Rules;
 
 /// What a location matches.
 #[derive(Debug, Clone)]
@@ -54,36 +56,14 @@ impl Pattern {
     }
 }
 
-/// What answers at a location.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Serve {
-    /// Files from a directory.
-    Files(Files),
-    /// The server-status page (`status = true`).
-    Status,
-    /// The health check (`health = true`): 200 while serving, 503 while draining.
-    Health,
-    /// The Prometheus metrics (`metrics = true`).
-    Metrics,
-}
-
-/// A location's static files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Files {
-    /// The directory: the location's `root` or `alias`, else the vhost's root.
-    pub dir: PathBuf,
-    /// `alias`: the directory stands for the location's prefix (nginx's `alias`);
-    /// else for `/`, and the whole path is looked up under it (`root`).
-    pub alias: bool,
-    pub index: Vec<String>,
-    pub autoindex: bool,
-}
-
 /// One `[[vhost.location]]` block.
 #[derive(Debug, Clone)]
 pub struct Location {
     pub pattern: Pattern,
-    pub serve: Serve,
+    /// What answers there, with its settings.
+    pub kind: Kind,
+    /// Its own rules, as written (those in force add its kind's and its vhost's).
+    pub rules: Rules,
     /// Where it was written (`conf/pika.toml:12`); None for the one that
     /// `[status] enabled` adds.
     pub at: Option<String>,
@@ -121,6 +101,26 @@ impl Locations {
     #[inline]
     pub fn find(&self, path: &[u8]) -> Option<usize> {
         self.table.find(path)
+    }
+
+    /// What `f` makes of each location, picked by the same table.
+    pub fn map<'a, T, E>(&'a self, f: impl FnMut(&'a Location) -> Result<T, E>) -> Result<Routes<'a, T>, E> {
+        Ok(Routes { table: &self.table, at: self.list.iter().map(f).collect::<Result<_, _>>()? })
+    }
+}
+
+/// Something for each of a vhost's locations (a worker's handlers), picked for a
+/// path as the location is.
+pub struct Routes<'a, T> {
+    table: &'a Table,
+    at: Vec<T>,
+}
+
+impl<T> Routes<'_, T> {
+    /// What the location that answers `path` has, if a location does.
+    #[inline]
+    pub fn find(&self, path: &[u8]) -> Option<&T> {
+        self.table.find(path).map(|i| &self.at[i])
     }
 }
 
@@ -298,7 +298,7 @@ mod tests {
     use super::*;
 
     fn loc(pattern: Pattern) -> Location {
-        Location { pattern, serve: Serve::Status, at: Some("t".into()) }
+        Location { pattern, kind: Kind::Status, rules: Rules::default(), at: Some("t".into()) }
     }
     fn exact(s: &str) -> Location {
         loc(Pattern::Exact(s.into()))

@@ -7,28 +7,46 @@
 //! worker and shared ([`Root`]), so vhosts and locations serving the same folder share
 //! its descriptor and its cache of files.
 
+use std::cell::RefCell;
 use std::io;
 use std::path::Path;
 use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
-use crate::handlers::Handler;
-use crate::handlers::health::HealthCheck;
-use crate::handlers::metrics::Metrics;
-use crate::handlers::static_file::{Root, StaticFiles};
+use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;
+use crate::handlers::{Ask, Handler};
 use crate::http::response::{Body, Reply};
-use crate::location::Serve;
+use crate::kinds::Build;
+use crate::location::Routes;
+use crate::rules::Gate;
 
 /// One vhost, ready to serve.
 pub struct Site<'c> {
     pub vhost: &'c Vhost,
     /// The vhost's own files.
-    files: Handler<'c>,
-    /// What answers at each of `vhost.locations`, in the same order.
-    at: Vec<Handler<'c>>,
+    files: Place<'c>,
+    /// What answers at each of `vhost.locations`.
+    at: Routes<'c, Place<'c>>,
     /// Every directory this site serves from (to tell each of a change).
     roots: Vec<Rc<Root>>,
+}
+
+/// What answers at one location (or at the vhost's own files): the rules in force
+/// there, then its kind's handler.
+pub struct Place<'c> {
+    pub gate: Gate,
+    pub handler: Handler<'c>,
+}
+
+impl Place<'_> {
+    /// The rules' gate, then the handler.
+    #[inline]
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        if self.gate.admit(ask, reply) {
+            self.handler.serve(ask, reply);
+        }
+    }
 }
 
 /// The directories already opened in this worker, so each is opened once.
@@ -54,54 +72,37 @@ impl<'c> Site<'c> {
         config.vhosts.iter().map(|v| Site::open(v, config, status, &mut roots)).collect()
     }
 
+    /// Builds each location's kind with the rules in force there: its own, else its
+    /// kind's default, else the vhost's.
     pub fn open(
         vhost: &'c Vhost,
         config: &'c Config,
         status: StatusPage<'c>,
         roots: &mut Roots,
     ) -> io::Result<Site<'c>> {
-        let files = |root, strip, index: &'c [String], autoindex| {
-            Handler::Files(StaticFiles {
-                root,
-                strip,
-                index,
-                autoindex,
-                serve_hidden: vhost.serve_hidden,
-                mime: &config.mime,
-                max_ranges: config.http.max_ranges,
-            })
+        let site_roots = RefCell::new(Vec::new());
+        let mut open = |dir: &Path| {
+            let root = roots.get(dir, vhost, config)?;
+            let mut site_roots = site_roots.borrow_mut();
+            if !site_roots.iter().any(|r| Rc::ptr_eq(r, &root)) {
+                site_roots.push(root.clone());
+            }
+            Ok(root)
         };
-        let root = roots.get(&vhost.root, vhost, config)?;
-        let mut site_roots = vec![root.clone()];
-        let mut at = Vec::with_capacity(vhost.locations.list.len());
-        for l in &vhost.locations.list {
-            at.push(match &l.serve {
-                Serve::Status => Handler::Status(status),
-                Serve::Health => Handler::Health(HealthCheck { header: status.scoreboard.header }),
-                Serve::Metrics => Handler::Metrics(Metrics { scoreboard: status.scoreboard, config }),
-                Serve::Files(f) => {
-                    let root = roots.get(&f.dir, vhost, config)?;
-                    if !site_roots.iter().any(|r| Rc::ptr_eq(r, &root)) {
-                        site_roots.push(root.clone());
-                    }
-                    // An alias stands for the prefix: what follows it is looked up.
-                    let strip = if f.alias { l.pattern.text().len() } else { 0 };
-                    files(root, strip, &f.index, f.autoindex)
-                }
-            });
-        }
-        let files = files(root, 0, &vhost.index, vhost.autoindex);
-        Ok(Site { vhost, files, at, roots: site_roots })
+        let mut b = Build { config, status, serve_hidden: vhost.serve_hidden, open: &mut open };
+        let files = Place { gate: vhost.rules.gate(), handler: vhost.files.build("", &mut b)? };
+        let at = vhost.locations.map(|l| {
+            let gate = l.rules.over(&l.kind.rules(config)).over(&vhost.rules).gate();
+            Ok::<_, io::Error>(Place { gate, handler: l.kind.build(l.pattern.text(), &mut b)? })
+        })?;
+        Ok(Site { vhost, files, at, roots: site_roots.into_inner() })
     }
 
-    /// What answers `path` (decoded and cleaned): its location's handler, or the
-    /// vhost's own files.
+    /// What answers `path` (decoded and cleaned): its location's, or the vhost's own
+    /// files.
     #[inline]
-    pub fn handler(&self, path: &[u8]) -> &Handler<'c> {
-        match self.vhost.locations.find(path) {
-            Some(i) => &self.at[i],
-            None => &self.files,
-        }
+    pub fn place(&self, path: &[u8]) -> &Place<'c> {
+        self.at.find(path).unwrap_or(&self.files)
     }
 
     /// Sending a file failed because it shrank: every directory of this site has its
@@ -115,7 +116,7 @@ impl<'c> Site<'c> {
     /// Replaces a generated error body with the vhost's own page for that status, if
     /// it has one that can be opened.
     pub fn error_page(&self, reply: &mut Reply<'_>) {
-        let Handler::Files(files) = &self.files else { return };
+        let Handler::Files(files) = &self.files.handler else { return };
         let Some((_, page)) = self.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
         let Some(entry) = files.root.error_page(page) else { return };
         let body = match &entry.map {

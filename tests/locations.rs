@@ -120,6 +120,33 @@ fn the_status_page_is_a_location_and_the_old_key_still_works() {
     assert_eq!(r.status, 405, "the status page is only read");
 }
 
+/// `allow` is a rule of any location whatever answers there, and of a vhost as the
+/// default of its locations and its own files; the status page's default
+/// (`[status] allow`, loopback) comes before the vhost's. The tests' client is
+/// 127.0.0.1.
+#[test]
+fn allow_is_a_rule_of_any_location_and_a_vhost_sets_its_default() {
+    let site = site_with_folders(&["htdocs"]);
+    site.config(
+        "",
+        "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\nallow = [\"10.0.0.0/8\"]\n\
+         [[vhost.location]]\nprefix = \"/static/\"\nallow = [\"127.0.0.0/8\", \"::1\"]\n\
+         [[vhost.location]]\nprefix = \"/static/img/\"\nallow = [\"192.0.2.0/24\"]\n\
+         [[vhost.location]]\nexact = \"/st\"\nstatus = true\n\
+         [[vhost.location]]\nexact = \"/st-closed\"\nstatus = true\nallow = [\"192.0.2.1\"]\n\
+         [[vhost.location]]\nexact = \"/healthz\"\nhealth = true\n",
+    );
+    let p = Pika::start(&site, "-X");
+    assert_eq!(body(&p, "/static/f.txt"), "htdocs/static\n", "the location's own allow");
+    assert_eq!(get(p.addr, "/static/img/f.txt").status, 403, "the location's own allow");
+    assert_eq!(get(p.addr, "/st?auto").status, 200, "the status page's default before the vhost's");
+    assert_eq!(get(p.addr, "/st-closed?auto").status, 403, "the location's own before the status page's default");
+    assert_eq!(get(p.addr, "/healthz").status, 403, "the vhost's");
+    let r = get(p.addr, "/f.txt");
+    assert_eq!(r.status, 403, "the vhost's own files");
+    assert!(!r.text().contains("htdocs"), "{}", r.text());
+}
+
 fn check(site: &Site, locations: &str) -> (Option<i32>, String) {
     site.config("", &format!("[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n{locations}"));
     let o = Command::new(BIN).args(["-t", "-f"]).arg(site.path("conf/pika.toml")).output().expect("run pika -t");

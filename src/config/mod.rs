@@ -11,13 +11,13 @@
 mod include;
 mod logs;
 mod raw;
+pub(crate) mod read;
 mod server;
 pub mod show;
 pub mod units;
 mod vhost;
 
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,12 +25,12 @@ use std::time::Duration;
 use log::LevelFilter;
 use nix::unistd::{Gid, Uid};
 use raw::{RawAccessLog, RawConfig, RawInclude, RawListen, RawVhost};
-use toml::Spanned;
+pub use read::ConfigError;
+use read::{Ctx, Split, absolute};
 
 use crate::cidr::Cidr;
 pub use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
-use crate::location::Serve;
 pub use crate::log::ErrorLogTarget;
 use crate::log::rotate::Rotate;
 pub use crate::sys::Symlinks;
@@ -38,15 +38,6 @@ pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
 use server::{parse_error_log, parse_listen};
 pub use vhost::Vhost;
-
-/// A config that cannot be used, with where and why.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{path}: cannot read the config: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("{path}:{line}:{column}: {message}")]
-    Invalid { path: String, line: usize, column: usize, message: String },
-}
 
 /// The identity workers run as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,23 +201,12 @@ impl Included {
 /// The vhosts and logs of one file (`file`: an included one, or `None`: the main).
 struct Source<'a> {
     ctx: Ctx<'a>,
-    vhosts: &'a [RawVhost],
+    vhosts: &'a [Split<RawVhost>],
     logs: &'a [RawAccessLog],
     file: Option<&'a Path>,
 }
 
-/// A config text and its file, for errors with a position.
-#[derive(Clone, Copy)]
-struct Ctx<'a> {
-    text: &'a str,
-    file: &'a Path,
-}
-
 impl Ctx<'_> {
-    fn toml<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        toml::from_str(self.text).map_err(|e| self.error(e.span().unwrap_or(0..0), e.message().to_string()))
-    }
-
     /// Reads every file the `include` patterns name (see `include.rs`); an error in
     /// one is reported with that file's name, line and column.
     fn includes(&self, raw: &RawConfig) -> Result<Vec<Included>, ConfigError> {
@@ -250,30 +230,6 @@ impl Ctx<'_> {
             }
         }
         Ok(out)
-    }
-
-    /// `file:line` of a span, for messages that are not errors.
-    fn position(&self, span: Range<usize>) -> String {
-        let line = self.text[..span.start.min(self.text.len())].matches('\n').count() + 1;
-        format!("{}:{line}", self.file.display())
-    }
-
-    fn error(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
-        let before = &self.text[..span.start.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-        ConfigError::Invalid { path: self.file.display().to_string(), line, column, message: message.into() }
-    }
-
-    fn spanned<T>(&self, v: &Spanned<T>, message: impl Into<String>) -> ConfigError {
-        self.error(v.span(), message)
-    }
-
-    /// Position of a table header, for errors about keys that may have been defaulted.
-    fn table(&self, name: &str) -> Range<usize> {
-        let header = format!("[{name}]");
-        let at = self.text.find(&header).unwrap_or(0);
-        at..at
     }
 
     fn resolve(&self, raw: RawConfig, included: &[Included]) -> Result<Config, ConfigError> {
@@ -374,13 +330,7 @@ impl Ctx<'_> {
             ));
         }
 
-        let mut trusted_proxies = Vec::new();
-        for a in &raw.server.trusted_proxies {
-            trusted_proxies.push(
-                Cidr::parse(a.get_ref())
-                    .ok_or_else(|| self.spanned(a, format!("bad address range {:?}", a.get_ref())))?,
-            );
-        }
+        let trusted_proxies = self.cidrs(&raw.server.trusted_proxies)?;
         let forwarded_header = match &raw.server.forwarded_header {
             None => ForwardedHeader::XForwardedFor,
             Some(h) => match h.get_ref().to_ascii_lowercase().as_str() {
@@ -389,13 +339,7 @@ impl Ctx<'_> {
                 _ => return Err(self.spanned(h, "forwarded_header must be \"X-Forwarded-For\" or \"Forwarded\"")),
             },
         };
-        let mut allow = Vec::new();
-        for a in &raw.status.allow {
-            allow.push(
-                Cidr::parse(a.get_ref())
-                    .ok_or_else(|| self.spanned(a, format!("bad address range {:?}", a.get_ref())))?,
-            );
-        }
+        let mut allow = self.cidrs(&raw.status.allow)?;
         if allow.is_empty() {
             // Loopback only unless the operator says otherwise, as mod_status is usually set up.
             allow = vec![
@@ -573,10 +517,9 @@ impl Config {
         let mut c = self.clone();
         for v in &mut c.vhosts {
             v.root = inside(&v.root);
+            v.files.dir = inside(&v.files.dir);
             for l in &mut v.locations.list {
-                if let Serve::Files(f) = &mut l.serve {
-                    f.dir = inside(&f.dir);
-                }
+                l.kind.jail(inside);
             }
         }
         for a in &mut c.access_logs {
@@ -590,11 +533,6 @@ impl Config {
         }
         c
     }
-}
-
-fn absolute(base: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::read::{Keys, Split};
 use super::units::{Bytes, Secs};
 
 #[derive(Debug, Deserialize)]
@@ -25,7 +26,7 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) status: RawStatus,
     #[serde(default)]
-    pub(crate) vhost: Vec<RawVhost>,
+    pub(crate) vhost: Vec<Split<RawVhost>>,
     #[serde(default)]
     pub(crate) access_log: Vec<RawAccessLog>,
 }
@@ -36,7 +37,7 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawInclude {
     #[serde(default)]
-    pub(crate) vhost: Vec<RawVhost>,
+    pub(crate) vhost: Vec<Split<RawVhost>>,
     #[serde(default)]
     pub(crate) access_log: Vec<RawAccessLog>,
 }
@@ -223,16 +224,15 @@ impl Default for RawStatus {
     }
 }
 
+/// A `[[vhost]]`'s own keys. It also holds (read as a [`Split`]) the keys of the
+/// files it serves at its root (`index`, `autoindex`: `crate::kinds::files`), and the
+/// rules of its locations (`crate::rules`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawVhost {
     #[serde(default)]
     pub(crate) server_names: Vec<String>,
     pub(crate) root: Spanned<String>,
-    #[serde(default = "default_index")]
-    pub(crate) index: Vec<String>,
-    #[serde(default)]
-    pub(crate) autoindex: bool,
     #[serde(default)]
     pub(crate) serve_hidden: bool,
     pub(crate) symlinks: Option<Spanned<String>>,
@@ -247,29 +247,10 @@ pub(crate) struct RawVhost {
     pub(crate) https_redirect: Option<Spanned<u16>>,
     /// The `Strict-Transport-Security` value sent with HTTPS answers.
     pub(crate) hsts: Option<Spanned<String>>,
+    /// `[[vhost.location]]`: one of `exact`, `prefix`, `regex` (`config/vhost.rs`),
+    /// the keys of its kind (`crate::kinds`) and its rules (`crate::rules`).
     #[serde(default)]
-    pub(crate) location: Vec<Spanned<RawLocation>>,
-}
-
-/// `[[vhost.location]]`: one of `exact`, `prefix`, `regex`; then what answers there
-/// (the status page, the health check, the metrics, or files with their own `root` or `alias`, `index`,
-/// `autoindex`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawLocation {
-    pub(crate) exact: Option<Spanned<String>>,
-    pub(crate) prefix: Option<Spanned<String>>,
-    pub(crate) regex: Option<Spanned<String>>,
-    pub(crate) root: Option<Spanned<String>>,
-    pub(crate) alias: Option<Spanned<String>>,
-    pub(crate) index: Option<Vec<String>>,
-    pub(crate) autoindex: Option<bool>,
-    #[serde(default)]
-    pub(crate) status: bool,
-    #[serde(default)]
-    pub(crate) health: bool,
-    #[serde(default)]
-    pub(crate) metrics: bool,
+    pub(crate) location: Vec<Spanned<Keys>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -342,7 +323,4 @@ fn default_backlog() -> u32 {
 }
 fn default_graceful_timeout() -> Secs {
     Secs(std::time::Duration::from_secs(30))
-}
-fn default_index() -> Vec<String> {
-    vec!["index.html".into()]
 }

@@ -14,7 +14,6 @@ use std::time::Duration;
 use toml::Value;
 
 use super::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
-use crate::location::Serve;
 use crate::log::filter::Condition;
 use crate::log::rotate::{Interval, Naming, Rotate};
 
@@ -71,8 +70,7 @@ pub fn show(c: &Config) -> String {
         t.array_table("vhost");
         t.key("server_names", strings(&v.server_names));
         t.key("root", path(&v.root));
-        t.key("index", strings(&v.index));
-        t.key("autoindex", Value::Boolean(v.autoindex));
+        v.files.show_vhost(&mut t);
         t.key("serve_hidden", Value::Boolean(v.serve_hidden));
         let symlinks = match v.symlinks {
             Symlinks::Inside => "inside",
@@ -90,6 +88,7 @@ pub fn show(c: &Config) -> String {
         if let Some(hsts) = &v.hsts {
             t.key("hsts", string(hsts));
         }
+        v.rules.show(&mut t);
         if !v.error_pages.is_empty() {
             t.table("vhost.error_pages");
             for (code, page) in &v.error_pages {
@@ -104,16 +103,8 @@ pub fn show(c: &Config) -> String {
         for l in v.locations.list.iter().filter(|l| l.at.is_some()) {
             t.array_table("vhost.location");
             t.key(l.pattern.key(), string(l.pattern.text()));
-            match &l.serve {
-                Serve::Status => t.key("status", Value::Boolean(true)),
-                Serve::Health => t.key("health", Value::Boolean(true)),
-                Serve::Metrics => t.key("metrics", Value::Boolean(true)),
-                Serve::Files(f) => {
-                    t.key(if f.alias { "alias" } else { "root" }, path(&f.dir));
-                    t.key("index", strings(&f.index));
-                    t.key("autoindex", Value::Boolean(f.autoindex));
-                }
-            }
+            l.kind.show(&mut t);
+            l.rules.show(&mut t);
         }
     }
     for log in c.access_logs.iter().filter(|a| a.vhost.is_none()) {
@@ -271,25 +262,25 @@ fn from(t: &mut Toml, source: Option<&Path>) {
     }
 }
 
-fn string(s: &str) -> Value {
+pub(crate) fn string(s: &str) -> Value {
     Value::String(s.to_string())
 }
 
-fn strings(v: &[String]) -> Value {
+pub(crate) fn strings(v: &[String]) -> Value {
     Value::Array(v.iter().map(|s| string(s)).collect())
 }
 
-fn path(p: &Path) -> Value {
+pub(crate) fn path(p: &Path) -> Value {
     string(&p.display().to_string())
 }
 
-fn int(n: impl TryInto<i64>) -> Value {
+pub(crate) fn int(n: impl TryInto<i64>) -> Value {
     // TOML integers are i64: nothing larger can have come from a config.
     Value::Integer(n.try_into().unwrap_or(i64::MAX))
 }
 
 /// A duration in the largest unit that states it exactly: `"5m"`, `"30s"`, `"1500ms"`.
-fn duration(d: Duration) -> Value {
+pub(crate) fn duration(d: Duration) -> Value {
     let ms = d.as_millis();
     let text = match ms {
         0 => "0s".to_string(),
@@ -302,7 +293,7 @@ fn duration(d: Duration) -> Value {
 }
 
 /// A size in the largest binary unit that states it exactly: `"8KiB"`, or bytes.
-fn size(n: u64) -> Value {
+pub(crate) fn size(n: u64) -> Value {
     for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
         if n > 0 && n % (1 << shift) == 0 {
             return string(&format!("{}{unit}", n >> shift));
@@ -334,7 +325,7 @@ impl std::fmt::Display for Inline {
 
 /// A TOML document written in order.
 #[derive(Default)]
-struct Toml {
+pub(crate) struct Toml {
     out: String,
 }
 
@@ -355,7 +346,7 @@ impl Toml {
         let _ = writeln!(self.out, "[[{name}]]");
     }
 
-    fn key(&mut self, key: &str, value: impl std::fmt::Display) {
+    pub(crate) fn key(&mut self, key: &str, value: impl std::fmt::Display) {
         let _ = writeln!(self.out, "{key} = {value}");
     }
 }
@@ -423,6 +414,7 @@ tls_cert = "conf/a.pem"
 tls_key = "conf/a.key"
 https_redirect = 308
 hsts = "max-age=600; includeSubDomains"
+allow = ["192.0.2.0/24", "::1"]
 [vhost.error_pages]
 404 = "/e/404.html"
 500 = "/e/500.html"
@@ -445,6 +437,7 @@ autoindex = false
 [[vhost.location]]
 regex = '^/(\w+)\.st$'
 status = true
+allow = ["10.1.0.0/16"]
 [[vhost.location]]
 exact = "/healthz"
 health = true
@@ -485,7 +478,8 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nforwarded_header = \"Forwarded\"",
             "https_redirect = 308\nhsts = \"max-age=600; includeSubDomains\"",
             "[[vhost.location]]\nprefix = \"/files/\"\nalias = \"",
-            "[[vhost.location]]\nregex = '^/(\\w+)\\.st$'\nstatus = true",
+            "[[vhost.location]]\nregex = '^/(\\w+)\\.st$'\nstatus = true\nallow = [\"10.1.0.0/16\"]",
+            "hsts = \"max-age=600; includeSubDomains\"\nallow = [\"192.0.2.0/24\", \"::1\"]\n",
             "[[vhost.location]]\nexact = \"/healthz\"\nhealth = true",
             "[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true",
             "drain_time = \"1500ms\"",
@@ -546,6 +540,7 @@ tls_cert = "conf/c.pem"
 tls_key = "conf/c.key"
 https_redirect = 301
 hsts = "max-age=1"
+allow = ["10.0.0.0/8"]
 [vhost.error_pages]
 404 = "/404.html"
 [[vhost.access_log]]
@@ -562,6 +557,7 @@ autoindex = true
 [[vhost.location]]
 regex = "^/c"
 status = true
+allow = ["::1"]
 [[vhost.location]]
 exact = "/healthz"
 health = true
@@ -584,6 +580,79 @@ rotate = { size = 1000 }
             .cloned()
             .collect();
         assert!(missing.is_empty(), "documented in conf/pika.toml, not printed by -T: {missing:?}\n{shown}");
+    }
+
+    /// Every key the config accepts, by table (`""`: the top level): the serde
+    /// structs' fields, and the keys the location kinds and the rules take from the
+    /// tables they share.
+    fn accepted() -> Vec<(&'static str, Vec<&'static str>)> {
+        use super::super::raw::{RawAccessLog, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
+        use super::super::read::fields;
+        use crate::kinds::{self, files};
+        let rules = crate::rules::KEYS.iter().copied();
+        // Read so that old configs load, and said to be removable (`Ctx::notes`).
+        let retired = ["body_timeout", "body_min_rate"];
+        let http = fields::<RawHttp>().iter().copied().filter(|k| !retired.contains(k)).collect();
+        let vhost = fields::<RawVhost>().iter().chain(files::VHOST_KEYS).copied().chain(rules.clone()).collect();
+        let location = super::super::vhost::PATTERN_KEYS.into_iter().chain(kinds::keys()).chain(rules).collect();
+        vec![
+            ("", vec!["include"]),
+            ("server", fields::<RawServer>().to_vec()),
+            ("workers", fields::<RawWorkers>().to_vec()),
+            ("http", http),
+            ("status", fields::<RawStatus>().to_vec()),
+            ("vhost", vhost),
+            ("vhost.location", location),
+            ("access_log", fields::<RawAccessLog>().to_vec()),
+        ]
+    }
+
+    /// Whether `text` documents `key` of `table`: as a key, or for a sub-table
+    /// (`[vhost.error_pages]`, `[[vhost.location]]`) as its header, commented out or not.
+    fn documented(text: &str, table: &str, key: &str) -> bool {
+        let sub = if table.is_empty() { key.to_string() } else { format!("{table}.{key}") };
+        keys(text).contains(&(table.to_string(), key.to_string()))
+            || text.lines().any(|l| l.trim_start_matches('#').trim().trim_matches(|c| c == '[' || c == ']') == sub)
+    }
+
+    /// A key the config accepts is documented in the shipped `conf/pika.toml`, whose
+    /// comments make the man page (`tests/man.rs`) and whose keys `-T` must print
+    /// (`shows_every_key_the_shipped_config_documents`), and in the README's table of
+    /// keys. A key added to a kind, a rule or a table and not to both fails here.
+    #[test]
+    fn every_accepted_key_is_in_the_shipped_config_and_the_readme() {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let shipped = std::fs::read_to_string(repo.join("conf/pika.toml")).unwrap();
+        let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+        // The reference table: `| `[server]` | `listen` (…), `root`, … |`.
+        let word = regex_lite::Regex::new(r"`\[*([a-z_.]+)\]*(?: = [^`]*)?`").unwrap();
+        let mut table = std::collections::BTreeSet::new();
+        for row in readme.lines().filter(|l| l.starts_with("| ")) {
+            let mut cells = row.split(" | ");
+            let (Some(first), Some(rest)) = (cells.next(), cells.next()) else { continue };
+            let section = match word.captures(first) {
+                Some(c) => c[1].to_string(),
+                None if first == "| top level" => String::new(),
+                None => continue,
+            };
+            for c in word.captures_iter(rest) {
+                let key = c[1].rsplit('.').next().unwrap_or("").to_string();
+                table.insert((section.clone(), key));
+            }
+        }
+        assert!(table.len() > 50, "the README's table of keys was found: {table:?}");
+        let mut missing = Vec::new();
+        for (section, keys) in accepted() {
+            for key in keys {
+                if !documented(&shipped, section, key) {
+                    missing.push(format!("{key} of [{section}] is not in conf/pika.toml"));
+                }
+                if !table.contains(&(section.to_string(), key.to_string())) {
+                    missing.push(format!("{key} of [{section}] is not in the README's table of keys"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 
     #[test]

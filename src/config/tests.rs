@@ -39,7 +39,7 @@ fn minimal_config_gets_defaults() {
     );
     assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
     assert!(matches!(&c.error_log, ErrorLogTarget::File(p) if *p == dir.path().join("logs/error.log")));
-    assert_eq!(c.vhosts[0].index, vec!["index.html".to_string()]);
+    assert_eq!(c.vhosts[0].files.index, vec!["index.html".to_string()]);
     assert_eq!(c.http.keepalive_timeout, Duration::from_secs(60));
     assert_eq!(c.backlog, 511);
 }
@@ -383,7 +383,7 @@ fn rotate_naming_is_numbered_or_a_pattern() {
 fn index_entries_are_plain_file_names() {
     let dir = setup();
     let index = |i: &str| try_parse(&dir, &format!("{MINIMAL}index = [{i}]\n"));
-    assert_eq!(index("\"home.html\"").unwrap().vhosts[0].index, ["home.html"]);
+    assert_eq!(index("\"home.html\"").unwrap().vhosts[0].files.index, ["home.html"]);
     for bad in ["\"\"", "\"a/b.html\"", "\"/index.html\""] {
         assert!(index(bad).unwrap_err().to_string().contains("must be a plain file name"), "{bad}");
     }

@@ -8,17 +8,22 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::raw::{RawLocation, RawVhost};
-use super::{ConfigError, Ctx, Status, Symlinks, absolute};
-use crate::location::{self, Files, Finding, Location, Locations, Pattern, Serve};
+use super::raw::RawVhost;
+use super::read::{Keys, Split, absolute};
+use super::{ConfigError, Ctx, Status, Symlinks};
+use crate::kinds::files::{self, Files};
+use crate::kinds::{Kind, Reading};
+use crate::location::{self, Finding, Location, Locations, Pattern};
+use crate::rules::{self, Rules};
 
 #[derive(Debug, Clone)]
 pub struct Vhost {
     /// Lower-case names; `*.example.com` entries are kept with their `*.`.
     pub server_names: Vec<String>,
     pub root: PathBuf,
-    pub index: Vec<String>,
-    pub autoindex: bool,
+    /// The files it serves at its root (`files.dir` is `root`) when no location
+    /// matches; the default of its files locations.
+    pub files: Files,
     pub serve_hidden: bool,
     pub symlinks: Symlinks,
     /// Status code → path of the page (URL path under this vhost's root).
@@ -31,6 +36,8 @@ pub struct Vhost {
     pub https_redirect: Option<u16>,
     /// The `Strict-Transport-Security` value of this vhost's HTTPS answers.
     pub hsts: Option<String>,
+    /// The rules it sets for its locations (and its own files), as written.
+    pub rules: Rules,
     /// Its `[[vhost.location]]` blocks (and the status page's, from `[status]`).
     pub locations: Locations,
 }
@@ -38,18 +45,16 @@ pub struct Vhost {
 impl Vhost {
     /// Every directory it serves files from: its root, then its locations' own.
     pub fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
-        let own = self.locations.list.iter().filter_map(|l| match &l.serve {
-            Serve::Files(f) => Some(&f.dir),
-            Serve::Status | Serve::Health | Serve::Metrics => None,
-        });
+        let own = self.locations.list.iter().filter_map(|l| l.kind.dir());
         std::iter::once(&self.root).chain(own)
     }
 }
 
 impl Ctx<'_> {
-    /// One `[[vhost]]`; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
+    /// One `[[vhost]]`: its own keys, then from the others those of its own files
+    /// and its rules; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
     /// needs one). Its locations come from [`Ctx::locations`].
-    pub(super) fn vhost(&self, v: &RawVhost, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
+    pub(super) fn vhost(&self, v: &Split<RawVhost>, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
         let doc_root = absolute(root, v.root.get_ref());
         let meta = std::fs::metadata(&doc_root)
             .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
@@ -65,11 +70,6 @@ impl Ctx<'_> {
                 return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
             }
             error_pages.push((code, page.get_ref().clone()));
-        }
-        for idx in &v.index {
-            if idx.is_empty() || idx.contains('/') {
-                return Err(self.spanned(&v.root, format!("index entry {idx:?} must be a plain file name")));
-            }
         }
         let symlinks = match &v.symlinks {
             None => Symlinks::Inside,
@@ -115,19 +115,26 @@ impl Ctx<'_> {
                 ));
             }
         };
+        // Canonical, so that containment checks compare like with like.
+        let doc_root = std::fs::canonicalize(&doc_root).unwrap_or(doc_root);
+        let mut rest = v.rest.clone();
+        let files = files::read_vhost(&mut rest, self, doc_root.clone())?;
+        let rules = Rules::read(&mut rest, self)?;
+        let known: Vec<&str> =
+            super::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
+        rest.finish(self, &known)?;
         Ok(Vhost {
             symlinks,
             tls,
             https_redirect,
             hsts,
             server_names,
-            // Canonical, so that containment checks compare like with like.
-            root: std::fs::canonicalize(&doc_root).unwrap_or(doc_root),
-            index: v.index.clone(),
-            autoindex: v.autoindex,
+            root: doc_root,
+            files,
             serve_hidden: v.serve_hidden,
             error_pages,
             source: None,
+            rules,
             locations: Locations::default(),
         })
     }
@@ -138,7 +145,7 @@ impl Ctx<'_> {
     /// never be chosen) or goes to `notes`.
     pub(super) fn locations(
         &self,
-        raw: &[Spanned<RawLocation>],
+        raw: &[Spanned<Keys>],
         vhost: &mut Vhost,
         root: &Path,
         status: &Status,
@@ -158,7 +165,8 @@ impl Ctx<'_> {
                     vhost.server_names.first().map_or("(no name)", String::as_str)
                 ));
             } else {
-                list.push(Location { pattern: Pattern::Exact(status.path.clone()), serve: Serve::Status, at: None });
+                let pattern = Pattern::Exact(status.path.clone());
+                list.push(Location { pattern, kind: Kind::Status, rules: Rules::default(), at: None });
             }
         }
         for f in location::check(&list) {
@@ -174,64 +182,38 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// One `[[vhost.location]]`: what it matches, what answers there.
-    fn location(&self, l: &Spanned<RawLocation>, vhost: &Vhost, root: &Path) -> Result<Location, ConfigError> {
-        let raw = l.get_ref();
+    /// One `[[vhost.location]]`: what it matches, then its kind's keys and its rules,
+    /// each read by its own module; a key none of them takes is an error.
+    fn location(&self, l: &Spanned<Keys>, vhost: &Vhost, root: &Path) -> Result<Location, ConfigError> {
+        let mut keys = l.get_ref().clone();
         let at = Some(self.position(l.span()));
-        let pattern = match (&raw.exact, &raw.prefix, &raw.regex) {
-            (Some(p), None, None) => Pattern::Exact(self.location_path(p)?),
-            (None, Some(p), None) => Pattern::Prefix(self.location_path(p)?),
+        let (exact, prefix, regex) = (
+            keys.take::<String>(self, "exact")?,
+            keys.take::<String>(self, "prefix")?,
+            keys.take::<String>(self, "regex")?,
+        );
+        let pattern = match (exact, prefix, regex) {
+            (Some(p), None, None) => Pattern::Exact(self.location_path(&p)?),
+            (None, Some(p), None) => Pattern::Prefix(self.location_path(&p)?),
             (None, None, Some(r)) => Pattern::Regex(
                 regex_lite::Regex::new(r.get_ref())
-                    .map_err(|e| self.spanned(r, format!("bad regex {:?}: {e}", r.get_ref())))?,
+                    .map_err(|e| self.spanned(&r, format!("bad regex {:?}: {e}", r.get_ref())))?,
             ),
             _ => return Err(self.spanned(l, "a location needs exactly one of exact, prefix or regex")),
         };
-        // What answers other than files: at most one of these.
-        let kinds = [
-            (raw.status, "status = true serves the status page", Serve::Status),
-            (raw.health, "health = true answers health checks", Serve::Health),
-            (raw.metrics, "metrics = true serves the metrics", Serve::Metrics),
-        ];
-        let mut chosen = kinds.into_iter().filter(|(on, _, _)| *on);
-        if let Some((_, what, serve)) = chosen.next() {
-            if chosen.next().is_some() {
-                return Err(self.spanned(
-                    l,
-                    "a location is one of the status page (status = true), the health check (health = true) \
-                     or the metrics (metrics = true), not two",
-                ));
-            }
-            if raw.root.is_some() || raw.alias.is_some() || raw.index.is_some() || raw.autoindex.is_some() {
-                return Err(
-                    self.spanned(l, format!("a location with {what}, not files: no root, alias, index or autoindex"))
-                );
-            }
-            return Ok(Location { pattern, serve, at });
-        }
-        let (dir, alias) = match (&raw.root, &raw.alias) {
-            (Some(_), Some(a)) => return Err(self.spanned(a, "a location has root or alias, not both")),
-            (Some(r), None) => (self.location_dir(r, root, "root")?, false),
-            (None, Some(a)) if !matches!(pattern, Pattern::Prefix(_)) => {
-                return Err(self.spanned(
-                    a,
-                    "alias stands for a location's prefix: it goes with prefix (use root with exact or regex)",
-                ));
-            }
-            (None, Some(a)) => (self.location_dir(a, root, "alias")?, true),
-            (None, None) => (vhost.root.clone(), false),
+        let reading = Reading {
+            ctx: self,
+            root,
+            vhost_files: &vhost.files,
+            prefix: matches!(pattern, Pattern::Prefix(_)),
+            at: l.span(),
         };
-        let index = match &raw.index {
-            Some(list) => {
-                if let Some(bad) = list.iter().find(|i| i.is_empty() || i.contains('/')) {
-                    return Err(self.spanned(l, format!("index entry {bad:?} must be a plain file name")));
-                }
-                list.clone()
-            }
-            None => vhost.index.clone(),
-        };
-        let autoindex = raw.autoindex.unwrap_or(vhost.autoindex);
-        Ok(Location { pattern, serve: Serve::Files(Files { dir, alias, index, autoindex }), at })
+        let kind = Kind::read(&mut keys, &reading)?;
+        let rules = Rules::read(&mut keys, self)?;
+        let known: Vec<&str> =
+            PATTERN_KEYS.iter().copied().chain(crate::kinds::keys()).chain(rules::KEYS.iter().copied()).collect();
+        keys.finish(self, &known)?;
+        Ok(Location { pattern, kind, rules, at })
     }
 
     fn location_path(&self, p: &Spanned<String>) -> Result<String, ConfigError> {
@@ -240,17 +222,10 @@ impl Ctx<'_> {
         }
         Ok(p.get_ref().clone())
     }
-
-    /// A location's `root` or `alias`: a directory, made absolute and canonical.
-    fn location_dir(&self, d: &Spanned<String>, root: &Path, key: &str) -> Result<PathBuf, ConfigError> {
-        let dir = absolute(root, d.get_ref());
-        let meta = std::fs::metadata(&dir).map_err(|e| self.spanned(d, format!("{key} {}: {e}", dir.display())))?;
-        if !meta.is_dir() {
-            return Err(self.spanned(d, format!("{key} {} is not a directory", dir.display())));
-        }
-        Ok(std::fs::canonicalize(&dir).unwrap_or(dir))
-    }
 }
+
+/// The keys that say what a location matches.
+pub(crate) const PATTERN_KEYS: [&str; 3] = ["exact", "prefix", "regex"];
 
 /// A `Strict-Transport-Security` value (RFC 6797 §6.1): `max-age` and the two
 /// directives browsers know.
@@ -263,7 +238,10 @@ fn valid_hsts(v: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::location::{Pattern, Serve};
+    use crate::kinds::Kind;
+    use crate::location::Pattern;
+    use crate::rules::Rules;
+    use crate::rules::access::{Access, Who};
 
     fn parse(vhosts: &str, extra: &str) -> Result<crate::config::Config, String> {
         let dir = tempfile::tempdir().unwrap();
@@ -280,7 +258,7 @@ mod tests {
         let c = parse(two, "[status]\nenabled = true\npath = \"/st\"\n").unwrap();
         for v in &c.vhosts {
             let l = &v.locations.list[0];
-            assert!(matches!(&l.pattern, Pattern::Exact(p) if p == "/st") && l.serve == Serve::Status);
+            assert!(matches!(&l.pattern, Pattern::Exact(p) if p == "/st") && l.kind == Kind::Status);
             assert_eq!(v.locations.find(b"/st"), Some(0));
         }
         assert!(parse(two, "").unwrap().vhosts.iter().all(|v| v.locations.list.is_empty()), "off by default");
@@ -288,7 +266,7 @@ mod tests {
         let own = "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/st\"\nroot = \"other\"\n";
         let c = parse(own, "[status]\nenabled = true\npath = \"/st\"\n").unwrap();
         assert_eq!(c.vhosts[0].locations.list.len(), 1);
-        assert!(matches!(c.vhosts[0].locations.list[0].serve, Serve::Files(_)));
+        assert!(matches!(c.vhosts[0].locations.list[0].kind, Kind::Files(_)));
         assert!(c.notes.iter().any(|n| n.contains("[status] path \"/st\" is also an exact location")), "{:?}", c.notes);
     }
 
@@ -297,7 +275,7 @@ mod tests {
         let v =
             |extra: &str| format!("[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/healthz\"\n{extra}");
         let c = parse(&v("health = true\n"), "").unwrap();
-        assert_eq!(c.vhosts[0].locations.list[0].serve, Serve::Health);
+        assert_eq!(c.vhosts[0].locations.list[0].kind, Kind::Health);
         let e = parse(&v("health = true\nstatus = true\n"), "").unwrap_err();
         assert!(e.contains("or the metrics (metrics = true), not two"), "{e}");
         let e = parse(&v("health = true\nroot = \"htdocs\"\n"), "").unwrap_err();
@@ -310,9 +288,9 @@ mod tests {
                  [[vhost.location]]\nprefix = \"/p/\"\n\
                  [[vhost.location]]\nprefix = \"/q/\"\nalias = \"other\"\nindex = []\nautoindex = false\n";
         let c = parse(v, "").unwrap();
-        let files = |i: usize| match &c.vhosts[0].locations.list[i].serve {
-            Serve::Files(f) => f.clone(),
-            Serve::Status | Serve::Health | Serve::Metrics => panic!("files expected"),
+        let files = |i: usize| match &c.vhosts[0].locations.list[i].kind {
+            Kind::Files(f) => f.clone(),
+            _ => panic!("files expected"),
         };
         let (p, q) = (files(0), files(1));
         assert_eq!(
@@ -330,15 +308,39 @@ mod tests {
         let jailed = parse(&outside.replace("root = \"/\"", "root = \"other\""), "chroot = \".\"").unwrap();
         let inside = jailed.jailed(jailed.chroot.as_deref().unwrap());
         assert!(
-            matches!(&inside.vhosts[0].locations.list[0].serve, Serve::Files(f) if f.dir == std::path::Path::new("/other"))
+            matches!(&inside.vhosts[0].locations.list[0].kind, Kind::Files(f) if f.dir == std::path::Path::new("/other"))
         );
+    }
+
+    #[test]
+    fn rules_are_read_on_a_vhost_and_on_any_location_as_written() {
+        let v = "[[vhost]]\nroot = \"htdocs\"\nallow = [\"10.0.0.0/8\"]\n\
+                 [[vhost.location]]\nexact = \"/s\"\nstatus = true\nallow = [\"::1\", \"192.0.2.0/24\"]\n\
+                 [[vhost.location]]\nprefix = \"/p/\"\n";
+        let c = parse(v, "").unwrap();
+        let cidrs = |list: &[&str]| {
+            let who: Vec<Who> = list.iter().map(|a| Who::parse(a).unwrap()).collect();
+            Some(Access::new(&who, &[], true))
+        };
+        assert_eq!(c.vhosts[0].rules.access, cidrs(&["10.0.0.0/8"]));
+        let l = &c.vhosts[0].locations.list;
+        assert_eq!(l[0].rules.access, cidrs(&["::1", "192.0.2.0/24"]));
+        assert_eq!(l[1].rules.access, None, "as written: the vhost's is its default when a worker builds it");
+        // In force: its own, else its kind's default, else the vhost's.
+        let status = l[0].kind.rules(&c);
+        assert_eq!(Rules::default().over(&status).over(&c.vhosts[0].rules).access, cidrs(&["127.0.0.0/8", "::1"]));
+        assert_eq!(l[1].rules.over(&l[1].kind.rules(&c)).over(&c.vhosts[0].rules).access, cidrs(&["10.0.0.0/8"]));
+        let e = parse(&v.replace("192.0.2.0/24", "192.0.2.0/33"), "").unwrap_err();
+        assert!(e.contains("bad address range \"192.0.2.0/33\""), "{e}");
+        let e = parse(&v.replace("allow = [\"10", "allow = 1\nx = [\"10"), "").unwrap_err();
+        assert!(e.contains(":9: allow: invalid type: integer `1`, expected a sequence"), "{e}");
     }
 
     #[test]
     fn a_location_serves_the_metrics() {
         let v = "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n";
         let c = parse(v, "").unwrap();
-        assert_eq!(c.vhosts[0].locations.list[0].serve, Serve::Metrics);
+        assert_eq!(c.vhosts[0].locations.list[0].kind, Kind::Metrics);
         assert_eq!(c.vhosts[0].dirs().count(), 1, "no directory of its own");
         let both = parse(&format!("{v}status = true\n"), "").unwrap_err();
         assert!(both.contains("or the metrics (metrics = true), not two"), "{both}");

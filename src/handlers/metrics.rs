@@ -1,9 +1,9 @@
 //! The Prometheus metrics (`metrics = true` on a location): the scoreboard's counters
-//! in Prometheus' text format ([`crate::metrics::render`]), for the clients
-//! `[status] allow` lets in (loopback by default), as the status page.
+//! in Prometheus' text format ([`crate::metrics::render`]). Who may see them is its
+//! location's `allow` (by default `[status] allow`, as the status page's), checked
+//! before it is asked.
 
-use super::ask::Ask;
-use super::status_page::admit;
+use super::ask::{Ask, read_only};
 use crate::config::Config;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
@@ -17,7 +17,7 @@ pub struct Metrics<'c> {
 
 impl Metrics<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !admit(self.config, ask, reply, "The metrics are") {
+        if !read_only(ask.req, reply) {
             return;
         }
         let text = crate::metrics::render(self.scoreboard, self.config);

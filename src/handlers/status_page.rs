@@ -1,5 +1,6 @@
 //! The server-status page: the scoreboard as HTML, Apache's `?auto` text or `?json`
-//! ([`crate::status::Snapshot`]), for the clients `[status] allow` lets in.
+//! ([`crate::status::Snapshot`]). Who may see it is its location's `allow` (by
+//! default `[status] allow`: `crate::kinds::status`), checked before it is asked.
 
 use super::ask::{Ask, read_only};
 use crate::config::Config;
@@ -23,24 +24,9 @@ pub struct StatusPage<'c> {
     pub config: &'c Config,
 }
 
-/// The status page's rules, which the metrics share: only read (GET and HEAD; OPTIONS
-/// gets its `Allow`, other methods 405), and only by the clients `[status] allow`
-/// lets in. False when `reply` already holds the answer; `what` names the resource
-/// in a refusal.
-pub fn admit(config: &Config, ask: &Ask<'_>, reply: &mut Reply<'_>, what: &str) -> bool {
-    if !read_only(ask.req, reply) {
-        return false;
-    }
-    if !config.status.allow.iter().any(|cidr| cidr.contains(ask.client)) {
-        reply.error(403, &format!("{what} not available to this client."));
-        return false;
-    }
-    true
-}
-
 impl StatusPage<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !admit(self.config, ask, reply, "The status page is") {
+        if !read_only(ask.req, reply) {
             return;
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);

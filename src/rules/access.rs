@@ -11,6 +11,8 @@
 use std::net::IpAddr;
 
 use crate::cidr::Cidr;
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::{Toml, string};
 
 /// What a rule matches: every client, or a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,26 @@ impl Access {
     pub fn rules(&self) -> impl Iterator<Item = (bool, &Who)> {
         self.rules.iter().map(|(a, w)| (*a, w))
     }
+}
+
+/// The key of the list of who may ask.
+pub const ALLOW: &str = "allow";
+
+/// The address rules of a location's or a vhost's table, if it sets any.
+pub(crate) fn read(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Access>, ConfigError> {
+    let Some(list) = keys.take::<Vec<String>>(ctx, ALLOW)? else { return Ok(None) };
+    let allow = list
+        .get_ref()
+        .iter()
+        .map(|a| Who::parse(a).ok_or_else(|| ctx.spanned(&list, format!("bad address range {a:?}"))))
+        .collect::<Result<Vec<Who>, _>>()?;
+    Ok(Some(Access::new(&allow, &[], true)))
+}
+
+/// Its keys for `pika -T`, as written.
+pub(crate) fn show(access: &Access, t: &mut Toml) {
+    let allow = access.rules().filter(|(allowed, _)| *allowed).map(|(_, w)| string(&w.to_string()));
+    t.key(ALLOW, toml::Value::Array(allow.collect()));
 }
 
 #[cfg(test)]

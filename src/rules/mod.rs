@@ -13,6 +13,16 @@
 //! - [`headers`]: `headers` to add, `expires`, `charset`.
 //! - [`encoding`]: `Accept-Encoding` negotiation for precompressed siblings and
 //!   compression on the fly; [`compress`] makes the compressed copies.
+//!
+//! [`Rules`] is where they meet the config: the rules of one location or vhost, as
+//! written. [`Rules::read`] takes each rule's keys out of the table (a location's or a
+//! vhost's, the same keys on both), [`Rules::show`] writes them back for `pika -T`,
+//! [`Rules::over`] makes those in force (a location's own, else its kind's default
+//! (the status page and the metrics: `[status] allow`), else its vhost's; when a
+//! worker builds its sites), and [`Rules::gate`] makes what the request path checks
+//! before the location's handler: the [`Gate`]. A new rule is its module, its field
+//! in [`Rules`] (with its line in each of those four functions), its keys in
+//! [`KEYS`], and, if a request is checked by it, its field in [`Gate`].
 
 pub mod access;
 pub mod basic;
@@ -21,3 +31,64 @@ pub mod encoding;
 pub mod headers;
 pub mod htpasswd;
 pub mod redirect;
+
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::Toml;
+use crate::handlers::Ask;
+use crate::http::response::Reply;
+use access::Access;
+
+/// Every key of the rules, as the config writes them (on a location and a vhost).
+pub const KEYS: &[&str] = &[access::ALLOW];
+
+/// The rules of one location or vhost, as written: `None` where a rule is not set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// `allow`: who may ask.
+    pub access: Option<Access>,
+}
+
+impl Rules {
+    /// Takes the rules' keys out of a location's or a vhost's table.
+    pub(crate) fn read(keys: &mut Keys, ctx: &Ctx) -> Result<Rules, ConfigError> {
+        Ok(Rules { access: access::read(keys, ctx)? })
+    }
+
+    /// These rules where set, else `under`'s, rule by rule.
+    pub fn over(&self, under: &Rules) -> Rules {
+        Rules { access: self.access.clone().or_else(|| under.access.clone()) }
+    }
+
+    /// The keys as written, for `pika -T`.
+    pub(crate) fn show(&self, t: &mut Toml) {
+        if let Some(a) = &self.access {
+            access::show(a, t);
+        }
+    }
+
+    /// What the request path checks for these rules (those in force).
+    pub fn gate(&self) -> Gate {
+        Gate { access: self.access.clone().filter(|a| !a.is_open()) }
+    }
+}
+
+/// What a request must pass before its location's handler answers it.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    /// `None`: every client may ask.
+    access: Option<Access>,
+}
+
+impl Gate {
+    /// True when the request may go on to the handler; else `reply` holds the refusal.
+    #[inline]
+    pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+        if let Some(a) = &self.access
+            && !a.allows(ask.client)
+        {
+            reply.error(403, "This resource is not available to this client.");
+            return false;
+        }
+        true
+    }
+}

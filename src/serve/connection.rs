@@ -580,9 +580,9 @@ fn dispatch(
     };
     let site = &sites[index];
     let ask = Ask { req, path: &clean, query, client };
-    let handler = site.handler(&clean.bytes);
-    kind.health = matches!(handler, handlers::Handler::Health(_));
-    handler.serve(&ask, reply);
+    let place = site.place(&clean.bytes);
+    kind.health = matches!(place.handler, handlers::Handler::Health(_));
+    place.serve(&ask, reply);
     index
 }
 

@@ -1,0 +1,102 @@
+//! Files: what a location answers with unless another kind is chosen, and what a
+//! vhost answers with at its root. Its keys: `root` or `alias` (the directory),
+//! `index`, `autoindex`; on a `[[vhost]]`, `index` and `autoindex` are the vhost's own
+//! files' and the default of its files locations. Read, checked, shown and built
+//! into a [`StaticFiles`] handler here.
+
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::Build;
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::{Toml, path, strings};
+use crate::handlers::Handler;
+use crate::handlers::static_file::StaticFiles;
+
+/// Its keys on a location.
+pub const KEYS: &[&str] = &["root", "alias", "index", "autoindex"];
+/// Its keys on a vhost (whose `root` is its own key).
+pub const VHOST_KEYS: &[&str] = &["index", "autoindex"];
+
+/// The index files a vhost tries unless it says.
+const DEFAULT_INDEX: &str = "index.html";
+
+/// Where files are served from, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    /// The directory: the location's `root` or `alias`, else the vhost's root.
+    pub dir: PathBuf,
+    /// `alias`: the directory stands for the location's prefix (nginx's `alias`);
+    /// else for `/`, and the whole path is looked up under it (`root`).
+    pub alias: bool,
+    /// Tried in order for a path that names a directory.
+    pub index: Vec<String>,
+    /// A directory without an index file is listed.
+    pub autoindex: bool,
+}
+
+/// A vhost's own files at `dir` (its root), from its `index` and `autoindex`.
+pub(crate) fn read_vhost(keys: &mut Keys, ctx: &Ctx, dir: PathBuf) -> Result<Files, ConfigError> {
+    let index = read_index(keys, ctx)?.unwrap_or_else(|| vec![DEFAULT_INDEX.into()]);
+    let autoindex = keys.take::<bool>(ctx, "autoindex")?.is_some_and(Spanned::into_inner);
+    Ok(Files { dir, alias: false, index, autoindex })
+}
+
+/// A files location's keys; `vhost`: its vhost's own files (the defaults), `root`:
+/// the server's root (relative paths), `prefix`: the location is a prefix (which an
+/// `alias` stands for).
+pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, vhost: &Files, root: &Path, prefix: bool) -> Result<Files, ConfigError> {
+    let (dir, alias) = match (keys.take::<String>(ctx, "root")?, keys.take::<String>(ctx, "alias")?) {
+        (Some(_), Some(a)) => return Err(ctx.spanned(&a, "a location has root or alias, not both")),
+        (Some(r), None) => (ctx.dir(&r, root, "root")?, false),
+        (None, Some(a)) if !prefix => {
+            return Err(ctx.spanned(
+                &a,
+                "alias stands for a location's prefix: it goes with prefix (use root with exact or regex)",
+            ));
+        }
+        (None, Some(a)) => (ctx.dir(&a, root, "alias")?, true),
+        (None, None) => (vhost.dir.clone(), false),
+    };
+    let index = read_index(keys, ctx)?.unwrap_or_else(|| vhost.index.clone());
+    let autoindex = keys.take::<bool>(ctx, "autoindex")?.map_or(vhost.autoindex, Spanned::into_inner);
+    Ok(Files { dir, alias, index, autoindex })
+}
+
+fn read_index(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(list) = keys.take::<Vec<String>>(ctx, "index")? else { return Ok(None) };
+    if let Some(bad) = list.get_ref().iter().find(|i| i.is_empty() || i.contains('/')) {
+        return Err(ctx.spanned(&list, format!("index entry {bad:?} must be a plain file name")));
+    }
+    Ok(Some(list.into_inner()))
+}
+
+impl Files {
+    /// A location's keys for `pika -T`, as in force (the vhost's defaults filled in).
+    pub(crate) fn show(&self, t: &mut Toml) {
+        t.key(if self.alias { "alias" } else { "root" }, path(&self.dir));
+        self.show_vhost(t);
+    }
+
+    /// A vhost's keys for `pika -T` (its root is its own key).
+    pub(crate) fn show_vhost(&self, t: &mut Toml) {
+        t.key("index", strings(&self.index));
+        t.key("autoindex", toml::Value::Boolean(self.autoindex));
+    }
+
+    /// The handler; `at`: the location's pattern as written (a prefix an `alias`
+    /// stands for), empty for a vhost's own files.
+    pub(crate) fn build<'c>(&'c self, at: &str, b: &mut Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+        Ok(Handler::Files(StaticFiles {
+            root: (b.open)(&self.dir)?,
+            // An alias stands for the prefix: what follows it is looked up.
+            strip: if self.alias { at.len() } else { 0 },
+            index: &self.index,
+            autoindex: self.autoindex,
+            serve_hidden: b.serve_hidden,
+            mime: &b.config.mime,
+            max_ranges: b.config.http.max_ranges,
+        }))
+    }
+}
