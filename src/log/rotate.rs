@@ -98,7 +98,7 @@ pub fn rotate(path: &Path, r: &Rotate, period: i64) -> std::io::Result<PathBuf> 
                 n += 1;
             }
             std::fs::rename(path, &target)?;
-            prune_patterned(path, r.keep);
+            prune_patterned(path, p, r.keep);
             Ok(target)
         }
     }
@@ -131,21 +131,48 @@ fn rotate_numbered(path: &Path, keep: u32) -> std::io::Result<PathBuf> {
     Ok(first)
 }
 
-/// Removes the oldest pattern-named files beyond `keep`.
-fn prune_patterned(path: &Path, keep: u32) {
+/// Removes the oldest pattern-named files beyond `keep`: only this log's own old
+/// files, those whose name is the log's, a dot and what `pattern` writes (then
+/// perhaps a `.N` for a second rotation in one period, and `.gz`). Another log whose
+/// name starts with this one's (`access.log.json` beside `access.log`) and files an
+/// operator put there are neither removed nor counted.
+fn prune_patterned(path: &Path, pattern: &str, keep: u32) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
     let prefix = format!("{}.", name.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut old: Vec<(std::time::SystemTime, PathBuf)> = entries
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter(|e| {
+            let file = e.file_name();
+            let file = file.to_string_lossy();
+            file.strip_prefix(&prefix).is_some_and(|suffix| is_rotated_suffix(suffix, pattern))
+        })
+        .filter_map(|e| {
+            // Only regular files: a folder or a link of that name is not a log of ours.
+            let meta = e.metadata().ok().filter(|m| m.file_type().is_file())?;
+            Some((meta.modified().ok()?, e.path()))
+        })
         .collect();
     old.sort();
     let excess = old.len().saturating_sub(keep as usize);
     for (_, p) in old.into_iter().take(excess) {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// Whether `suffix` (a file name after the log's name and a dot) is what a rotation
+/// with `pattern` names an old file: the stamp, perhaps `.N`, perhaps `.gz`.
+fn is_rotated_suffix(suffix: &str, pattern: &str) -> bool {
+    let suffix = suffix.strip_suffix(".gz").unwrap_or(suffix);
+    let stamp = match suffix.rsplit_once('.') {
+        Some((stamp, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && parses(pattern, stamp) => stamp,
+        _ => suffix,
+    };
+    parses(pattern, stamp)
+}
+
+fn parses(pattern: &str, stamp: &str) -> bool {
+    !stamp.is_empty() && jiff::fmt::strtime::parse(pattern, stamp).is_ok()
 }
 
 /// Who compresses when the workers have no user of their own: the kernel's overflow
@@ -378,6 +405,47 @@ mod tests {
         assert_eq!(rotate(&log, &r, 1_700_000_000).unwrap(), dir.path().join("access.log.20231114"));
         std::fs::write(&log, "2").unwrap();
         assert_eq!(rotate(&log, &r, 1_700_000_000).unwrap(), dir.path().join("access.log.20231114.1"));
+    }
+
+    #[test]
+    fn pruning_removes_only_this_logs_own_old_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, json) = (dir.path().join("access.log"), dir.path().join("access.log.json"));
+        let r = Rotate {
+            interval: Some(Interval::Daily),
+            size: None,
+            keep: 2,
+            naming: Naming::Pattern("%Y%m%d".into()),
+            local_time: false,
+            compress: false,
+        };
+        // A second live log whose name starts with the first's, its own old file,
+        // and files an operator left there.
+        std::fs::write(&json, "live").unwrap();
+        std::fs::write(dir.path().join("access.log.json.20231101"), "json's").unwrap();
+        std::fs::write(dir.path().join("access.log.bak"), "kept").unwrap();
+        std::fs::write(dir.path().join("access.log.20231101.txt"), "kept").unwrap();
+        for day in 0..4 {
+            std::fs::write(&log, format!("{day}")).unwrap();
+            rotate(&log, &r, 1_700_000_000 + day * 86_400).unwrap();
+        }
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "access.log.20231101.txt",
+                "access.log.20231116",
+                "access.log.20231117",
+                "access.log.bak",
+                "access.log.json",
+                "access.log.json.20231101",
+            ],
+            "keep = 2 of its own; nothing else removed or counted"
+        );
+        assert!(is_rotated_suffix("20231114.1.gz", "%Y%m%d") && is_rotated_suffix("20231114.gz", "%Y%m%d"));
+        assert!(!is_rotated_suffix("json", "%Y%m%d") && !is_rotated_suffix("json.20231114", "%Y%m%d"));
     }
 
     #[test]
