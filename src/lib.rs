@@ -108,8 +108,8 @@
 //!   child does between `fork` and `exec`, `pidfd_open`); the rest of the
 //!   crate denies `unsafe`.
 //! - [`safe_files`] opens what the master writes as root (logs, the pid file): no
-//!   link followed, no hard-linked file written, no folder others may write, a log
-//!   handed to the workers' user only as a regular file just opened.
+//!   link followed, no hard-linked file written, no folder others may write there
+//!   or above, a log handed to the workers' user only as a file just created.
 //!
 //! # How a request travels
 //!

@@ -5,13 +5,14 @@
 //! a file: in a log folder the workers' user may write (Debian's nginx,
 //! CVE-2016-1247), a symbolic link named `error.log` pointing at `/etc/shadow` gives
 //! that user the file at the next rotation. So, when the master runs as root:
-//! - a folder that users other than root may write is refused, with a message that
-//!   says why and how to fix it ([`check_folder`], also run by `pika -t`);
+//! - a folder that users other than root may write, there or anywhere above it, is
+//!   refused, with a message that names it, its owner, why, and how to fix it
+//!   ([`check_folder`], also run by `pika -t`);
 //! - the last component is never followed (`O_NOFOLLOW`), new files are created with
 //!   `O_EXCL` (`0640`: logs hold addresses and query strings);
-//! - a file is handed to the workers' user only if it is a regular file with one link
-//!   that was just opened ([`hand_over`]), and an existing file keeps its group (the
-//!   one logrotate's `create` gave it);
+//! - a file is handed to the workers' user only if this process just created it
+//!   ([`hand_over`]); an existing file keeps its owner and group (logrotate's
+//!   `create 0640 www-data adm` gives it to the workers already);
 //! - `/dev/stdout`, `/dev/stderr` and the `/dev/fd/N` names (containers log there) are
 //!   followed as the standard links they are and never handed over, and a pipe or a
 //!   FIFO is written as it is.
@@ -48,37 +49,78 @@ pub fn unsafe_folder(owner: u32, group: u32, mode: u32) -> Option<&'static str> 
     }
 }
 
-/// When this process is root: refuses `file` if the folder it lies in (or, while
-/// that does not exist yet, the nearest folder above that does) may be written by
-/// users other than root. Links in the folder's own path are followed: they are
-/// the operator's.
+/// When this process is root: refuses `file` if a user other than root could put a
+/// link of their choosing where it is opened, because they may write the folder it
+/// lies in (or, while that does not exist yet, the nearest one above that does), or
+/// any folder above it: whoever may write `/home/u` can swap the root-owned folder
+/// `/home/u/logs` for a link to `/etc`. Every folder up the path is looked at
+/// without following links (`lstat`); a folder above that everyone may write but
+/// is sticky (`/tmp`) is safe for a child that root owns, which no one else may
+/// rename. A link on the way (`/var/log/pika` to `/srv/logs`) is the operator's and
+/// is safe if the folder it lies in is; the folders of where it leads are looked at
+/// the same way.
 pub fn check_folder(file: &Path) -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() || is_standard_stream(file) {
         return Ok(());
     }
-    let mut dir = file.parent();
+    let file = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    check_path_up(&file, file.parent(), 0)
+}
+
+/// Most links followed on the way to one file, as the kernel's `ELOOP` limit.
+const MAX_LINKS: usize = 40;
+
+/// Checks `start` (the file's folder) and every folder above it with `lstat`, and
+/// where each link met on the way leads, the same way.
+fn check_path_up(file: &Path, start: Option<&Path>, links: usize) -> Result<(), String> {
+    let mut found = false;
+    // The owner of the entry just below the folder looked at: with the sticky bit,
+    // only that owner (and the folder's) may rename it.
+    let mut child_owner = None;
+    let mut dir = start;
     while let Some(d) = dir {
-        match std::fs::metadata(d) {
-            Ok(meta) => {
-                return match unsafe_folder(meta.uid(), meta.gid(), meta.mode()) {
-                    None => Ok(()),
-                    Some(why) => Err(format!(
-                        "{}: refused, because users other than root may write the folder {} ({why}; owner uid {}, group gid {}, mode {:04o}): \
-                         a link planted there would make pika, as root, write or give away a file of their choosing. \
-                         Make the folder root's and writable by root only (chown root:root, chmod 755) or put the file elsewhere",
-                        file.display(),
-                        d.display(),
-                        meta.uid(),
-                        meta.gid(),
-                        meta.mode() & 0o7777
-                    )),
-                };
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => dir = d.parent(),
+        dir = d.parent();
+        let meta = match std::fs::symlink_metadata(d) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !found => continue,
             Err(e) => return Err(format!("{}: cannot look at the folder {}: {e}", file.display(), d.display())),
+        };
+        if meta.file_type().is_symlink() {
+            // A link's own mode means nothing: the folder it lies in decides who may
+            // replace it (the next turn); where it leads is looked at as a path.
+            if links >= MAX_LINKS {
+                return Err(format!("{}: too many links on the way to it", file.display()));
+            }
+            let target = std::fs::read_link(d)
+                .map_err(|e| format!("{}: cannot read the link {}: {e}", file.display(), d.display()))?;
+            let target = d.parent().unwrap_or(Path::new("/")).join(target);
+            check_path_up(file, Some(&target), links + 1)?;
+        } else {
+            let sticky_and_ours = found && meta.mode() & 0o1000 != 0 && child_owner == Some(0);
+            if let Some(why) = unsafe_folder(meta.uid(), meta.gid(), meta.mode()).filter(|_| !sticky_and_ours) {
+                return Err(unsafe_folder_message(file, d, &meta, why));
+            }
         }
+        found = true;
+        child_owner = Some(meta.uid());
     }
     Ok(())
+}
+
+fn unsafe_folder_message(file: &Path, d: &Path, meta: &std::fs::Metadata, why: &str) -> String {
+    let owner = nix::unistd::User::from_uid(Uid::from_raw(meta.uid()))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {}", meta.uid()), |u| format!("{} (uid {})", u.name, meta.uid()));
+    format!(
+        "{}: refused, because users other than root may write the folder {} ({why}; owner {owner}, group gid {}, mode {:04o}): \
+         a link planted there, or put in place of a folder below it, would make pika, as root, write or give away a file of their choosing. \
+         Make every folder on the way root's and writable by root only (chown root:root, chmod 755) or put the file elsewhere",
+        file.display(),
+        d.display(),
+        meta.gid(),
+        meta.mode() & 0o7777
+    )
 }
 
 /// An opened file for appending, and whether this call created it.
@@ -162,18 +204,30 @@ fn single_regular(path: &Path, file: &File) -> io::Result<()> {
     Ok(())
 }
 
-/// Gives a log file just opened by [`open_append`] to the workers' user, so they can
-/// reopen it after a rotation: a new file entirely, an existing one keeping its
-/// group. A standard stream, a pipe or a device is left alone; a regular file with
-/// more than one link is refused.
+/// Gives a log file just created by [`open_append`] to the workers' user, so they
+/// can reopen it after a rotation. An existing file keeps its owner and group: root
+/// did not make it, so root does not give it away (whoever could swap a link in for
+/// it before the open would otherwise be handed a file of their choosing). One the
+/// workers' user does not own is said in the error log, since the workers could not
+/// reopen it. A standard stream, a pipe or a device is left alone; a regular file
+/// with more than one link is refused.
 pub fn hand_over(path: &Path, opened: &Opened, (uid, gid): (Uid, Gid)) -> io::Result<()> {
     let meta = opened.file.metadata()?;
     if is_standard_stream(path) || !meta.is_file() {
         return Ok(());
     }
     single_regular(path, &opened.file)?;
-    let group = opened.created.then_some(gid);
-    nix::unistd::fchown(&opened.file, Some(uid), group)?;
+    if opened.created {
+        nix::unistd::fchown(&opened.file, Some(uid), Some(gid))?;
+    } else if meta.uid() != uid.as_raw() {
+        log::warn!(
+            "{} belongs to uid {}, not to the workers' user (uid {uid}): pika does not give away a file it did not create, \
+             so the workers can write it only until they reopen their logs (a rotation, pika -k reopen-logs). \
+             chown it to the workers' user, or remove it and let pika create it",
+            path.display(),
+            meta.uid()
+        );
+    }
     Ok(())
 }
 
@@ -219,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn an_existing_file_keeps_its_group_a_new_one_gets_the_workers() {
+    fn an_existing_file_keeps_its_owner_a_new_one_gets_the_workers() {
         let dir = tempfile::tempdir().unwrap();
         let old = dir.path().join("old.log");
         std::fs::write(&old, "").unwrap();
@@ -227,11 +281,45 @@ mod tests {
         let workers = (Uid::from_raw(65534), Gid::from_raw(65534));
         hand_over(&old, &open_append(&old).unwrap(), workers).unwrap();
         let meta = std::fs::metadata(&old).unwrap();
-        assert_eq!((meta.uid(), meta.gid()), (65534, 4));
+        assert_eq!((meta.uid(), meta.gid()), (0, 4), "not given away");
         let new = dir.path().join("new.log");
         hand_over(&new, &open_append(&new).unwrap(), workers).unwrap();
         let meta = std::fs::metadata(&new).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+    }
+
+    #[test]
+    fn every_folder_up_the_path_is_looked_at_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        // A user's folder, and below it a log folder root owns: the user may swap
+        // the log folder for a link at any time.
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join("logs")).unwrap();
+        nix::unistd::chown(&home, Some(Uid::from_raw(65534)), None).unwrap();
+        let e = check_folder(&home.join("logs/access.log")).unwrap_err();
+        assert!(e.contains(&format!("the folder {} (", home.display())) && e.contains("uid 65534"), "{e}");
+        // The link swapped in: refused all the same, for the same folder.
+        let root_only = dir.path().join("etc");
+        std::fs::create_dir(&root_only).unwrap();
+        std::fs::remove_dir(home.join("logs")).unwrap();
+        std::os::unix::fs::symlink(&root_only, home.join("logs")).unwrap();
+        let e = check_folder(&home.join("logs/access.log")).unwrap_err();
+        assert!(e.contains(&format!("the folder {} (", home.display())), "{e}");
+        // A link that root's folder holds is the operator's; where it leads counts.
+        let var = dir.path().join("var");
+        std::fs::create_dir(&var).unwrap();
+        std::os::unix::fs::symlink(&root_only, var.join("logs")).unwrap();
+        assert_eq!(check_folder(&var.join("logs/access.log")), Ok(()));
+        std::os::unix::fs::symlink(home.join("logs"), var.join("theirs")).unwrap();
+        let e = check_folder(&var.join("theirs/access.log")).unwrap_err();
+        assert!(e.contains(&format!("the folder {} (", home.display())), "{e}");
+        // A sticky folder everyone may write (/tmp) is safe above a folder root owns.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(tmp.join("pika")).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(check_folder(&tmp.join("pika/a.log")), Ok(()));
+        nix::unistd::chown(&tmp.join("pika"), Some(Uid::from_raw(65534)), None).unwrap();
+        assert!(check_folder(&tmp.join("pika/a.log")).is_err());
     }
 
     #[test]

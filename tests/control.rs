@@ -615,19 +615,57 @@ fn a_log_folder_others_may_write_is_refused_and_said_why() {
 }
 
 #[test]
-fn logs_are_made_0640_keep_their_group_and_stdout_still_works() {
+fn a_link_swapped_in_above_the_log_folder_is_refused_and_nothing_is_given_away() {
+    let site = Site::new();
+    open_up(&site);
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    // A folder of the workers' user holds a log folder root owns; then the user swaps
+    // that folder for a link to a folder of root's holding a file root cares about.
+    std::fs::create_dir_all(site.path("home/logs")).unwrap();
+    nix::unistd::chown(&site.path("home"), Some(nobody.uid), None).unwrap();
+    let precious = site.path("rootonly");
+    std::fs::create_dir(&precious).unwrap();
+    let v = precious.join("access.log");
+    std::fs::write(&v, "precious\n").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_dir(site.path("home/logs")).unwrap();
+    std::os::unix::fs::symlink(&precious, site.path("home/logs")).unwrap();
+    site.config("user = \"nobody\"", "[[access_log]]\npath = \"home/logs/access.log\"\n");
+    let _guard = Daemon { site: &site };
+    let home = std::fs::canonicalize(site.path("home")).unwrap();
+    for args in [&["-t"][..], &[]] {
+        let o = pika(&site, args);
+        assert_eq!(o.status.code(), Some(1), "pika {args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.contains(&format!("may write the folder {} (", home.display())) && t.contains("owner nobody"),
+            "pika {args:?}: {t}"
+        );
+    }
+    untouched(&v);
+}
+
+#[test]
+fn an_existing_log_keeps_its_owner_a_new_one_is_the_workers_and_stdout_still_works() {
     use std::os::unix::fs::MetadataExt;
     let site = Site::new();
-    // logrotate's `create 0640 www-data adm` made the access log; the error log is new.
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid;
+    // logrotate's `create 0640 www-data adm` made the access log; a second one is
+    // root's; the error log is new.
     site.write("logs/access.log", "");
     std::fs::set_permissions(site.path("logs/access.log"), std::fs::Permissions::from_mode(0o640)).unwrap();
-    nix::unistd::chown(&site.path("logs/access.log"), None, Some(nix::unistd::Gid::from_raw(4))).unwrap();
+    nix::unistd::chown(&site.path("logs/access.log"), Some(nobody), Some(nix::unistd::Gid::from_raw(4))).unwrap();
+    site.write("logs/root.log", "");
+    std::fs::set_permissions(site.path("logs/root.log"), std::fs::Permissions::from_mode(0o640)).unwrap();
     site.config(
         "user = \"nobody\"\ngroup = \"nogroup\"",
-        "[[access_log]]\npath = \"logs/access.log\"\n[[access_log]]\npath = \"/dev/stdout\"\nformat = \"%r %>s\"\nbuffer = 0\n",
+        "[[access_log]]\npath = \"logs/access.log\"\n[[access_log]]\npath = \"logs/root.log\"\n\
+         [[access_log]]\npath = \"/dev/stdout\"\nformat = \"%r %>s\"\nbuffer = 0\n",
     );
     open_up(&site);
-    std::fs::set_permissions(site.path("logs/access.log"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    for log in ["logs/access.log", "logs/root.log"] {
+        std::fs::set_permissions(site.path(log), std::fs::Permissions::from_mode(0o640)).unwrap();
+    }
     // A container's way: the master's standard output is a pipe.
     let mut child = std::process::Command::new(BIN)
         .args(["-F", "-f"])
@@ -646,10 +684,14 @@ fn logs_are_made_0640_keep_their_group_and_stdout_still_works() {
         line.push(byte[0]);
     }
     assert_eq!(String::from_utf8_lossy(&line), "GET / HTTP/1.1 200\n");
-    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    let nobody = nobody.as_raw();
     let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap().gid.as_raw();
     let access = std::fs::metadata(site.path("logs/access.log")).unwrap();
-    assert_eq!((access.uid(), access.gid(), access.mode() & 0o777), (nobody, 4, 0o640), "the group kept");
+    assert_eq!((access.uid(), access.gid(), access.mode() & 0o777), (nobody, 4, 0o640), "owner and group kept");
+    let root = std::fs::metadata(site.path("logs/root.log")).unwrap();
+    assert_eq!((root.uid(), root.gid()), (0, 0), "a file root did not create is not given away");
+    let said = site.error_log();
+    assert!(said.contains("logs/root.log belongs to uid 0, not to the workers' user"), "{said}");
     let error = std::fs::metadata(site.path("logs/error.log")).unwrap();
     assert_eq!((error.uid(), error.gid(), error.mode() & 0o777), (nobody, nogroup, 0o640), "made for the workers");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
