@@ -16,7 +16,7 @@ use crate::config::{Config, Vhost};
 use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;
 use crate::handlers::{Ask, Handler};
-use crate::http::response::{Body, Reply};
+use crate::http::response::Reply;
 use crate::kinds::Build;
 use crate::location::Routes;
 use crate::rules::Gate;
@@ -119,10 +119,7 @@ impl<'c> Site<'c> {
         let Handler::Files(files) = &self.files.handler else { return };
         let Some((_, page)) = self.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
         let Some(entry) = files.root.error_page(page) else { return };
-        let body = match &entry.map {
-            None => Body::Owned(Vec::new()),
-            Some(map) => Body::Mapped { map: map.clone(), start: 0, end: entry.len as usize },
-        };
+        let body = entry.slice(0, entry.len);
         // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
         let kept: Vec<u8> = reply
             .headers

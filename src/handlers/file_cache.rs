@@ -25,6 +25,7 @@ use memmap2::Mmap;
 use nix::sys::stat::{FileStat, SFlag};
 
 use crate::http::conditional;
+use crate::http::response::Body;
 
 /// Largest file kept mapped between requests. Bigger files cost their open and map
 /// once per request, which their transfer time dwarfs; keeping them mapped would only
@@ -52,10 +53,10 @@ pub struct Entry {
     pub mtime: u64,
     pub etag: String,
     pub last_modified: String,
-    /// The mapping (None for an empty file).
-    pub map: Option<Rc<Mmap>>,
-    /// The open file, kept for `sendfile` when it is at least [`SENDFILE_MIN`] long.
-    pub file: Option<Rc<File>>,
+    /// The mapping of a file shorter than [`SENDFILE_MIN`] (None for an empty one).
+    map: Option<Rc<Mmap>>,
+    /// The open file of one at least [`SENDFILE_MIN`] long, sent with `sendfile`.
+    file: Option<Rc<File>>,
     ino: u64,
     dev: u64,
     mtime_nsec: i64,
@@ -70,19 +71,26 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Maps an open regular file and computes its validators; keeps the file if it
-    /// is large enough for `sendfile`.
+    /// Computes an open regular file's validators; keeps the file if it is large
+    /// enough for `sendfile`, else maps it. A file sent with `sendfile` is not
+    /// mapped: its whole length would count against the worker's address-space limit
+    /// (`workers.max_memory`), and a file larger than that could not be served. So
+    /// what the cache maps is at most [`MAX_ENTRIES`] files under [`SENDFILE_MIN`].
     pub fn from_file(file: File, meta: &Metadata) -> io::Result<Entry> {
         let len = meta.len();
         let mtime = meta.mtime().max(0) as u64;
-        let map = if len == 0 { None } else { Some(Rc::new(crate::sys::map_file(&file, len)?)) };
+        let (map, file) = match len {
+            0 => (None, None),
+            n if n < SENDFILE_MIN => (Some(Rc::new(crate::sys::map_file(&file, len)?)), None),
+            _ => (None, Some(Rc::new(file))),
+        };
         Ok(Entry {
             len,
             mtime,
             etag: conditional::make_etag(len, mtime, meta.mtime_nsec().clamp(0, 999_999_999) as u32, meta.ino()),
             last_modified: httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime)),
             map,
-            file: (len >= SENDFILE_MIN).then(|| Rc::new(file)),
+            file,
             ino: meta.ino(),
             dev: meta.dev(),
             mtime_nsec: meta.mtime_nsec(),
@@ -109,6 +117,27 @@ impl Entry {
                 .header("Content-Type", content_type());
             reply_headers.into_boxed_slice()
         })
+    }
+
+    /// Bytes `start..end` of the file as a body: by `sendfile` (or, over TLS, `pread`)
+    /// from the open file, or from the mapping of a small one.
+    pub fn slice(&self, start: u64, end: u64) -> Body {
+        match (&self.file, &self.map) {
+            (Some(file), _) => Body::File { file: file.clone(), start, end },
+            (None, Some(map)) => Body::Mapped { map: map.clone(), start: start as usize, end: end as usize },
+            (None, None) => Body::Owned(Vec::new()),
+        }
+    }
+
+    /// A mapping of the whole file, for an answer made of several of its ranges: the
+    /// entry's own, or one made for this answer (dropped with it). Fails for a file
+    /// the address-space limit leaves no room for; the caller then sends it whole.
+    pub fn whole_mapping(&self) -> io::Result<Rc<Mmap>> {
+        match (&self.map, &self.file) {
+            (Some(map), _) => Ok(map.clone()),
+            (None, Some(file)) => Ok(Rc::new(crate::sys::map_file(file, self.len)?)),
+            (None, None) => Err(io::Error::other("an empty file has no ranges")),
+        }
     }
 
     fn matches(&self, st: &FileStat) -> bool {

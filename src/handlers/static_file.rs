@@ -15,10 +15,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use memmap2::Mmap;
-
 use super::ask::{Ask, read_only};
-use super::file_cache::{Entry, FileCache, SENDFILE_MIN};
+use super::file_cache::{Entry, FileCache};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
 use crate::http::path::{CleanPath, encode_path};
@@ -220,27 +218,31 @@ impl StaticFiles<'_> {
         }
 
         let content_type = || self.mime.lookup(name);
-        // The whole file (and an empty one): the entry's ready-made header lines.
-        let (map, rs) = match (entry.map.clone(), ranges) {
-            (Some(map), RangeOutcome::Partial(rs)) => (map, rs),
-            (map, _) => {
-                reply.headers.extend_from_slice(entry.file_headers(content_type));
-                reply.body = match map {
-                    Some(map) => slice(entry, map, 0, len),
-                    None => Body::Owned(Vec::new()),
-                };
-                return;
-            }
+        let rs = match ranges {
+            RangeOutcome::Partial(rs) if len > 0 => rs,
+            // The whole file (and an empty one): the entry's ready-made header lines.
+            _ => return whole(entry, content_type, reply),
         };
-        reply.status = 206;
         match rs[..] {
             // One range: the same lines, and where the part sits.
             [r] => {
+                reply.status = 206;
                 reply.headers.extend_from_slice(entry.file_headers(content_type));
                 reply.header("Content-Range", range::content_range(&r, len));
-                reply.body = slice(entry, map, r.start, r.end + 1);
+                reply.body = entry.slice(r.start, r.end + 1);
             }
             _ => {
+                // Several ranges are written from a mapping; a file too large for
+                // one under `workers.max_memory` is sent whole, which RFC 9110 §14.2
+                // allows (a server may ignore Range).
+                let map = match entry.whole_mapping() {
+                    Ok(map) => map,
+                    Err(e) => {
+                        log::info!("ranges of a {len}-byte file sent as the whole file: cannot map it ({e})");
+                        return whole(entry, content_type, reply);
+                    }
+                };
+                reply.status = 206;
                 let content_type = content_type();
                 reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
                 let boundary = boundary(etag);
@@ -296,13 +298,10 @@ fn encode_query(q: &[u8]) -> String {
     s
 }
 
-/// Bytes `start..end` of a file: by `sendfile` when there are at least
-/// [`SENDFILE_MIN`] of them and the entry kept its descriptor, else from the mapping.
-fn slice(entry: &Entry, map: Rc<Mmap>, start: u64, end: u64) -> Body {
-    match &entry.file {
-        Some(file) if end - start >= SENDFILE_MIN => Body::File { file: file.clone(), start, end },
-        _ => Body::Mapped { map, start: start as usize, end: end as usize },
-    }
+/// The whole file, with the entry's ready-made header lines.
+fn whole<'t>(entry: &Entry, content_type: impl FnOnce() -> &'t str, reply: &mut Reply<'_>) {
+    reply.headers.extend_from_slice(entry.file_headers(content_type));
+    reply.body = entry.slice(0, entry.len);
 }
 
 /// A multipart boundary that cannot occur in the part heads: derived from the ETag's
