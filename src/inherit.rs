@@ -143,6 +143,17 @@ impl Inherited {
                 }
             }
         }
+        // The new master of an upgrade was also given whatever the first master was
+        // started with and never closed (a shell's or a supervisor's descriptors):
+        // it keeps only what it was handed on purpose. Nothing else is open yet.
+        if got.old_master.is_some() || got.ready.is_some() {
+            let mut keep: Vec<i32> = got.listeners.iter().map(|g| g.socket.as_raw_fd()).collect();
+            keep.extend(got.handover.iter().flat_map(|(s, r)| [s.as_raw_fd(), r.as_raw_fd()]));
+            keep.extend(got.ready.as_ref().map(File::as_raw_fd));
+            if let Err(e) = sys::close_descriptors_except(&keep) {
+                got.notes.push(format!("cannot close the descriptors the old master left open: {e}"));
+            }
+        }
         got
     }
 

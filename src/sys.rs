@@ -145,7 +145,8 @@ pub fn set_dumpable(dumpable: bool) -> io::Result<()> {
 /// In a freshly forked worker: closes every descriptor from 3 up but those in `keep`
 /// (the master's pid file, its signal pipe, the daemon's ready pipe and whatever else
 /// the master held). The closed descriptors belong to objects of the master that the
-/// child never drops: it leaves through [`exit_now`].
+/// child never drops: it leaves through [`exit_now`]. Also used by the new master of
+/// an upgrade before it opens anything, on descriptors no object owns.
 pub fn close_descriptors_except(keep: &[i32]) -> io::Result<()> {
     let mut keep: Vec<u32> = keep.iter().filter_map(|&fd| u32::try_from(fd).ok()).filter(|&fd| fd >= 3).collect();
     keep.sort_unstable();

@@ -220,3 +220,47 @@ fn the_old_generation_answers_health_checks_503_once_the_new_master_serves() {
     assert_eq!((r.status, r.text().as_str()), (503, "draining\n"));
     assert_eq!(p.wait_exit(DEADLINE), Some(0), "the old master exits once its worker is done");
 }
+
+/// Every descriptor of `pid` that names `path`.
+fn fds_naming(pid: i32, path: &Path) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == path)).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .iter()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn the_new_master_keeps_none_of_the_descriptors_the_first_was_started_with() {
+    let site = Site::new();
+    site.config("", CONFIG);
+    let _stop = StopAtEnd(&site);
+    // A supervisor's descriptor the first master was started with (as a shell's
+    // `7>>file` leaves it): the old master keeps it open, and passed it on.
+    let stray = std::fs::canonicalize(site.dir.path()).unwrap().join("stray");
+    std::fs::write(&stray, "").unwrap();
+    let mut first = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec \"$0\" -F -f \"$1\" 7>>'{}'", stray.display()))
+        .arg(BIN)
+        .arg(site.path("conf/pika.toml"))
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let old = first.id() as i32;
+    wait_until(DEADLINE, "the first master to serve", || {
+        (pid_in(&site) == Some(old) && field(&site.status(), "current_generation_ready")? > 0).then_some(())
+    });
+    assert_eq!(fds_naming(old, &stray), ["7"], "the test's premise: the first master holds it");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(old), nix::sys::signal::Signal::SIGUSR2);
+    let new = new_master_serves(&site, old);
+    assert_eq!(fds_naming(new, &stray), Vec::<String>::new(), "the new master closed it");
+    for w in children_of(new) {
+        assert_eq!(fds_naming(w, &stray), Vec::<String>::new(), "worker {w}");
+    }
+    let addr = wait_until(DEADLINE, "the address", || listening_addr(&site.error_log()));
+    assert_eq!(get(addr, "/").status, 200);
+    let _ = first.wait();
+}

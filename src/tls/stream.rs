@@ -202,12 +202,24 @@ impl<'a> TlsStream<'a> {
     /// handshake's next flight, tickets, or the alert of a failure). Tickets sent
     /// after the handshake wait when a request came with the client's `Finished`:
     /// they leave with its answer, in one write (the client wakes once, not twice).
+    ///
+    /// Only a handshake's flight may wait for the socket (within the send timeout):
+    /// the client waits for it, and it goes into a socket buffer nothing was written
+    /// to yet. Anything else said on the read path (an alert, tickets, a key update)
+    /// is written only as far as the socket takes it now: the socket may be full of
+    /// answers a client does not read, and a worker must not wait on it here. What
+    /// is left leaves before the next answer's bytes; an alert that closes the
+    /// session is then dropped with it, as a close never waits either.
     fn process(&mut self) -> io::Result<()> {
         let processed = self.conn.process_new_packets();
         let request_waits =
             !self.conn.is_handshaking() && processed.as_ref().is_ok_and(|s| s.plaintext_bytes_to_read() > 0);
         if self.conn.wants_write() && !request_waits {
-            self.flush_handshake()?;
+            if self.conn.is_handshaking() && processed.is_ok() {
+                self.flush_handshake()?;
+            } else {
+                self.write_now();
+            }
         }
         match processed {
             Ok(_) => Ok(()),
@@ -232,9 +244,20 @@ impl<'a> TlsStream<'a> {
         Ok(())
     }
 
-    /// Sends what the handshake (or an alert, or tickets) has to say, within the
-    /// send timeout: a flight is a few kilobytes, which an empty socket buffer takes
-    /// at once.
+    /// Writes what rustls has sealed as far as the socket takes it without waiting.
+    fn write_now(&mut self) {
+        let mut out = Sock { s: self.sock, dontwait: true };
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut out) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Sends a handshake's flight within the send timeout: a few kilobytes, which an
+    /// empty socket buffer takes at once.
     fn flush_handshake(&mut self) -> io::Result<()> {
         let (mut beat, mut wait) = (|| {}, || {});
         let mut pacer = Pacer::new(self.send_timeout, &mut beat, &mut wait);
@@ -526,6 +549,78 @@ mod tests {
         session.close(&sock);
         drop(sock);
         assert!(client.join().unwrap() == want, "the client read every byte sent, then a close_notify");
+    }
+
+    /// A client that completes its handshake, sends one request, then (when told)
+    /// a record that cannot be decrypted, and never reads.
+    #[allow(clippy::disallowed_methods)]
+    fn client_that_never_reads(
+        made: &crate::tls::test_certs::Made,
+        addr: std::net::SocketAddr,
+        go: std::sync::mpsc::Receiver<()>,
+    ) -> std::thread::JoinHandle<()> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(made.chain[0].clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        std::thread::spawn(move || {
+            let c = rustls::ClientConnection::new(Arc::new(config), "a.example".try_into().unwrap()).unwrap();
+            let mut s = rustls::StreamOwned::new(c, TcpStream::connect(addr).unwrap());
+            s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+            go.recv().unwrap();
+            s.sock.write_all(b"\x17\x03\x03\x00\x20not a record this session can open").unwrap();
+            let _ = go.recv();
+        })
+    }
+
+    #[test]
+    fn an_alert_on_the_read_path_never_waits_for_a_full_socket() {
+        let made = leaf(&["a.example"], -1, 30, None);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (go, went) = std::sync::mpsc::channel();
+        let client = client_that_never_reads(&made, listener.local_addr().unwrap(), went);
+        let (sock, _) = listener.accept().unwrap();
+        let mut session = Session::new(&server_config(&made)).unwrap();
+        let mut stage = Vec::new();
+        let mut t = TlsStream::new(&sock, &mut session, &mut stage, Duration::from_secs(5));
+        assert_eq!(read_all(&mut t, 18), b"GET / HTTP/1.1\r\n\r\n");
+        // The socket full of answers the client does not read (written past TLS, as
+        // only the fill matters), with the workers' one-second slices of waiting.
+        sock.set_nonblocking(true).unwrap();
+        // Until it stays full: what loopback moves on to the client's buffer, and
+        // what the client's kernel packs there, frees room for a while.
+        let (mut rounds, mut full) = (0, 0);
+        while full < 3 && rounds < 200 {
+            let mut took = 0;
+            for size in [65536, 1024, 1] {
+                while let Ok(n) = (&sock).write(&vec![0u8; size]) {
+                    took += n;
+                }
+            }
+            full = if took == 0 { full + 1 } else { 0 };
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        sock.set_nonblocking(false).unwrap();
+        sock.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        go.send(()).unwrap();
+        let started = std::time::Instant::now();
+        let e = loop {
+            match t.read(&mut [0u8; 64]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
+                Ok(n) => panic!("read {n} bytes"),
+                Err(e) => break e,
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "no failure seen");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        // The alert did not wait for the socket (the send timeout is 5 s here).
+        assert!(started.elapsed() < Duration::from_secs(2), "the read path waited {:?}", started.elapsed());
+        go.send(()).unwrap();
+        client.join().unwrap();
     }
 
     #[test]
