@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use log::LevelFilter;
 use nix::unistd::{Gid, Uid};
-use raw::{RawAccessLog, RawConfig, RawInclude, RawListen, RawVhost};
+use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
 pub use read::ConfigError;
 use read::{Ctx, Split, absolute};
 
@@ -36,7 +36,6 @@ use crate::log::rotate::Rotate;
 pub use crate::sys::Symlinks;
 pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
-use server::{parse_error_log, parse_listen};
 pub use vhost::Vhost;
 
 /// The identity workers run as.
@@ -198,6 +197,13 @@ impl Included {
     }
 }
 
+/// What the `[[vhost]]` and `[[access_log]]` tables of every file make.
+struct Sites {
+    vhosts: Vec<Vhost>,
+    access_logs: Vec<AccessLog>,
+    tls: Option<Arc<crate::tls::Certificates>>,
+}
+
 /// The vhosts and logs of one file (`file`: an included one, or `None`: the main).
 struct Source<'a> {
     ctx: Ctx<'a>,
@@ -232,62 +238,64 @@ impl Ctx<'_> {
         Ok(out)
     }
 
+    /// The whole config, section by section; what one section needs of another
+    /// (the vhosts of the TLS listeners, the chroot of every path) is checked here.
     fn resolve(&self, raw: RawConfig, included: &[Included]) -> Result<Config, ConfigError> {
         let conf_dir = self.file.parent().unwrap_or(Path::new("/"));
         let root = match &raw.server.root {
             Some(r) => absolute(conf_dir, r),
             None => conf_dir.parent().unwrap_or(conf_dir).to_path_buf(),
         };
-        let at_root = |p: &str| absolute(&root, p);
-
-        if raw.server.listen.is_empty() {
-            return Err(self.error(self.table("server"), "server.listen needs at least one address"));
-        }
-        let mut listen: Vec<Listen> = Vec::new();
-        for l in &raw.server.listen {
-            let (addr, tls, proxy_protocol) = match l.get_ref() {
-                RawListen::Addr(a) => (a, false, false),
-                RawListen::Table(t) => (&t.addr, t.tls, t.proxy_protocol),
-            };
-            let addr = parse_listen(addr).ok_or_else(|| {
-                self.spanned(
-                    l,
-                    format!("bad listen address {addr:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")"),
-                )
-            })?;
-            // Port 0 picks a free port each time: twice is two listeners.
-            if addr.port() != 0 && listen.iter().any(|e| e.addr == addr) {
-                return Err(self.spanned(l, format!("listen address {addr} given twice")));
-            }
-            listen.push(Listen { addr, tls, proxy_protocol });
-        }
-
-        let log_level = match &raw.server.log_level {
-            None => LevelFilter::Info,
-            Some(l) => l
-                .get_ref()
-                .parse::<LevelFilter>()
-                .map_err(|_| self.spanned(l, "log_level must be one of off, error, warn, info, debug, trace"))?,
-        };
-        let mut error_log = parse_error_log(&raw.server.error_log, &root)
-            .ok_or_else(|| self.error(self.table("server"), format!("bad error_log {:?}", raw.server.error_log)))?;
-        if let (ErrorLogTarget::Syslog(_, socket), Some(path)) = (&mut error_log, &raw.server.syslog_socket) {
-            *socket = Some(absolute(&root, path));
-        }
-
+        let listen = self.listen(&raw)?;
+        let (log_level, error_log) = self.error_log(&raw, &root)?;
+        let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
         let (mime, mime_types) = self.mime(&raw, &root)?;
-
         let run_as = self.run_as(&raw)?;
-        let server_tokens = match &raw.server.server_tokens {
-            None => ServerTokens::Full,
-            Some(t) => match t.get_ref().as_str() {
-                "full" => ServerTokens::Full,
-                "product" => ServerTokens::Product,
-                _ => return Err(self.spanned(t, "server_tokens must be \"full\" or \"product\"")),
-            },
-        };
-
+        let server_tokens = self.server_tokens(&raw)?;
+        let (trusted_proxies, forwarded_header) = self.forwarders(&raw)?;
         let workers = self.workers(&raw)?;
+        let http = self.http(&raw)?;
+        let status = self.status(&raw)?;
+        let mut notes = self.notes(&raw);
+        let Sites { vhosts, access_logs, tls } = self.sites(&raw, included, &root, &listen, &status, &mut notes)?;
+        let coredump_dir = self.coredump_dir(&raw, &root)?;
+        let chroot = self.chroot(&raw, &root, &vhosts, &access_logs, &error_log, coredump_dir.as_ref())?;
+        let pid_file = absolute(&root, &raw.server.pid_file);
+        self.written_as_root(&pid_file, &error_log, &access_logs)?;
+
+        Ok(Config {
+            chroot,
+            coredump_dir,
+            file: self.file.to_path_buf(),
+            includes: included.iter().map(|i| i.file.clone()).collect(),
+            listen,
+            backlog: raw.server.backlog.max(1),
+            pid_file,
+            error_log,
+            error_log_rotate,
+            log_level,
+            mime,
+            mime_types,
+            run_as,
+            graceful_timeout: raw.server.graceful_timeout.0,
+            drain_time: raw.server.drain_time.0,
+            max_open_files: raw.server.max_open_files,
+            server_tokens,
+            trusted_proxies,
+            forwarded_header,
+            workers,
+            http,
+            status,
+            vhosts,
+            access_logs,
+            tls,
+            root,
+            notes,
+        })
+    }
+
+    /// `[http]`: timeouts and limits, each checked against its bounds.
+    fn http(&self, raw: &RawConfig) -> Result<Http, ConfigError> {
         let h = &raw.http;
         let http = Http {
             header_timeout: h.header_timeout.0,
@@ -329,16 +337,12 @@ impl Ctx<'_> {
                 ),
             ));
         }
+        Ok(http)
+    }
 
-        let trusted_proxies = self.cidrs(&raw.server.trusted_proxies)?;
-        let forwarded_header = match &raw.server.forwarded_header {
-            None => ForwardedHeader::XForwardedFor,
-            Some(h) => match h.get_ref().to_ascii_lowercase().as_str() {
-                "x-forwarded-for" => ForwardedHeader::XForwardedFor,
-                "forwarded" => ForwardedHeader::Forwarded,
-                _ => return Err(self.spanned(h, "forwarded_header must be \"X-Forwarded-For\" or \"Forwarded\"")),
-            },
-        };
+    /// `[status]`: who may see the status page and the metrics (loopback unless
+    /// set), and the older way to place the page.
+    fn status(&self, raw: &RawConfig) -> Result<Status, ConfigError> {
         let mut allow = self.cidrs(&raw.status.allow)?;
         if allow.is_empty() {
             // Loopback only unless the operator says otherwise, as mod_status is usually set up.
@@ -350,10 +354,21 @@ impl Ctx<'_> {
         if !raw.status.path.starts_with('/') {
             return Err(self.error(self.table("status"), "status.path must start with '/'"));
         }
-        let status = Status { enabled: raw.status.enabled, path: raw.status.path.clone(), allow };
+        Ok(Status { enabled: raw.status.enabled, path: raw.status.path.clone(), allow })
+    }
 
-        // The main file's vhosts and logs first, then each included file's in turn:
-        // the first vhost of all is the default.
+    /// Every `[[vhost]]` with its locations and logs, then every `[[access_log]]`: the
+    /// main file's first, then each included file's in turn (the first vhost of all
+    /// is the default), and the certificates they have, which a TLS listener needs.
+    fn sites(
+        &self,
+        raw: &RawConfig,
+        included: &[Included],
+        root: &Path,
+        listen: &[Listen],
+        status: &Status,
+        notes: &mut Vec<String>,
+    ) -> Result<Sites, ConfigError> {
         let main = Source { ctx: *self, vhosts: &raw.vhost, logs: &raw.access_log, file: None };
         let sources: Vec<Source<'_>> = std::iter::once(main)
             .chain(included.iter().map(|i| Source {
@@ -363,17 +378,16 @@ impl Ctx<'_> {
                 file: Some(&i.file),
             }))
             .collect();
-        let tls_listener = raw.server.listen.iter().zip(&listen).find(|(_, l)| l.tls).map(|(raw, _)| raw);
+        let tls_listener = raw.server.listen.iter().zip(listen).find(|(_, l)| l.tls).map(|(raw, _)| raw);
         let mut vhosts = Vec::new();
         let mut vhost_logs = Vec::new();
-        let mut notes = self.notes(&raw);
         for s in &sources {
             for v in s.vhosts {
-                let mut vhost = s.ctx.vhost(v, &root, tls_listener.is_some())?;
+                let mut vhost = s.ctx.vhost(v, root, tls_listener.is_some())?;
                 vhost.source = s.file.map(Path::to_path_buf);
-                s.ctx.locations(&v.location, &mut vhost, &root, &status, &mut notes)?;
+                s.ctx.locations(&v.location, &mut vhost, root, status, notes)?;
                 for a in &v.access_log {
-                    vhost_logs.push(s.ctx.access_log(a, &root, Some(vhosts.len()), s.file)?);
+                    vhost_logs.push(s.ctx.access_log(a, root, Some(vhosts.len()), s.file)?);
                 }
                 vhosts.push(vhost);
             }
@@ -391,87 +405,68 @@ impl Ctx<'_> {
         let mut access_logs = Vec::new();
         for s in &sources {
             for a in s.logs {
-                access_logs.push(s.ctx.access_log(a, &root, None, s.file)?);
+                access_logs.push(s.ctx.access_log(a, root, None, s.file)?);
             }
         }
         access_logs.append(&mut vhost_logs);
-        let error_log_rotate = raw.server.error_log_rotate.as_ref().map(|r| self.rotate(r)).transpose()?;
+        Ok(Sites { vhosts, access_logs, tls })
+    }
 
-        let coredump_dir = match &raw.server.coredump_dir {
-            None => None,
-            Some(d) => {
-                let dir = std::fs::canonicalize(absolute(&root, d.get_ref()))
-                    .map_err(|e| self.spanned(d, format!("coredump_dir {:?}: {e}", d.get_ref())))?;
-                if !dir.is_dir() {
-                    return Err(self.spanned(d, format!("coredump_dir {} is not a directory", dir.display())));
-                }
-                Some(dir)
-            }
-        };
-        let chroot = match &raw.server.chroot {
-            None => None,
-            Some(c) => {
-                let dir = std::fs::canonicalize(absolute(&root, c.get_ref()))
-                    .map_err(|e| self.spanned(c, format!("chroot {:?}: {e}", c.get_ref())))?;
-                let logs = access_logs.iter().map(|a| &a.path).chain(match &error_log {
-                    ErrorLogTarget::File(p) => Some(p),
-                    _ => None,
-                });
-                for p in vhosts.iter().flat_map(Vhost::dirs).chain(logs).chain(&coredump_dir) {
-                    if !p.starts_with(&dir) {
-                        return Err(self.spanned(
-                            c,
-                            format!(
-                                "{} is outside the chroot {}: workers could not reach it",
-                                p.display(),
-                                dir.display()
-                            ),
-                        ));
-                    }
-                }
-                Some(dir)
-            }
-        };
+    /// `server.coredump_dir`: an existing directory, canonical.
+    fn coredump_dir(&self, raw: &RawConfig, root: &Path) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(d) = &raw.server.coredump_dir else { return Ok(None) };
+        let dir = std::fs::canonicalize(absolute(root, d.get_ref()))
+            .map_err(|e| self.spanned(d, format!("coredump_dir {:?}: {e}", d.get_ref())))?;
+        if !dir.is_dir() {
+            return Err(self.spanned(d, format!("coredump_dir {} is not a directory", dir.display())));
+        }
+        Ok(Some(dir))
+    }
 
-        // Files the master writes as root must not lie where others may plant a link.
-        let pid_file = at_root(&raw.server.pid_file);
-        crate::safe_files::check_folder(&pid_file).map_err(|e| self.error(self.table("server"), e))?;
-        if let ErrorLogTarget::File(p) = &error_log {
+    /// `server.chroot`: canonical, and holding every directory served, every log and
+    /// the core dumps' folder, which workers must reach from inside it.
+    fn chroot(
+        &self,
+        raw: &RawConfig,
+        root: &Path,
+        vhosts: &[Vhost],
+        access_logs: &[AccessLog],
+        error_log: &ErrorLogTarget,
+        coredump_dir: Option<&PathBuf>,
+    ) -> Result<Option<PathBuf>, ConfigError> {
+        let Some(c) = &raw.server.chroot else { return Ok(None) };
+        let dir = std::fs::canonicalize(absolute(root, c.get_ref()))
+            .map_err(|e| self.spanned(c, format!("chroot {:?}: {e}", c.get_ref())))?;
+        let logs = access_logs.iter().map(|a| &a.path).chain(match error_log {
+            ErrorLogTarget::File(p) => Some(p),
+            _ => None,
+        });
+        for p in vhosts.iter().flat_map(Vhost::dirs).chain(logs).chain(coredump_dir) {
+            if !p.starts_with(&dir) {
+                return Err(self.spanned(
+                    c,
+                    format!("{} is outside the chroot {}: workers could not reach it", p.display(), dir.display()),
+                ));
+            }
+        }
+        Ok(Some(dir))
+    }
+
+    /// Files the master writes as root must not lie where others may plant a link.
+    fn written_as_root(
+        &self,
+        pid_file: &Path,
+        error_log: &ErrorLogTarget,
+        access_logs: &[AccessLog],
+    ) -> Result<(), ConfigError> {
+        crate::safe_files::check_folder(pid_file).map_err(|e| self.error(self.table("server"), e))?;
+        if let ErrorLogTarget::File(p) = error_log {
             crate::safe_files::check_folder(p).map_err(|e| self.error(self.table("server"), e))?;
         }
-        for a in &access_logs {
+        for a in access_logs {
             crate::safe_files::check_folder(&a.path).map_err(|e| self.error(self.table("access_log"), e))?;
         }
-
-        Ok(Config {
-            chroot,
-            coredump_dir,
-            file: self.file.to_path_buf(),
-            includes: included.iter().map(|i| i.file.clone()).collect(),
-            listen,
-            backlog: raw.server.backlog.max(1),
-            pid_file,
-            error_log,
-            error_log_rotate,
-            log_level,
-            mime,
-            mime_types,
-            run_as,
-            graceful_timeout: raw.server.graceful_timeout.0,
-            drain_time: raw.server.drain_time.0,
-            max_open_files: raw.server.max_open_files,
-            server_tokens,
-            trusted_proxies,
-            forwarded_header,
-            workers,
-            http,
-            status,
-            vhosts,
-            access_logs,
-            tls,
-            root,
-            notes,
-        })
+        Ok(())
     }
 
     /// Keys that are read but no longer apply.

@@ -1,16 +1,91 @@
-//! The `[server]` and `[workers]` keys that take more than a copy: content types,
-//! the workers' user, the spare band, listen addresses, the error log's target.
+//! The `[server]` and `[workers]` keys that take more than a copy: listen addresses,
+//! the error log's target and level, content types, the workers' user, the
+//! `Server` header, the trusted forwarders, the spare band.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{Group, User};
 
-use super::raw::RawConfig;
-use super::{ConfigError, Ctx, DEFAULT_MIME_TYPES, ErrorLogTarget, MIME_BUILTIN, RunAs, Workers, absolute};
+use super::raw::{RawConfig, RawListen};
+use super::{
+    ConfigError, Ctx, DEFAULT_MIME_TYPES, ErrorLogTarget, ForwardedHeader, Listen, MIME_BUILTIN, RunAs, ServerTokens,
+    Workers, absolute,
+};
+use crate::cidr::Cidr;
 use crate::http::mime::MimeTypes;
+use log::LevelFilter;
 
 impl Ctx<'_> {
+    /// `server.listen`: at least one address, none twice.
+    pub(super) fn listen(&self, raw: &RawConfig) -> Result<Vec<Listen>, ConfigError> {
+        if raw.server.listen.is_empty() {
+            return Err(self.error(self.table("server"), "server.listen needs at least one address"));
+        }
+        let mut listen: Vec<Listen> = Vec::new();
+        for l in &raw.server.listen {
+            let (addr, tls, proxy_protocol) = match l.get_ref() {
+                RawListen::Addr(a) => (a, false, false),
+                RawListen::Table(t) => (&t.addr, t.tls, t.proxy_protocol),
+            };
+            let addr = parse_listen(addr).ok_or_else(|| {
+                self.spanned(
+                    l,
+                    format!("bad listen address {addr:?} (want \"127.0.0.1:8080\", \"[::1]:8080\" or \"8080\")"),
+                )
+            })?;
+            // Port 0 picks a free port each time: twice is two listeners.
+            if addr.port() != 0 && listen.iter().any(|e| e.addr == addr) {
+                return Err(self.spanned(l, format!("listen address {addr} given twice")));
+            }
+            listen.push(Listen { addr, tls, proxy_protocol });
+        }
+        Ok(listen)
+    }
+
+    /// `server.log_level`, and `server.error_log` with its `syslog_socket`.
+    pub(super) fn error_log(&self, raw: &RawConfig, root: &Path) -> Result<(LevelFilter, ErrorLogTarget), ConfigError> {
+        let log_level = match &raw.server.log_level {
+            None => LevelFilter::Info,
+            Some(l) => l
+                .get_ref()
+                .parse::<LevelFilter>()
+                .map_err(|_| self.spanned(l, "log_level must be one of off, error, warn, info, debug, trace"))?,
+        };
+        let mut error_log = parse_error_log(&raw.server.error_log, root)
+            .ok_or_else(|| self.error(self.table("server"), format!("bad error_log {:?}", raw.server.error_log)))?;
+        if let (ErrorLogTarget::Syslog(_, socket), Some(path)) = (&mut error_log, &raw.server.syslog_socket) {
+            *socket = Some(absolute(root, path));
+        }
+        Ok((log_level, error_log))
+    }
+
+    /// `server.server_tokens`.
+    pub(super) fn server_tokens(&self, raw: &RawConfig) -> Result<ServerTokens, ConfigError> {
+        Ok(match &raw.server.server_tokens {
+            None => ServerTokens::Full,
+            Some(t) => match t.get_ref().as_str() {
+                "full" => ServerTokens::Full,
+                "product" => ServerTokens::Product,
+                _ => return Err(self.spanned(t, "server_tokens must be \"full\" or \"product\"")),
+            },
+        })
+    }
+
+    /// `server.trusted_proxies` and the `forwarded_header` they name the client in.
+    pub(super) fn forwarders(&self, raw: &RawConfig) -> Result<(Vec<Cidr>, ForwardedHeader), ConfigError> {
+        let trusted_proxies = self.cidrs(&raw.server.trusted_proxies)?;
+        let forwarded_header = match &raw.server.forwarded_header {
+            None => ForwardedHeader::XForwardedFor,
+            Some(h) => match h.get_ref().to_ascii_lowercase().as_str() {
+                "x-forwarded-for" => ForwardedHeader::XForwardedFor,
+                "forwarded" => ForwardedHeader::Forwarded,
+                _ => return Err(self.spanned(h, "forwarded_header must be \"X-Forwarded-For\" or \"Forwarded\"")),
+            },
+        };
+        Ok((trusted_proxies, forwarded_header))
+    }
+
     /// The content-type table: the file `mime_types` names (it must be readable), or
     /// with no `mime_types` the default `conf/mime.types` if it exists, else the
     /// built-in copy of it; `mime_types = "builtin"` asks for that copy by name.

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::log::rotate::Naming;
+use server::parse_listen;
 
 fn setup() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
