@@ -18,24 +18,31 @@
 //! - [`master`] is the master process: binds the listeners ([`listen`]), maps the
 //!   [`scoreboard`], installs the signal handlers ([`master::signals`]), forks workers,
 //!   and runs one loop: wait for a signal, the doorbell or the one-second tick → act on
-//!   signals → reap (what an exit means: [`master::maintenance::on_exit`]) → on the
-//!   tick, spare-worker maintenance (`master::pool`, deciding with
-//!   [`master::maintenance`], pure functions of the idle count and the listen queue) →
-//!   retire old generations and stop stuck workers (TERM, then KILL; `master::retire`)
-//!   → rotate logs ([`log::rotate::Schedule`]) → rewrite the status file
-//!   ([`statusfile`]). Between ticks it looks at the pool every 50 ms while short of
-//!   idle workers, and at once when a worker rings its [`pod::Doorbell`]. It never
-//!   serves a request and never imports the HTTP code (the two constants both sides
-//!   need live on its side: [`listen::WAIT_SLICE`], [`pod::INTERNAL_HEADER`]).
-//!   Listeners given to it ([`inherit`]: by the old master of a binary upgrade, or by
-//!   systemd's socket activation; read once at the start of `main`) are used instead
-//!   of bound. USR2 runs the binary upgrade (`master::upgrade`: a new master on the
-//!   same sockets; the old one retires once it serves, or takes its pid file back if
-//!   it fails); HUP and USR1 are `master::reload` (the new config checked in full
-//!   before anything changes); [`notify`] tells systemd about start, reloads, stops, the pool's
-//!   counts and a new main pid (`sd_notify`). A graceful stop first drains for
-//!   `server.drain_time`: health locations answer 503 while all else is served, so a
-//!   balancer takes the node out before it stops accepting.
+//!   signals → reap (what an exit means, and whether the slot gets a new worker at
+//!   once: [`master::maintenance::on_exit`], [`master::maintenance::respawn_at_once`])
+//!   → on the tick, move the master's life on (`master::life`) → spare-worker
+//!   maintenance (`master::pool`, deciding with [`master::maintenance`], pure
+//!   functions of the idle count and the listen queue) → wake the idle workers that
+//!   must go and stop stuck ones (TERM, then KILL; `master::retire`) → rotate logs
+//!   ([`log::rotate::Schedule`]) → report (`master::report`: the status file,
+//!   [`statusfile`], and systemd's `STATUS=`). Between ticks it looks at the pool
+//!   every 50 ms while short of idle workers, and at once when a worker rings its
+//!   [`pod::Doorbell`]. Its life is one value (`master::life::Life`): serving,
+//!   paused (WINCH), draining (QUIT with `server.drain_time`: health locations answer
+//!   503 while all else is served, so a balancer takes the node out before it stops
+//!   accepting), stopping gracefully or fast, or superseded by an upgrade; the stops
+//!   and every other move between phases are in `master::life`, and all it tells
+//!   systemd ([`notify`]: start, reloads, stops, the pool's counts, a new main pid),
+//!   the status file and the launching command ([`master::ready`]) is said from
+//!   `master::report`. Listeners given to it ([`inherit`]: by the old master of a
+//!   binary upgrade, or by systemd's socket activation; read once at the start of
+//!   `main`) are used instead of bound. USR2 runs the binary upgrade
+//!   (`master::upgrade`: a new master on the same sockets; the old one is superseded
+//!   once it serves, or takes its pid file back if it fails); HUP and USR1 are
+//!   `master::reload` (the new config checked in full before anything changes). It
+//!   never serves a request, and no master-side module imports the request side
+//!   (below, The layers), but for the fork itself (`master` → [`worker`], and
+//!   `daemon` → `worker` for `-X`).
 //! - [`worker`] is a worker process after `fork`: resets signals, closes the master's
 //!   descriptors it does not use, moves to `SCHED_BATCH`, drops privileges, turns
 //!   itself undumpable (unless `coredump_dir`), then asks to die with the master (after the drop,
@@ -119,7 +126,7 @@
 //! ([`serve::input::Input`], over an [`serve::transport::Transport`]: the socket, or
 //! on a TLS listener the rustls session of [`tls::stream`], which first advances
 //! the handshake with what came); on a `proxy_protocol` listener first a PROXY
-//! header ([`http::proxy_protocol`], read the same way; its client becomes the
+//! header ([`proxy_protocol`], read the same way; its client becomes the
 //! connection's, anything else closes it); no whole head yet
 //! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
 //! ([`http::request::parse`]: httparse plus our own checks: Host, framing, limits;
@@ -173,6 +180,36 @@
 //! `flush` old, once it has waited a second on a slow client, when it retires, and
 //! from its `TERM` handler ([`sys::write_on_term`]; the stuck-worker watchdog sends
 //! `TERM` first, `KILL` only after a grace).
+//!
+//! # The layers
+//!
+//! From the bottom up. A module imports from its own layer and the layers below it,
+//! but for the arrows listed after; `tests/modules.rs` reads these lists and checks
+//! them against the code (no import loop, no arrow up but these, no master-side
+//! module importing the request side).
+//!
+//! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`
+//! 2. the protocols' rules: `http`, `proxy_protocol`, `rules`, `location`, `vhost`
+//! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`
+//! 4. made before the first fork, used by both sides: `config`, `listen`, `inherit`,
+//!    `handover`, `pod`
+//! 5. serving: `serve`, `handlers`, `site`, `status`, `metrics`, `gateway`
+//! 6. processes: `worker`, `master`
+//! 7. the command: `daemon`, `ctl`, `cli`
+//!
+//! Arrows that run back up:
+//!
+//! - `log` → `config`: an access log is opened from its config entry
+//!   (`config::AccessLog`), while the config reads a log's format, filters and
+//!   rotation with `log`'s parsers.
+//! - `tls` → `serve`: `tls::stream` is the request cycle's `Transport` for a TLS
+//!   connection, its session riding in the connection's `Held`.
+//!
+//! The sides: the master side is `master`, `daemon`, `ctl`, `cli`, `pod`, `notify`,
+//! `statusfile`, `pidfile`, `inherit`, `listen`, `handover`; the request side is
+//! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `vhost`, `rules`,
+//! `gateway`, `metrics`; shared by both: `sys`, `text`, `clock`, `cidr`,
+//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `status`, `proxy_protocol`.
 #![deny(unsafe_code)]
 
 pub mod cidr;
@@ -195,6 +232,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pidfile;
 pub mod pod;
+pub mod proxy_protocol;
 pub mod rules;
 pub mod safe_files;
 pub mod scoreboard;

@@ -152,7 +152,7 @@ pub fn dummy_connection(target: SocketAddr, token: &str, proxy_protocol: bool) -
         "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{INTERNAL_HEADER}: {token}\r\n\r\n",
         env!("CARGO_PKG_VERSION")
     );
-    let local: &[u8] = if proxy_protocol { &crate::http::proxy_protocol::V2_LOCAL } else { b"" };
+    let local: &[u8] = if proxy_protocol { &crate::proxy_protocol::V2_LOCAL } else { b"" };
     s.write_all(&[local, req.as_bytes()].concat())
 }
 

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use pika::http::proxy_protocol::{V2_LOCAL, v2_header};
+use pika::proxy_protocol::{V2_LOCAL, v2_header};
 
 use crate::util::*;
 

@@ -1,9 +1,12 @@
-//! The shape of the source: the modules' imports have no loops, and the master never
-//! reaches the HTTP code by itself (the crate map in `src/lib.rs` promises both).
+//! The shape of the source, as the crate map in `src/lib.rs` promises it: the modules'
+//! imports have no loop; they follow the map's layers (a module imports from its own
+//! layer and those below) but for the arrows up that the map says, no more and no
+//! fewer; and no master-side module imports the request side but to fork a worker.
 //!
 //! A module's imports are the `crate::…` and `super::…` paths its code names (tests
 //! left out), each resolved to the longest module it names. A module naming its own
-//! parent or child is not a loop: a parent declares its children.
+//! parent or child is not a loop: a parent declares its children. Layers and sides are
+//! of the top-level modules (`http`, `master`, …), read from the map's `# The layers`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -158,18 +161,144 @@ fn a_loop_is_found_when_there_is_one() {
     assert_eq!(find_loop(&graph), None);
 }
 
-#[test]
-fn the_master_does_not_import_the_http_code() {
+/// The map's layers, arrows up and sides, read from `src/lib.rs`.
+struct Map {
+    /// Top-level module → its layer (1 at the bottom).
+    layer: BTreeMap<String, usize>,
+    /// The arrows up the map says, `(from, to)`.
+    up: BTreeSet<(String, String)>,
+    master_side: BTreeSet<String>,
+    request_side: BTreeSet<String>,
+    shared: BTreeSet<String>,
+}
+
+fn the_map() -> Map {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let section = lib.split("//! # The layers").nth(1).expect("src/lib.rs has `# The layers`");
+    let section = section.split("#![").next().unwrap();
+    let names = |s: &str| -> Vec<String> {
+        regex_lite::Regex::new(r"`(\w+)`").unwrap().captures_iter(s).map(|c| c[1].to_string()).collect()
+    };
+    let item = regex_lite::Regex::new(r"^//! (\d+)\. ").unwrap();
+    let arrow = regex_lite::Regex::new(r"^//! - `(\w+)` → `(\w+)`:").unwrap();
+    let mut layer = BTreeMap::new();
+    let mut up = BTreeSet::new();
+    let mut current = None;
+    for line in section.lines() {
+        if let Some(c) = item.captures(line) {
+            current = Some(c[1].parse::<usize>().unwrap());
+        } else if !line.starts_with("//!    ") {
+            current = None;
+        }
+        if let Some(n) = current {
+            let listed = line.split_once(':').map_or(line, |(_, rest)| rest);
+            let listed = if item.is_match(line) { listed } else { line };
+            for m in names(listed) {
+                assert!(layer.insert(m.clone(), n).is_none(), "{m} is in two layers of src/lib.rs");
+            }
+        }
+        if let Some(c) = arrow.captures(line) {
+            up.insert((c[1].to_string(), c[2].to_string()));
+        }
+    }
+    let sides = section.split("//! The sides:").nth(1).expect("src/lib.rs says the sides");
+    let parts: Vec<&str> = sides.split(';').collect();
+    assert_eq!(parts.len(), 3, "the sides: master side; request side; shared by both");
+    let set = |s: &str| names(s).into_iter().collect::<BTreeSet<_>>();
+    Map { layer, up, master_side: set(parts[0]), request_side: set(parts[1]), shared: set(parts[2]) }
+}
+
+/// The imports between top-level modules, each with one module-level import that makes it.
+fn top_level_arrows() -> BTreeMap<(String, String), (Module, Module)> {
+    let mut arrows = BTreeMap::new();
     for (m, to) in imports() {
-        if m.first().is_some_and(|p| p == "master") {
-            for t in to {
+        for t in to {
+            if let (Some(a), Some(b)) = (m.first(), t.first())
+                && a != b
+            {
+                arrows.entry((a.clone(), b.clone())).or_insert((m.clone(), t.clone()));
+            }
+        }
+    }
+    arrows
+}
+
+fn top_level_modules() -> BTreeSet<String> {
+    modules().keys().filter_map(|m| m.first().cloned()).collect()
+}
+
+#[test]
+fn every_module_has_a_layer_and_a_side() {
+    let map = the_map();
+    assert!(map.layer.len() > 20, "the map's layers were read: {:?}", map.layer);
+    for m in top_level_modules() {
+        assert!(
+            map.layer.contains_key(&m),
+            "src/{m} has no layer: put it in the crate map's `# The layers` (src/lib.rs)"
+        );
+        let sides = [&map.master_side, &map.request_side, &map.shared].iter().filter(|s| s.contains(&m)).count();
+        assert_eq!(sides, 1, "src/{m} must be on exactly one side in the crate map's `The sides` (src/lib.rs)");
+    }
+    for m in map.layer.keys() {
+        assert!(top_level_modules().contains(m), "the crate map's layers name `{m}`, which is no module");
+    }
+}
+
+#[test]
+fn the_imports_follow_the_layers_but_for_the_arrows_said() {
+    let map = the_map();
+    let mut found = BTreeSet::new();
+    for ((a, b), (via_from, via_to)) in top_level_arrows() {
+        let (Some(la), Some(lb)) = (map.layer.get(&a), map.layer.get(&b)) else { continue };
+        if lb > la {
+            assert!(
+                map.up.contains(&(a.clone(), b.clone())),
+                "{a} (layer {la}) imports {b} (layer {lb}), through {} -> {}: import otherwise, or say the arrow and why in src/lib.rs",
+                name(&via_from),
+                name(&via_to)
+            );
+            found.insert((a, b));
+        }
+    }
+    for (a, b) in &map.up {
+        assert!(
+            found.contains(&(a.clone(), b.clone())),
+            "src/lib.rs says {a} -> {b} runs up, but no such import is left: say no more"
+        );
+    }
+}
+
+#[test]
+fn no_master_side_module_imports_the_request_side() {
+    let map = the_map();
+    // The one door: the master forks a worker (and `daemon` runs one in-process for -X).
+    let fork = [("master", "worker"), ("daemon", "worker")];
+    let mut checked = BTreeSet::new();
+    for (m, to) in imports() {
+        let Some(side) = m.first().filter(|s| map.master_side.contains(*s)) else { continue };
+        checked.insert(side.clone());
+        for t in to {
+            let top = &t[0];
+            if map.request_side.contains(top) {
                 assert!(
-                    !matches!(t[0].as_str(), "http" | "serve" | "handlers" | "site" | "location"),
-                    "{} imports {}: the master never serves a request (src/lib.rs)",
+                    fork.contains(&(side.as_str(), top.as_str())),
+                    "{} imports {}: the master side never serves a request (src/lib.rs, The layers)",
                     name(&m),
                     name(&t)
                 );
             }
         }
     }
+    assert_eq!(checked, map.master_side, "every master-side module was looked at");
+}
+
+#[test]
+fn a_wrong_layer_is_caught() {
+    // The checks above rely on the map's parse; a layer list it misread would pass
+    // anything. Here the parse is checked on what it must find.
+    let map = the_map();
+    assert_eq!(map.layer.get("sys"), Some(&1));
+    assert!(map.layer["master"] > map.layer["serve"] && map.layer["serve"] > map.layer["config"]);
+    assert!(map.layer["http"] < map.layer["config"]);
+    assert!(map.master_side.contains("pod") && map.request_side.contains("http") && map.shared.contains("config"));
 }

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pika::http::proxy_protocol::{MAX_HEADER, V1_MAX, V2_SIGNATURE, parse};
+use pika::proxy_protocol::{MAX_HEADER, V1_MAX, V2_SIGNATURE, parse};
 
 fn check(data: &[u8]) {
     let Ok(Some((len, header))) = parse(data) else { return };

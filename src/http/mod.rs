@@ -9,7 +9,6 @@ pub mod forwarded;
 pub mod https;
 pub mod mime;
 pub mod path;
-pub mod proxy_protocol;
 pub mod range;
 pub mod request;
 pub mod response;

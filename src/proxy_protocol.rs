@@ -1,6 +1,10 @@
 //! The PROXY protocol (HAProxy's, versions 1 and 2): the header a load balancer sends
 //! first on each connection to say who the real client is.
 //!
+//! It comes before any HTTP and is not part of it, so it lives beside the HTTP code,
+//! where both sides may use it: the worker reads it, and the master's dummy
+//! connection to a `proxy_protocol` listener starts with [`V2_LOCAL`].
+//!
 //! A listener marked `proxy_protocol = true` expects this header before the first
 //! request head; the worker reads it the way it reads a head, without waiting
 //! (`serve::connection`), and hands the bytes it has so far to [`parse`], which says
