@@ -2,7 +2,7 @@
 //!
 //! No answer pika gives today needs a request's body (a `POST` gets 405, a `GET`
 //! that carries a body is answered from its head), and a worker never waits for a
-//! body it does not need: that wait was how slow bodies took the whole pool. So the
+//! body it does not need: a client sending one slowly would hold the worker. So the
 //! connection only asks where the body ends in what it has: a body that is all there
 //! is dropped and the next request follows; one that is not is never read, the
 //! answer says `Connection: close`, and the connection lingers for a moment so the
