@@ -292,6 +292,22 @@ fn sni_picks_each_vhosts_certificate_and_other_clients_get_the_default() {
 }
 
 #[test]
+fn a_host_for_another_vhost_than_the_tls_name_is_misdirected() {
+    let h = Https::serving("-F", "", &[("a.example", ""), ("b.example", "")]);
+    let config = client_config(&std::fs::read_to_string(h.ca_file()).unwrap());
+    let addr = h.tls;
+    let mut s = tls_connect(addr, "a.example", &config);
+    assert_eq!(tls_request(&mut s, "a.example", "/", false).unwrap().status, 200);
+    // The connection was made (and its certificate checked) for a.example: b.example's
+    // content is not served over it, whichever Host comes.
+    for host in ["b.example", "B.EXAMPLE:443"] {
+        let r = tls_request(&mut s, host, "/", false).unwrap();
+        assert_eq!(r.status, 421, "{host}");
+    }
+    assert_eq!(tls_request(&mut s, "a.example:443", "/", false).unwrap().status, 200, "the connection goes on");
+}
+
+#[test]
 fn a_session_resumes_on_another_worker() {
     let Some(openssl) = need_tool("openssl") else { return };
     // A worker holding one connection takes no other: the second goes to the other worker.

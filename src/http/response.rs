@@ -135,6 +135,7 @@ pub fn reason(status: u16) -> &'static str {
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",
         417 => "Expectation Failed",
+        421 => "Misdirected Request",
         422 => "Unprocessable Content",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",

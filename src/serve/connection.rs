@@ -390,12 +390,19 @@ impl<'c> Server<'c> {
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut kind = Kind::default();
-        let tls = t.tls().is_some();
+        let fields = t.tls();
+        let misdirected = fields.as_ref().and_then(|f| f.sni).and_then(|sni| misdirected(self.config, sni, &req));
+        let tls = fields.is_some();
         // A plain request to a vhost that wants HTTPS is sent there.
         let https_port = if tls { None } else { self.https_port };
-        let vhost = match redirect_to_https(self.config, &req, https_port, &mut reply) {
-            Some(vhost) => vhost,
-            None => dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind),
+        let vhost = if let Some(sni_vhost) = misdirected {
+            reply.error(421, "This connection was made for another host; open a new one for this host.");
+            sni_vhost
+        } else {
+            match redirect_to_https(self.config, &req, https_port, &mut reply) {
+                Some(vhost) => vhost,
+                None => dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind),
+            }
         };
         let internal = kind.internal;
         conn.internal |= internal;
@@ -533,6 +540,16 @@ fn redirect_to_https(
 
 /// Picks the vhost, then what answers the request there, and runs it. Returns the
 /// vhost used.
+/// The vhost of the connection's TLS name, when the request's Host names another:
+/// the certificate the client checked was chosen for that name, so the request is
+/// answered 421 (RFC 9110 §15.5.20), as Apache does, rather than served another
+/// site's content over it. Names that pick the same vhost (a wildcard, a vhost
+/// without a certificate of its own) agree.
+fn misdirected(config: &Config, sni: &str, req: &Request<'_>) -> Option<usize> {
+    let by_name = config.vhost_for(Some(sni.as_bytes()));
+    (by_name != config.vhost_for(req.host)).then_some(by_name)
+}
+
 fn dispatch(
     sites: &[Site<'_>],
     config: &Config,
