@@ -92,7 +92,10 @@ impl<'c> Site<'c> {
         let mut b = Build { config, status, serve_hidden: vhost.serve_hidden, open: &mut open };
         let files = Place { gate: vhost.rules.gate(), handler: vhost.files.build("", &mut b)? };
         let at = vhost.locations.map(|l| {
-            let gate = l.rules.over(&l.kind.rules(config)).over(&vhost.rules).gate();
+            let mut gate = l.rules.over(&l.kind.rules(config)).over(&vhost.rules).gate();
+            if l.kind.by_name_only() {
+                gate = gate.only_for_names(&vhost.server_names);
+            }
             Ok::<_, io::Error>(Place { gate, handler: l.kind.build(l.pattern.text(), &mut b)? })
         })?;
         Ok(Site { vhost, files, at, roots: site_roots.into_inner() })

@@ -19,10 +19,7 @@ pub fn select<T>(vhosts: &[T], names_of: impl Fn(&T) -> &[String], host: Option<
     for (i, v) in vhosts.iter().enumerate() {
         for n in names_of(v) {
             if let Some(suffix) = n.strip_prefix("*.") {
-                let matches = name.len() > suffix.len() + 1
-                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
-                    && name[name.len() - suffix.len() - 1] == b'.';
-                if matches && best.is_none_or(|(_, len)| suffix.len() > len) {
+                if under_wildcard(suffix, name) && best.is_none_or(|(_, len)| suffix.len() > len) {
                     best = Some((i, suffix.len()));
                 }
             } else if n.as_bytes().eq_ignore_ascii_case(name) {
@@ -31,6 +28,37 @@ pub fn select<T>(vhosts: &[T], names_of: impl Fn(&T) -> &[String], host: Option<
         }
     }
     best.map_or(0, |(i, _)| i)
+}
+
+/// True when a Host value names this server without asking DNS what it is: one of
+/// `names` (exact or wildcard, as [`select`] matches them), an IP literal, or
+/// `localhost`. A page that only the server's own addresses may see (the status
+/// page, the metrics) asks this, so a name an attacker's DNS points at one of those
+/// addresses (DNS rebinding: a browser on an allowed address, sent there by a page of
+/// theirs) does not read it.
+pub fn names_this_server(names: &[String], host: &[u8]) -> bool {
+    let name = host_name(host);
+    let literal = |n: &[u8]| {
+        let inner = n.strip_prefix(b"[").and_then(|n| n.strip_suffix(b"]"));
+        std::str::from_utf8(inner.unwrap_or(n)).is_ok_and(|s| s.parse::<std::net::IpAddr>().is_ok())
+    };
+    name.eq_ignore_ascii_case(b"localhost") || literal(name) || select_among(names, name)
+}
+
+/// Whether `name` (a Host's name part) is one of `names`.
+fn select_among(names: &[String], name: &[u8]) -> bool {
+    names.iter().any(|n| match n.strip_prefix("*.") {
+        Some(suffix) => under_wildcard(suffix, name),
+        None => n.as_bytes().eq_ignore_ascii_case(name),
+    })
+}
+
+/// Whether `name` is a subdomain of `suffix` (a wildcard `*.suffix`): at least one
+/// label, then a dot, then the suffix.
+fn under_wildcard(suffix: &str, name: &[u8]) -> bool {
+    name.len() > suffix.len() + 1
+        && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+        && name[name.len() - suffix.len() - 1] == b'.'
 }
 
 /// The host part of a Host value, without port and trailing dot (compared without
@@ -82,6 +110,30 @@ mod tests {
         assert_eq!(pick(&v, Some(b"xexample.com")), 0);
         assert_eq!(pick(&v, Some(b"[::1]:8080")), 4);
         assert_eq!(pick(&v, Some(b"")), 0);
+    }
+
+    #[test]
+    fn this_server_is_named_by_its_names_its_addresses_and_localhost() {
+        let names = vh(&["status.example", "*.ops.example"]);
+        for host in [
+            &b"status.example"[..],
+            b"STATUS.example.:8080",
+            b"a.ops.example",
+            b"127.0.0.1",
+            b"127.0.0.1:8080",
+            b"[::1]",
+            b"[::1]:80",
+            b"192.0.2.7",
+            b"localhost",
+            b"LocalHost:9000",
+        ] {
+            assert!(names_this_server(&names, host), "{}", String::from_utf8_lossy(host));
+        }
+        for host in
+            [&b"rebind.attacker.example"[..], b"ops.example", b"localhost.attacker.example", b"127.0.0.1.nip.io"]
+        {
+            assert!(!names_this_server(&names, host), "{}", String::from_utf8_lossy(host));
+        }
     }
 
     #[test]

@@ -329,6 +329,34 @@ fn server_status_is_refused_outside_its_allow_list() {
 }
 
 #[test]
+fn server_status_and_metrics_answer_only_names_of_their_vhost_addresses_and_localhost() {
+    let site = Site::new();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\n[status]\nenabled = true\n\
+         [[vhost]]\nserver_names = [\"status.example\", \"*.ops.example\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n",
+    );
+    let p = Pika::start(&site, "-F");
+    let ask = |host: &str, path: &str| {
+        raw(p.addr, format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).status
+    };
+    let port = p.addr.port();
+    for path in ["/server-status?json", "/metrics"] {
+        // A page of an attacker's, in a browser on an allowed address, reaches this
+        // server through a name their DNS points at 127.0.0.1 (DNS rebinding).
+        for host in ["rebind.attacker.example", "localhost.attacker.example:8080", "ops.example"] {
+            assert_eq!(ask(host, path), 421, "{host} {path}");
+        }
+        for host in ["status.example", "a.ops.example", &format!("127.0.0.1:{port}"), "127.0.0.1", "[::1]", "localhost"]
+        {
+            assert_eq!(ask(host, path), 200, "{host} {path}");
+        }
+    }
+    assert_eq!(ask("rebind.attacker.example", "/"), 200, "the site's own files answer any Host");
+}
+
+#[test]
 fn help_and_version() {
     let o = Command::new(BIN).arg("-h").output().unwrap();
     let h = String::from_utf8_lossy(&o.stdout);

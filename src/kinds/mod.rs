@@ -130,6 +130,13 @@ impl Kind {
         }
     }
 
+    /// Whether a request must name the vhost to be answered here (or use an IP
+    /// literal or `localhost`): the status page and the metrics, what they show
+    /// being for the server's operators only (DNS rebinding).
+    pub fn by_name_only(&self) -> bool {
+        matches!(self, Kind::Status | Kind::Metrics)
+    }
+
     /// The handler a worker answers with; `at`: the location's pattern as written.
     pub fn build<'c>(&'c self, at: &str, b: &mut Build<'c, '_>) -> io::Result<Handler<'c>> {
         Ok(match self {

@@ -68,7 +68,7 @@ impl Rules {
 
     /// What the request path checks for these rules (those in force).
     pub fn gate(&self) -> Gate {
-        Gate { access: self.access.clone().filter(|a| !a.is_open()) }
+        Gate { access: self.access.clone().filter(|a| !a.is_open()), host_names: None }
     }
 }
 
@@ -77,12 +77,30 @@ impl Rules {
 pub struct Gate {
     /// `None`: every client may ask.
     access: Option<Access>,
+    /// The names a request's Host must be (else an IP literal or `localhost`, see
+    /// [`crate::vhost::names_this_server`]); `None`: any Host.
+    host_names: Option<Vec<String>>,
 }
 
 impl Gate {
+    /// The same gate, and a Host that is not one of `names` (nor an IP literal, nor
+    /// `localhost`) is answered 421: for the status page and the metrics, which a
+    /// browser on an allowed address must not be made to read through a name an
+    /// attacker's DNS points at this server.
+    pub fn only_for_names(mut self, names: &[String]) -> Gate {
+        self.host_names = Some(names.to_vec());
+        self
+    }
+
     /// True when the request may go on to the handler; else `reply` holds the refusal.
     #[inline]
     pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+        if let (Some(names), Some(host)) = (&self.host_names, ask.req.host)
+            && !crate::vhost::names_this_server(names, host)
+        {
+            reply.error(421, "This server does not answer this page for that host name; use one of its names.");
+            return false;
+        }
         if let Some(a) = &self.access
             && !a.allows(ask.client)
         {
