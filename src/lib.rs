@@ -141,7 +141,9 @@
 //! first regex, else the longest prefix: [`location::Table`], built when the config
 //! is read) → its rules' [`rules::Gate`] (`allow`: 403 for other clients) → a
 //! [`handlers::Handler`]: the status page ([`handlers::status_page`]),
-//! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]) or
+//! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]), CGI
+//! scripts ([`handlers::cgi`]) and FastCGI applications ([`handlers::fastcgi`]),
+//! whose request bodies the event loop reads whole first ([`gateway::incoming`]), or
 //! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
 //! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
 //! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's

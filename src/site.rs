@@ -89,7 +89,14 @@ impl<'c> Site<'c> {
             }
             Ok(root)
         };
-        let mut b = Build { config, status, serve_hidden: vhost.serve_hidden, open: &mut open };
+        let mut b = Build {
+            config,
+            status,
+            serve_hidden: vhost.serve_hidden,
+            symlinks: vhost.symlinks,
+            server_name: vhost.server_names.first().map_or("localhost", String::as_str),
+            open: &mut open,
+        };
         let files = Place { gate: vhost.rules.gate(), handler: vhost.files.build("", &mut b)? };
         let at = vhost.locations.map(|l| {
             let mut gate = l.rules.over(&l.kind.rules(config)).over(&vhost.rules).gate();

@@ -10,6 +10,7 @@ mod browser;
 mod config;
 mod control;
 mod corpus;
+mod dynamic;
 mod hostile;
 mod http_engine;
 mod https;

@@ -149,6 +149,14 @@ pub struct Http {
     pub max_headers: usize,
     pub max_body_size: u64,
     pub max_ranges: usize,
+    /// A request body read for a CGI or FastCGI location may take `body_timeout`,
+    /// plus a second for every `body_min_rate` bytes received (0: no extension).
+    pub body_timeout: Duration,
+    pub body_min_rate: u64,
+    /// Bytes of such a body kept in memory before a temporary file takes it.
+    pub client_body_buffer: usize,
+    /// Where those temporary files go (made by the workers, mode 0700).
+    pub body_temp_dir: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -254,9 +262,9 @@ impl Ctx<'_> {
         let server_tokens = self.server_tokens(&raw)?;
         let (trusted_proxies, forwarded_header) = self.forwarders(&raw)?;
         let workers = self.workers(&raw)?;
-        let http = self.http(&raw)?;
+        let http = self.http(&raw, &root)?;
         let status = self.status(&raw)?;
-        let mut notes = self.notes(&raw);
+        let mut notes = Vec::new();
         let Sites { vhosts, access_logs, tls } = self.sites(&raw, included, &root, &listen, &status, &mut notes)?;
         let coredump_dir = self.coredump_dir(&raw, &root)?;
         let chroot = self.chroot(&raw, &root, &vhosts, &access_logs, &error_log, coredump_dir.as_ref())?;
@@ -295,7 +303,7 @@ impl Ctx<'_> {
     }
 
     /// `[http]`: timeouts and limits, each checked against its bounds.
-    fn http(&self, raw: &RawConfig) -> Result<Http, ConfigError> {
+    fn http(&self, raw: &RawConfig, root: &Path) -> Result<Http, ConfigError> {
         let h = &raw.http;
         let http = Http {
             header_timeout: h.header_timeout.0,
@@ -312,12 +320,17 @@ impl Ctx<'_> {
             max_headers: h.max_headers as usize,
             max_body_size: h.max_body_size.0,
             max_ranges: h.max_ranges as usize,
+            body_timeout: h.body_timeout.0,
+            body_min_rate: h.body_min_rate.0,
+            client_body_buffer: h.client_body_buffer.0 as usize,
+            body_temp_dir: absolute(root, &h.body_temp_dir),
         };
         for (name, d) in [
             ("header_timeout", http.header_timeout),
             ("keepalive_timeout", http.keepalive_timeout),
             ("send_timeout", http.send_timeout),
             ("request_timeout", http.request_timeout),
+            ("body_timeout", http.body_timeout),
         ] {
             if d.is_zero() {
                 return Err(self.error(self.table("http"), format!("http.{name} must be more than zero")));
@@ -467,19 +480,6 @@ impl Ctx<'_> {
             crate::safe_files::check_folder(&a.path).map_err(|e| self.error(self.table("access_log"), e))?;
         }
         Ok(())
-    }
-
-    /// Keys that are read but no longer apply.
-    fn notes(&self, raw: &RawConfig) -> Vec<String> {
-        let mut notes = Vec::new();
-        if raw.http.body_timeout.is_some() || raw.http.body_min_rate.is_some() {
-            notes.push(format!(
-                "{}: http.body_timeout and http.body_min_rate no longer apply and can be removed: \
-                 pika answers without reading request bodies (docs/keepalive.md)",
-                self.file.display()
-            ));
-        }
-        notes
     }
 }
 

@@ -160,9 +160,12 @@ impl Default for RawWorkers {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawHttp {
     pub(crate) header_timeout: Secs,
-    /// No longer used (pika reads no request bodies): accepted so old configs load.
-    pub(crate) body_timeout: Option<Secs>,
-    pub(crate) body_min_rate: Option<Bytes>,
+    /// A request body a location reads (CGI, FastCGI): the time it may take, and
+    /// the rate that earns more (`gateway::incoming`).
+    pub(crate) body_timeout: Secs,
+    pub(crate) body_min_rate: Bytes,
+    pub(crate) client_body_buffer: Bytes,
+    pub(crate) body_temp_dir: String,
     pub(crate) keepalive_timeout: Secs,
     pub(crate) send_timeout: Secs,
     pub(crate) request_timeout: Secs,
@@ -183,8 +186,13 @@ impl Default for RawHttp {
         RawHttp {
             // mod_reqtimeout's default: the head within 20 s.
             header_timeout: Secs(std::time::Duration::from_secs(20)),
-            body_timeout: None,
-            body_min_rate: None,
+            // Apache's mod_reqtimeout: body=20,MinRate=500 (20 s, and a second more
+            // for every 500 bytes received).
+            body_timeout: Secs(std::time::Duration::from_secs(20)),
+            body_min_rate: Bytes(500),
+            // nginx's client_body_buffer_size is 16 KiB on 64-bit; a form post fits in 64.
+            client_body_buffer: Bytes(64 * 1024),
+            body_temp_dir: "/var/tmp/pika-bodies".into(),
             // nginx's is 75 s. An idle connection holds no worker (it waits in its
             // worker's epoll set), so a browser may keep it while its user reads;
             // Apache's 5 s is short because there an idle connection holds a worker.

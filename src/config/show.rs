@@ -58,6 +58,10 @@ pub fn show(c: &Config) -> String {
     t.key("max_headers", int(h.max_headers));
     t.key("max_body_size", size(h.max_body_size));
     t.key("max_ranges", int(h.max_ranges));
+    t.key("body_timeout", duration(h.body_timeout));
+    t.key("body_min_rate", size(h.body_min_rate));
+    t.key("client_body_buffer", size(h.client_body_buffer as u64));
+    t.key("body_temp_dir", path(&h.body_temp_dir));
 
     t.table("status");
     t.key("enabled", Value::Boolean(c.status.enabled));
@@ -564,6 +568,15 @@ health = true
 [[vhost.location]]
 exact = "/m"
 metrics = true
+[[vhost.location]]
+prefix = "/cgi-bin/"
+cgi = true
+cgi_interpreters = { py = "/usr/bin/python3" }
+script_timeout = "30s"
+cgi_memory = "512MiB"
+[[vhost.location]]
+regex = "[.]php$"
+fastcgi = "unix:/run/php/fpm.sock"
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

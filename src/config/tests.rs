@@ -422,17 +422,27 @@ fn an_error_log_outside_the_chroot_is_refused() {
     assert!(e.contains("error.log is outside the chroot"), "{e}");
 }
 
-/// Keys still read but no longer used are named, each on its own.
+/// The request-body keys mean what they say again (CGI and FastCGI read bodies).
 #[test]
-fn keys_that_no_longer_apply_are_noted() {
+fn the_body_keys_apply() {
     let dir = setup();
-    let notes = |keys: &str| try_parse(&dir, &format!("{MINIMAL}[http]\n{keys}\n")).unwrap().notes;
-    assert!(notes("").is_empty());
-    for keys in ["body_timeout = \"5s\"", "body_min_rate = 100", "body_timeout = 5\nbody_min_rate = 100"] {
-        let n = notes(keys);
-        assert_eq!(n.len(), 1, "{keys}: {n:?}");
-        assert!(n[0].contains("http.body_timeout and http.body_min_rate no longer apply"), "{n:?}");
-    }
+    let c = try_parse(
+        &dir,
+        &format!("{MINIMAL}[http]\nbody_timeout = \"5s\"\nbody_min_rate = 100\nclient_body_buffer = \"8KiB\"\n"),
+    )
+    .unwrap();
+    assert!(c.notes.is_empty());
+    assert_eq!((c.http.body_timeout.as_secs(), c.http.body_min_rate, c.http.client_body_buffer), (5, 100, 8192));
+    let d = try_parse(&dir, MINIMAL).unwrap();
+    assert_eq!((d.http.body_timeout.as_secs(), d.http.body_min_rate), (20, 500));
+    assert_eq!(d.http.body_temp_dir, std::path::Path::new("/var/tmp/pika-bodies"));
+}
+
+/// A config read from text, in a folder with `conf/` and `htdocs/` (for other
+/// modules' tests).
+pub(crate) fn load_str(text: &str) -> Result<Config, ConfigError> {
+    let dir = setup();
+    try_parse(&dir, &format!("[server]\nlisten = [\"127.0.0.1:8080\"]\n{text}"))
 }
 
 #[test]
@@ -454,4 +464,43 @@ fn location_notes_name_their_line() {
     let (shadowed, by) = (format!("{}:9", file.display()), format!("{}:6", file.display()));
     let want = format!("the location at {shadowed} (prefix = \"/static/\") is never chosen: the location at {by}");
     assert!(c.notes.iter().any(|n| n.contains(&want)), "{want}\nnot in {:?}", c.notes);
+}
+
+/// A location's kind, read from the keys of one prefix location.
+fn kind(location: &str) -> Result<crate::kinds::Kind, String> {
+    let text = format!("[[vhost]]\nroot = \".\"\n[[vhost.location]]\nprefix = \"/x/\"\n{location}\n");
+    load_str(&text).map(|c| c.vhosts[0].locations.list[0].kind.clone()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn cgi_and_fastcgi_locations_are_read() {
+    use crate::kinds::Kind;
+    let Kind::Cgi(c) =
+        kind("cgi = true\ncgi_interpreters = { py = \"/usr/bin/python3\" }\nscript_timeout = \"5s\"").unwrap()
+    else {
+        panic!("cgi expected")
+    };
+    assert!(c.policy.executables && c.policy.interpreters.contains_key("py"));
+    assert_eq!((c.timeout.as_secs(), c.limits.cpu_secs), (5, 6));
+    let Kind::FastCgi(f) = kind("fastcgi = \"tcp:127.0.0.1:9000\"").unwrap() else { panic!("fastcgi expected") };
+    assert_eq!((f.index.as_slice(), f.timeout.as_secs()), (&["index.php".to_string()][..], 60));
+}
+
+#[test]
+fn bad_script_locations_are_refused() {
+    for (bad, says) in [
+        ("cgi = true\nfastcgi = \"tcp:h:1\"", "not both"),
+        ("fastcgi = \"localhost:9000\"", "unix:/path"),
+        ("cgi_interpreters = { py = \"python3\" }", "absolute path"),
+        ("cgi_interpreters = { \".py\" = \"/usr/bin/python3\" }", "not a file extension"),
+        ("cgi = true\nautoindex = true", "no index or autoindex"),
+        ("cgi = true\nindex = [\"a.cgi\"]", "no index"),
+        ("fastcgi = \"unix:/x.sock\"\nautoindex = true", "no autoindex"),
+        ("cgi = true\nscript_timeout = 0", "more than zero"),
+        ("status = true\ncgi = true", "not scripts"),
+        ("script_timeout = 5", "script_timeout"),
+    ] {
+        let e = kind(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

@@ -34,7 +34,7 @@ use crate::sys::{self, ScriptLimits};
 /// saying how much more was dropped, not a full disk.
 const STDERR_LOGGED: usize = 64 * 1024;
 /// The longest stderr line logged whole.
-const STDERR_LINE: usize = 2048;
+const STDERR_LINE: usize = 8192;
 /// Bytes moved per read or write.
 const CHUNK: usize = 64 * 1024;
 
@@ -331,8 +331,9 @@ impl<'a> Pipes<'a> {
     }
 }
 
-/// A script's stderr, cut into lines for the error log, each with the script's
-/// name; bounded by [`STDERR_LOGGED`] per request.
+/// A script's stderr for the error log, with the script's name: what one write
+/// of the script holds (PHP writes an error and its stack trace at once) is one
+/// line, its inner line breaks escaped; bounded by `STDERR_LOGGED` bytes per request.
 pub struct StderrLines<'a> {
     name: &'a str,
     partial: Vec<u8>,
@@ -345,35 +346,44 @@ impl<'a> StderrLines<'a> {
         StderrLines { name, partial: Vec::new(), logged: 0, dropped: 0 }
     }
 
-    pub fn push(&mut self, mut bytes: &[u8]) {
-        while let Some(nl) = memchr::memchr(b'\n', bytes) {
-            self.partial.extend_from_slice(&bytes[..nl]);
-            self.line();
-            bytes = &bytes[nl + 1..];
-        }
+    /// What one read of the script's stderr (or one FastCGI record) brought.
+    pub fn push(&mut self, bytes: &[u8]) {
         self.partial.extend_from_slice(bytes);
-        if self.partial.len() > STDERR_LINE {
-            self.line();
+        match memchr::memrchr(b'\n', &self.partial) {
+            Some(nl) => {
+                let rest = self.partial.split_off(nl + 1);
+                self.line();
+                self.partial = rest;
+            }
+            None if self.partial.len() > STDERR_LINE => self.line(),
+            None => {}
         }
+    }
+
+    /// A whole message (one FastCGI stderr record): one line, whether or not it
+    /// ends with a line break.
+    pub fn message(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        self.line();
     }
 
     fn line(&mut self) {
-        let line = std::mem::take(&mut self.partial);
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
-        if line.is_empty() {
+        let text = std::mem::take(&mut self.partial);
+        let text = text.trim_ascii_end();
+        if text.is_empty() {
             return;
         }
         if self.logged >= STDERR_LOGGED {
-            self.dropped += line.len();
+            self.dropped += text.len();
             return;
         }
-        self.logged += line.len();
-        let mut escaped = Vec::with_capacity(line.len());
-        crate::log::format::escape_into(&mut escaped, &line[..line.len().min(STDERR_LINE)]);
+        self.logged += text.len();
+        let mut escaped = Vec::with_capacity(text.len());
+        crate::log::format::escape_into(&mut escaped, &text[..text.len().min(STDERR_LINE)]);
         log::error!("{}: {}", self.name, String::from_utf8_lossy(&escaped));
     }
 
-    /// Logs what is left (the last line without a newline, and the count dropped).
+    /// Logs what is left (a last line without a newline, and the count dropped).
     pub fn flush(&mut self) {
         self.line();
         if self.dropped > 0 {
@@ -490,8 +500,11 @@ mod tests {
     #[test]
     fn stderr_is_cut_into_bounded_lines() {
         let mut lines = StderrLines::new("/x");
-        lines.push(b"one\r\ntw");
-        assert_eq!(lines.partial, b"tw");
+        lines.push(b"one\r\ntwo\nthr");
+        assert_eq!(lines.partial, b"thr", "what follows the last line break waits");
+        assert_eq!(lines.logged, "one\r\ntwo".len(), "one write, one line");
+        lines.message(b"");
+        assert!(lines.partial.is_empty());
         lines.push(&vec![b'e'; STDERR_LOGGED * 2]);
         lines.flush();
         assert!(lines.dropped == 0 && lines.logged >= STDERR_LOGGED);

@@ -99,6 +99,8 @@ pub struct Incoming {
     line: Vec<u8>,
     /// Bytes of the message read off the wire (framing included).
     pub wire_bytes: u64,
+    /// When the body began (`clock::now_ms`).
+    started_ms: u64,
 }
 
 enum Decode {
@@ -132,7 +134,16 @@ impl Incoming {
             keep,
             line: Vec::new(),
             wire_bytes: 0,
+            started_ms: crate::clock::now_ms(),
         })
+    }
+
+    /// When the client must have sent the whole body: `timeout` from its start,
+    /// plus a second for every `min_rate` bytes received (`min_rate` 0: `timeout`
+    /// from the start, however much came).
+    pub fn deadline_ms(&self, timeout: std::time::Duration, min_rate: u64) -> u64 {
+        let earned = (self.wire_bytes * 1000).checked_div(min_rate).unwrap_or(0);
+        self.started_ms.saturating_add(timeout.as_millis() as u64).saturating_add(earned)
     }
 
     /// Body bytes kept so far.

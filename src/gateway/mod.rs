@@ -2,10 +2,15 @@
 //! and FastCGI applications (PHP-FPM) reached over a socket.
 //!
 //! Both share what a script is told and how its answer is read: the
-//! meta-variables ([`env`]), which file a path runs ([`script`]) and the header
+//! meta-variables ([`mod@env`]), which file a path runs ([`script`]) and the header
 //! block that opens every answer ([`answer`]). A CGI script is a process spawned
 //! and bounded by [`child`]; a FastCGI application is spoken to in the records of
 //! [`fcgi`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::sys::ScriptLimits;
 
 pub mod answer;
 pub mod child;
@@ -52,5 +57,74 @@ impl ClientWatch {
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
             Err(_) => true,
         }
+    }
+}
+
+/// A CGI location's settings (`cgi = true`, `cgi_interpreters`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgiConfig {
+    pub dir: PathBuf,
+    /// The location's prefix stands for `dir` (`alias`).
+    pub alias: bool,
+    pub policy: script::Policy,
+    /// `script_timeout`: from the start to the end of the script's output.
+    pub timeout: Duration,
+    pub limits: ScriptLimits,
+}
+
+/// A FastCGI location's settings (`fastcgi`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastCgiConfig {
+    pub dir: PathBuf,
+    pub alias: bool,
+    pub addr: AppAddr,
+    /// Files run for a path that ends at a directory.
+    pub index: Vec<String>,
+    /// `script_timeout`: from the connect to the end of the answer.
+    pub timeout: Duration,
+}
+
+/// Where a FastCGI application listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppAddr {
+    Unix(PathBuf),
+    /// `host:port`.
+    Tcp(String),
+}
+
+impl AppAddr {
+    /// `unix:/path` or `tcp:host:port`.
+    pub fn parse(s: &str) -> Option<AppAddr> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            return p.starts_with('/').then(|| AppAddr::Unix(p.into()));
+        }
+        let hp = s.strip_prefix("tcp:")?;
+        let (host, port) = hp.rsplit_once(':')?;
+        (!host.is_empty() && port.parse::<u16>().is_ok()).then(|| AppAddr::Tcp(hp.to_string()))
+    }
+}
+
+impl std::fmt::Display for AppAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            AppAddr::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn application_addresses() {
+        assert_eq!(AppAddr::parse("unix:/run/php/fpm.sock"), Some(AppAddr::Unix("/run/php/fpm.sock".into())));
+        assert_eq!(AppAddr::parse("tcp:127.0.0.1:9000"), Some(AppAddr::Tcp("127.0.0.1:9000".into())));
+        assert_eq!(AppAddr::parse("tcp:[::1]:9000"), Some(AppAddr::Tcp("[::1]:9000".into())));
+        for bad in ["unix:relative", "tcp:host", "tcp::9000", "tcp:h:99999", "/run/x.sock", "http://x"] {
+            assert_eq!(AppAddr::parse(bad), None, "{bad}");
+        }
+        assert_eq!(AppAddr::parse("tcp:localhost:9000").unwrap().to_string(), "tcp:localhost:9000");
     }
 }

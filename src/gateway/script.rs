@@ -7,7 +7,7 @@
 //! it are `PATH_INFO` (`/cgi-bin/app.py/users/7` runs `app.py` with `/users/7`). A
 //! path that ends at a directory runs its index file if the location names one
 //! (`index.php`), else it is not found. No segment of the script's own path may be
-//! hidden (start with a dot). What the file may run as is [`Runs`].
+//! hidden (start with a dot). What a file may run as is the location's [`Policy`].
 
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -15,6 +15,22 @@ pub struct Ask<'a> {
     /// The query string as sent (after `?`), if any.
     pub query: Option<&'a [u8]>,
     pub client: IpAddr,
+    /// The connection it came on (what a script is told of it).
+    pub link: Link<'a>,
+}
+
+/// What a handler that runs a script needs of the connection.
+#[derive(Clone, Copy)]
+pub struct Link<'a> {
+    /// The client with its port (the port is 0 when a forwarder's header named it).
+    pub peer: std::net::SocketAddr,
+    pub local_port: u16,
+    pub https: bool,
+    /// The socket, watched for a client that hangs up while a script runs.
+    pub socket: std::os::fd::BorrowedFd<'a>,
+    /// The request body, read whole by the event loop for a location that reads
+    /// bodies ([`crate::gateway::incoming`]); `None` elsewhere.
+    pub body: Option<&'a crate::gateway::incoming::RequestBody>,
 }
 
 /// The methods of a resource that is only read: true for GET and HEAD (serve them);

@@ -4,11 +4,12 @@
 //! fills a [`Reply`]. Static files ([`static_file`]: files, directories, listings
 //! from [`listing`], each worker's cache of mapped files in [`file_cache`]), the
 //! status page ([`status_page`]), the health check ([`health`]) and the Prometheus
-//! metrics ([`metrics`]) are handlers. Another kind (CGI) is one more variant of
-//! [`Handler`], its module here, and its key in a `[[vhost.location]]` block
-//! (`config`, `site`).
+//! metrics ([`metrics`]), CGI scripts ([`cgi`]) and a FastCGI application's
+//! scripts ([`fastcgi`]) are handlers.
 
 mod ask;
+pub mod cgi;
+pub mod fastcgi;
 pub mod file_cache;
 pub mod health;
 pub mod listing;
@@ -16,7 +17,7 @@ pub mod metrics;
 pub mod static_file;
 pub mod status_page;
 
-pub use ask::{Ask, not_allowed, read_only};
+pub use ask::{Ask, Link, not_allowed, read_only};
 
 use crate::http::response::Reply;
 
@@ -30,6 +31,10 @@ pub enum Handler<'c> {
     Health(health::HealthCheck<'c>),
     /// The Prometheus metrics.
     Metrics(metrics::Metrics<'c>),
+    /// CGI scripts.
+    Cgi(cgi::Cgi<'c>),
+    /// Scripts a FastCGI application runs.
+    FastCgi(fastcgi::FastCgi<'c>),
 }
 
 impl Handler<'_> {
@@ -39,6 +44,14 @@ impl Handler<'_> {
             Handler::Status(page) => page.serve(ask, reply),
             Handler::Health(check) => check.serve(ask, reply),
             Handler::Metrics(metrics) => metrics.serve(ask, reply),
+            Handler::Cgi(cgi) => cgi.serve(ask, reply),
+            Handler::FastCgi(app) => app.serve(ask, reply),
         }
+    }
+
+    /// Whether it answers from the request's body: the event loop reads the body
+    /// whole before the request reaches it (`gateway::incoming`).
+    pub fn reads_body(&self) -> bool {
+        matches!(self, Handler::Cgi(_) | Handler::FastCgi(_))
     }
 }

@@ -32,6 +32,9 @@ pub enum HttpError {
     Version,
     #[error("expectation failed")]
     Expectation,
+    /// The server could not keep what the request sent (a body's temporary file).
+    #[error("the request could not be kept")]
+    Internal,
 }
 
 impl HttpError {
@@ -46,6 +49,7 @@ impl HttpError {
             HttpError::HeadersTooLarge => 431,
             HttpError::NotImplemented | HttpError::UnknownCoding => 501,
             HttpError::Version => 505,
+            HttpError::Internal => 500,
         }
     }
 }

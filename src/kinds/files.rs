@@ -47,7 +47,22 @@ pub(crate) fn read_vhost(keys: &mut Keys, ctx: &Ctx, dir: PathBuf) -> Result<Fil
 /// the server's root (relative paths), `prefix`: the location is a prefix (which an
 /// `alias` stands for).
 pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, vhost: &Files, root: &Path, prefix: bool) -> Result<Files, ConfigError> {
-    let (dir, alias) = match (keys.take::<String>(ctx, "root")?, keys.take::<String>(ctx, "alias")?) {
+    let (dir, alias) = read_dir(keys, ctx, vhost, root, prefix)?;
+    let index = read_index(keys, ctx)?.unwrap_or_else(|| vhost.index.clone());
+    let autoindex = keys.take::<bool>(ctx, "autoindex")?.map_or(vhost.autoindex, Spanned::into_inner);
+    Ok(Files { dir, alias, index, autoindex })
+}
+
+/// A location's directory, from `root` or `alias` (the kinds that run scripts
+/// have them too): the directory, and whether it stands for the prefix.
+pub(crate) fn read_dir(
+    keys: &mut Keys,
+    ctx: &Ctx,
+    vhost: &Files,
+    root: &Path,
+    prefix: bool,
+) -> Result<(PathBuf, bool), ConfigError> {
+    Ok(match (keys.take::<String>(ctx, "root")?, keys.take::<String>(ctx, "alias")?) {
         (Some(_), Some(a)) => return Err(ctx.spanned(&a, "a location has root or alias, not both")),
         (Some(r), None) => (ctx.dir(&r, root, "root")?, false),
         (None, Some(a)) if !prefix => {
@@ -58,13 +73,10 @@ pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, vhost: &Files, root: &Path, prefi
         }
         (None, Some(a)) => (ctx.dir(&a, root, "alias")?, true),
         (None, None) => (vhost.dir.clone(), false),
-    };
-    let index = read_index(keys, ctx)?.unwrap_or_else(|| vhost.index.clone());
-    let autoindex = keys.take::<bool>(ctx, "autoindex")?.map_or(vhost.autoindex, Spanned::into_inner);
-    Ok(Files { dir, alias, index, autoindex })
+    })
 }
 
-fn read_index(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String>>, ConfigError> {
+pub(crate) fn read_index(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String>>, ConfigError> {
     let Some(list) = keys.take::<Vec<String>>(ctx, "index")? else { return Ok(None) };
     if let Some(bad) = list.get_ref().iter().find(|i| i.is_empty() || i.contains('/')) {
         return Err(ctx.spanned(&list, format!("index entry {bad:?} must be a plain file name")));

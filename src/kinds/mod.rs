@@ -1,5 +1,5 @@
 //! Location kinds: what answers at a `[[vhost.location]]` (files, the status page,
-//! the health check, the metrics). Each kind is one module that owns its keys: it
+//! the health check, the metrics, CGI scripts, a FastCGI application). Each kind is one module that owns its keys: it
 //! reads and checks them from the location's table, shows them (`pika -T`), and
 //! builds its handler when a worker opens its sites. `config/vhost.rs`,
 //! `config/show.rs` and `site.rs` only call [`Kind::read`], [`Kind::show`] and
@@ -11,6 +11,8 @@
 //! is that kind's module alone (and its documentation: `conf/pika.toml`, the README;
 //! a test checks both have every key).
 
+pub mod cgi;
+pub mod fastcgi;
 pub mod files;
 pub mod health;
 pub mod metrics;
@@ -40,6 +42,10 @@ pub enum Kind {
     Health,
     /// The Prometheus metrics (`metrics = true`).
     Metrics,
+    /// CGI scripts (`cgi = true`, `cgi_interpreters`).
+    Cgi(Box<crate::gateway::CgiConfig>),
+    /// Scripts a FastCGI application runs (`fastcgi`).
+    FastCgi(Box<crate::gateway::FastCgiConfig>),
 }
 
 /// The kinds other than files: the key that chooses each (set to true), and what a
@@ -52,7 +58,12 @@ pub const CHOSEN: [(&str, &str); 3] = [
 
 /// Every kind's keys, as the config writes them.
 pub fn keys() -> impl Iterator<Item = &'static str> {
-    CHOSEN.iter().map(|(key, _)| *key).chain(files::KEYS.iter().copied())
+    CHOSEN
+        .iter()
+        .map(|(key, _)| *key)
+        .chain(files::KEYS.iter().copied())
+        .chain(cgi::KEYS.iter().copied())
+        .chain(fastcgi::KEYS.iter().copied().filter(|k| !cgi::KEYS.contains(k)))
 }
 
 /// What a kind's reader is given besides the location's keys.
@@ -74,6 +85,10 @@ pub struct Build<'c, 'o> {
     pub status: StatusPage<'c>,
     /// The vhost's `serve_hidden`.
     pub serve_hidden: bool,
+    /// The vhost's `symlinks`.
+    pub symlinks: crate::sys::Symlinks,
+    /// The vhost's first name (`SERVER_NAME` when a request has no Host).
+    pub server_name: &'c str,
     /// Opens a directory to serve files from (once per worker).
     pub open: &'o mut dyn FnMut(&Path) -> io::Result<Rc<Root>>,
 }
@@ -81,6 +96,28 @@ pub struct Build<'c, 'o> {
 impl Kind {
     /// The kind a location's keys choose, its keys taken out of `keys`.
     pub(crate) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<Kind, ConfigError> {
+        // The kinds that run scripts take root or alias (and FastCGI index) too.
+        let names: Vec<&str> = keys.names().collect();
+        let fastcgi = names.contains(&fastcgi::KEY);
+        let cgi = names.iter().any(|k| cgi::CHOOSING.contains(k));
+        if (cgi || fastcgi)
+            && let Some(other) = CHOSEN.iter().find(|(k, _)| names.contains(k))
+        {
+            return Err(r
+                .ctx
+                .error(r.at.clone(), format!("a location with {}, not scripts: no cgi or fastcgi", other.1)));
+        }
+        if cgi && fastcgi {
+            return Err(r
+                .ctx
+                .error(r.at.clone(), "a location runs CGI scripts (cgi, cgi_interpreters) or FastCGI, not both"));
+        }
+        if cgi {
+            return Ok(Kind::Cgi(Box::new(cgi::read(keys, r)?)));
+        }
+        if fastcgi {
+            return Ok(Kind::FastCgi(Box::new(fastcgi::read(keys, r)?)));
+        }
         let mut chosen = None;
         for (key, what) in CHOSEN {
             if !keys.take::<bool>(r.ctx, key)?.is_some_and(|on| *on.get_ref()) {
@@ -118,6 +155,8 @@ impl Kind {
             Kind::Status => status::show(t),
             Kind::Health => health::show(t),
             Kind::Metrics => metrics::show(t),
+            Kind::Cgi(c) => cgi::show(c, t),
+            Kind::FastCgi(f) => fastcgi::show(f, t),
         }
     }
 
@@ -126,7 +165,7 @@ impl Kind {
         match self {
             Kind::Status => status::rules(config),
             Kind::Metrics => metrics::rules(config),
-            Kind::Files(_) | Kind::Health => Rules::default(),
+            Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) => Rules::default(),
         }
     }
 
@@ -144,6 +183,8 @@ impl Kind {
             Kind::Status => status::build(b),
             Kind::Health => health::build(b),
             Kind::Metrics => metrics::build(b),
+            Kind::Cgi(c) => cgi::build(c, at, b)?,
+            Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
         })
     }
 
@@ -151,14 +192,19 @@ impl Kind {
     pub fn dir(&self) -> Option<&PathBuf> {
         match self {
             Kind::Files(f) => Some(&f.dir),
+            Kind::Cgi(c) => Some(&c.dir),
+            Kind::FastCgi(f) => Some(&f.dir),
             Kind::Status | Kind::Health | Kind::Metrics => None,
         }
     }
 
     /// The same kind as seen from inside a chroot: `inside` maps a path.
     pub fn jail(&mut self, inside: impl Fn(&Path) -> PathBuf) {
-        if let Kind::Files(f) = self {
-            f.dir = inside(&f.dir);
+        match self {
+            Kind::Files(f) => f.dir = inside(&f.dir),
+            Kind::Cgi(c) => c.dir = inside(&c.dir),
+            Kind::FastCgi(f) => f.dir = inside(&f.dir),
+            Kind::Status | Kind::Health | Kind::Metrics => {}
         }
     }
 }

@@ -16,6 +16,7 @@
 
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::time::SystemTime;
 
 use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase};
@@ -25,7 +26,8 @@ use super::output::{Asked, Delivery, HeadWriter, Kind, Output};
 use super::transport::{self, Transport};
 use crate::clock::now_ms;
 use crate::config::{Config, Http, ServerTokens};
-use crate::handlers::{self, Ask};
+use crate::gateway::incoming::{BodyError, Incoming, Keep, RequestBody};
+use crate::handlers::{self, Ask, Link};
 use crate::http::date::DateCache;
 use crate::http::forwarded;
 use crate::http::path::{self, PathError};
@@ -52,6 +54,9 @@ enum Step {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Served {
     KeepAlive,
+    /// The request's body is not all there: the connection waits for it in the set
+    /// (`Server::started` holds it).
+    AwaitBody,
     Close,
     /// Close, after draining what the client still sends.
     Linger,
@@ -75,6 +80,13 @@ pub struct Server<'c> {
     https_port: Option<u16>,
     /// Where TLS responses are staged into records (allocated by the first one).
     tls_stage: Vec<u8>,
+    /// Request bodies: the current request's, whole; one just begun that must wait
+    /// for more in the set; one just finished there, for its request's second turn.
+    body: Option<RequestBody>,
+    started: Option<Box<Incoming>>,
+    finished: Option<RequestBody>,
+    /// Whether the folder for body files was made (once per worker).
+    body_dir_ready: bool,
 }
 
 impl<'c> Server<'c> {
@@ -117,6 +129,10 @@ impl<'c> Server<'c> {
             },
             https_port,
             tls_stage: Vec::new(),
+            body: None,
+            started: None,
+            finished: None,
+            body_dir_ready: false,
         }
     }
 
@@ -145,10 +161,26 @@ impl<'c> Server<'c> {
             return next;
         }
         let step = match &mut h.layer {
-            Layer::Plain => self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, false, obs),
-            Layer::PlainOnTlsPort => {
-                self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, true, obs)
-            }
+            Layer::Plain => self.serve_on(
+                &mut &h.stream,
+                &h.stream,
+                &mut h.body,
+                &mut h.conn,
+                &mut h.pending,
+                &mut h.since_ms,
+                false,
+                obs,
+            ),
+            Layer::PlainOnTlsPort => self.serve_on(
+                &mut &h.stream,
+                &h.stream,
+                &mut h.body,
+                &mut h.conn,
+                &mut h.pending,
+                &mut h.since_ms,
+                true,
+                obs,
+            ),
             // Before the handshake, bytes already read (after a PROXY header) are its
             // first; else the first byte waiting on the socket tells what comes.
             // Once it began, `pending` holds decrypted bytes (a head in part).
@@ -158,7 +190,16 @@ impl<'c> Server<'c> {
                     let mut stage = std::mem::take(&mut self.tls_stage);
                     let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
                     let step = match t.feed(&early) {
-                        Ok(()) => self.serve_on(&mut t, &mut h.conn, &mut h.pending, &mut h.since_ms, false, obs),
+                        Ok(()) => self.serve_on(
+                            &mut t,
+                            &h.stream,
+                            &mut h.body,
+                            &mut h.conn,
+                            &mut h.pending,
+                            &mut h.since_ms,
+                            false,
+                            obs,
+                        ),
                         Err(_) => Step::Close,
                     };
                     if let Some(why) = t.failure.take() {
@@ -175,7 +216,16 @@ impl<'c> Server<'c> {
                 }
                 (_, Opening::PlainHttp) => {
                     h.layer = Layer::PlainOnTlsPort;
-                    self.serve_on(&mut &h.stream, &mut h.conn, &mut h.pending, &mut h.since_ms, true, obs)
+                    self.serve_on(
+                        &mut &h.stream,
+                        &h.stream,
+                        &mut h.body,
+                        &mut h.conn,
+                        &mut h.pending,
+                        &mut h.since_ms,
+                        true,
+                        obs,
+                    )
                 }
                 (_, Opening::Garbage(b)) => {
                     log::info!("TLS handshake with {} failed: not TLS (first byte 0x{b:02x})", h.conn.peer);
@@ -234,9 +284,12 @@ impl<'c> Server<'c> {
     /// buffered or arrived, a burst at most. `wrong_port`: plain HTTP on a TLS port,
     /// every head is refused.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn serve_on(
         &mut self,
         t: &mut impl Transport,
+        socket: &std::net::TcpStream,
+        body: &mut Option<Box<Incoming>>,
         conn: &mut Conn,
         pending: &mut Vec<u8>,
         since_ms: &mut u64,
@@ -246,6 +299,30 @@ impl<'c> Server<'c> {
         let had_pending = !pending.is_empty();
         self.input.begin(pending);
         pending.clear();
+        if let Some(incoming) = body {
+            // A request waits for the rest of its body.
+            match read_body(&mut self.input, t, incoming) {
+                Ok(false) => return Step::Park,
+                Ok(true) => {
+                    let whole = body.take().expect("a body in progress");
+                    // Its head goes back in front of what followed the body, and is
+                    // served again, now with its body.
+                    let mut again = std::mem::take(&mut self.req_head);
+                    again.clear();
+                    again.extend_from_slice(&whole.head);
+                    again.extend_from_slice(self.input.unread());
+                    self.input.begin(&again);
+                    self.req_head = again;
+                    self.finished = Some(whole.into_body());
+                }
+                Err(e) => {
+                    self.req_head.clear();
+                    self.req_head.extend_from_slice(request::request_line(&body.take().expect("a body").head));
+                    self.refuse(t, conn, body_refusal(&e, conn), obs);
+                    return Step::Linger;
+                }
+            }
+        }
         for _ in 0..BURST {
             let head_end = match self.input.try_head(t) {
                 Ok(Some(end)) => end,
@@ -274,7 +351,7 @@ impl<'c> Server<'c> {
                 self.refuse(t, conn, PLAIN_ON_TLS_PORT, obs);
                 return Step::Linger;
             }
-            match self.serve_request(t, conn, head_end, obs) {
+            match self.serve_request(t, socket, conn, head_end, obs) {
                 // Pipelined: the next one.
                 Served::KeepAlive if self.input.has_unread() || t.buffered() => {}
                 Served::KeepAlive => {
@@ -283,6 +360,10 @@ impl<'c> Server<'c> {
                 }
                 Served::Close => return Step::Close,
                 Served::Linger => return Step::Linger,
+                Served::AwaitBody => {
+                    *body = self.started.take();
+                    return Step::Park;
+                }
             }
         }
         pending.extend_from_slice(self.input.unread());
@@ -294,7 +375,11 @@ impl<'c> Server<'c> {
     /// 408, a lingering close ends, a TLS handshake that never ended is closed (one
     /// line in the error log).
     pub fn expire(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
-        if h.lingering() || (h.conn.requests > 0 && h.pending.is_empty()) {
+        if let Some(incoming) = h.body.take() {
+            // A body that did not come in time: 408, as for a head.
+            log::info!("{}: the request body did not come within body_timeout (and body_min_rate)", h.conn.peer);
+            h.pending = request::request_line(&incoming.head).to_vec();
+        } else if h.lingering() || (h.conn.requests > 0 && h.pending.is_empty()) {
             return Next::Close;
         }
         if h.awaiting_proxy_header() {
@@ -340,6 +425,7 @@ impl<'c> Server<'c> {
     fn serve_request(
         &mut self,
         t: &mut impl Transport,
+        socket: &std::net::TcpStream,
         conn: &mut Conn,
         head_end: usize,
         obs: &mut dyn Observer,
@@ -374,19 +460,53 @@ impl<'c> Server<'c> {
                 return Served::Linger;
             }
         };
+        // A location that runs scripts gets the body whole, read by the event loop
+        // (a slow upload waits in the set, not in this worker); the others need no
+        // body: one that is all there is dropped, one that is not is never waited for.
+        let reads_body = req.framing != request::Framing::None && reads_body(&self.sites, self.config, &req);
+        self.body = self.finished.take();
+        if reads_body && self.body.is_none() {
+            let keep =
+                Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone() };
+            if !self.body_dir_ready {
+                self.body_dir_ready = prepare_body_dir(&http.body_temp_dir);
+            }
+            let mut incoming = match Incoming::new(self.req_head.clone(), req.framing, keep) {
+                Ok(i) => i,
+                Err(e) => {
+                    self.refuse(t, conn, e, obs);
+                    return Served::Linger;
+                }
+            };
+            if req.expect_continue && req.http11 && !self.input.has_unread() {
+                let (mut beat, mut wait) = (|| {}, || {});
+                let mut pacer = transport::Pacer::new(http.send_timeout, &mut beat, &mut wait);
+                let _ = t.send(b"HTTP/1.1 100 Continue\r\n\r\n", None, &mut pacer);
+            }
+            match read_body(&mut self.input, t, &mut incoming) {
+                Ok(true) => self.body = Some(incoming.into_body()),
+                Ok(false) => {
+                    self.started = Some(Box::new(incoming));
+                    return Served::AwaitBody;
+                }
+                Err(e) => {
+                    self.refuse(t, conn, body_refusal(&e, conn), obs);
+                    return Served::Linger;
+                }
+            }
+        }
         let client = self.client(&req, conn.peer);
         obs.request(req.line, client);
         conn.requests += 1;
 
-        // No answer needs the body: one that is all there is dropped, one that is
-        // not is never waited for (that wait was how slow bodies took the pool).
-        let body_dropped = match self.input.drop_body(t, &req, http.max_body_size) {
-            Ok(all_there) => all_there,
-            Err(e) => {
-                self.refuse(t, conn, e, obs);
-                return Served::Linger;
-            }
-        };
+        let body_dropped = reads_body
+            || match self.input.drop_body(t, &req, http.max_body_size) {
+                Ok(all_there) => all_there,
+                Err(e) => {
+                    self.refuse(t, conn, e, obs);
+                    return Served::Linger;
+                }
+            };
 
         let mut reply = Reply::new(&mut self.out.extra);
         let mut kind = Kind::default();
@@ -401,7 +521,16 @@ impl<'c> Server<'c> {
         } else {
             match redirect_to_https(self.config, &req, https_port, &mut reply) {
                 Some(vhost) => vhost,
-                None => dispatch(&self.sites, self.config, &req, client.ip(), &mut reply, &self.token, &mut kind),
+                None => {
+                    let link = Link {
+                        peer: if client.ip() == conn.peer.ip() { conn.peer } else { client },
+                        local_port: conn.local_port,
+                        https: tls,
+                        socket: socket.as_fd(),
+                        body: self.body.as_ref(),
+                    };
+                    dispatch(&self.sites, self.config, &req, client.ip(), link, &mut reply, &self.token, &mut kind)
+                }
             }
         };
         let internal = kind.internal;
@@ -482,6 +611,55 @@ impl<'c> Server<'c> {
     }
 }
 
+/// Whether the location `req` asks for reads request bodies (runs scripts).
+fn reads_body(sites: &[Site<'_>], config: &Config, req: &Request<'_>) -> bool {
+    let Ok((clean, _)) = path::clean(req.target) else { return false };
+    sites[config.vhost_for(req.host)].place(&clean.bytes).handler.reads_body()
+}
+
+/// Takes what has arrived of a request body: true once it is whole (what followed
+/// it stays in `input`), false when the rest must be waited for.
+fn read_body(input: &mut Input, t: &mut impl Transport, incoming: &mut Incoming) -> Result<bool, BodyError> {
+    loop {
+        let used = incoming.take(input.unread())?;
+        input.consume(used);
+        if incoming.done() {
+            return Ok(true);
+        }
+        match input.read_more(t) {
+            Ok(0) => return Err(BodyError::Closed),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(_) => return Err(BodyError::Closed),
+        }
+    }
+}
+
+/// The answer to a body that could not be read, said in the error log when it is
+/// the server's fault.
+fn body_refusal(e: &BodyError, conn: &Conn) -> HttpError {
+    match e {
+        BodyError::Http(h) => *h,
+        BodyError::Closed => HttpError::BadRequest("the request body ended early"),
+        BodyError::Io(io) => {
+            log::error!("{}: keeping a request body failed: {io}", conn.peer);
+            HttpError::Internal
+        }
+    }
+}
+
+/// Makes the folder for request-body files (once per worker); says so in the error
+/// log when it cannot.
+fn prepare_body_dir(dir: &std::path::Path) -> bool {
+    match crate::gateway::incoming::prepare_dir(dir) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("body_temp_dir {}: {e}", dir.display());
+            false
+        }
+    }
+}
+
 /// Whether the server lets a connection take another request: keep-alive on, not
 /// at `max_keepalive_requests`, and the worker not leaving.
 fn may_keep_alive(http: &Http, conn: &Conn, obs: &mut dyn Observer) -> bool {
@@ -550,11 +728,13 @@ fn misdirected(config: &Config, sni: &str, req: &Request<'_>) -> Option<usize> {
     (by_name != config.vhost_for(req.host)).then_some(by_name)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn dispatch(
     sites: &[Site<'_>],
     config: &Config,
     req: &Request<'_>,
     client: std::net::IpAddr,
+    link: Link<'_>,
     reply: &mut Reply<'_>,
     token: &str,
     kind: &mut Kind,
@@ -596,7 +776,7 @@ fn dispatch(
         }
     };
     let site = &sites[index];
-    let ask = Ask { req, path: &clean, query, client };
+    let ask = Ask { req, path: &clean, query, client, link };
     let place = site.place(&clean.bytes);
     kind.health = matches!(place.handler, handlers::Handler::Health(_));
     place.serve(&ask, reply);

@@ -55,6 +55,8 @@ pub struct Held {
     /// one, the start of a lingering close.
     pub(super) since_ms: u64,
     pub(super) layer: Layer,
+    /// A request body being read (the request waits for it whole, in the set).
+    pub(super) body: Option<Box<crate::gateway::incoming::Incoming>>,
 }
 
 /// What a connection speaks under HTTP.
@@ -97,6 +99,7 @@ impl Held {
     pub fn new(stream: TcpStream, peer: SocketAddr, local_port: u16) -> Held {
         Held {
             stream,
+            body: None,
             conn: Conn::new(peer, local_port),
             pending: Vec::new(),
             phase: Phase::Waiting,
@@ -122,7 +125,12 @@ impl Held {
     /// state is what `handover::Meta` carries); a TLS session's state lives in this
     /// process (and a TLS port's plain-HTTP connection must stay refused).
     pub fn can_hand_over(&self) -> bool {
-        matches!(self.layer, Layer::Plain)
+        matches!(self.layer, Layer::Plain) && self.body.is_none()
+    }
+
+    /// Between two requests: a request served, nothing of the next one read.
+    pub fn between_requests(&self) -> bool {
+        self.conn.requests > 0 && self.pending.is_empty() && self.body.is_none() && !self.lingering()
     }
 
     /// A connection that starts with a PROXY protocol header (the listener says so):
@@ -140,7 +148,7 @@ impl Held {
     /// A connection taken over from another worker, waiting since `waited_ms` ago.
     pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
         let since_ms = now_ms().saturating_sub(waited_ms);
-        Held { stream, conn, pending, phase: Phase::Waiting, since_ms, layer: Layer::Plain }
+        Held { stream, conn, pending, phase: Phase::Waiting, since_ms, layer: Layer::Plain, body: None }
     }
 
     /// Bytes of the next request already read.
@@ -161,6 +169,9 @@ impl Held {
     /// accept for the first one, from its first byte for later ones),
     /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
+        if let Some(body) = &self.body {
+            return body.deadline_ms(http.body_timeout, http.body_min_rate);
+        }
         let wait = match self.phase {
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Waiting if self.conn.requests > 0 && self.pending.is_empty() => {

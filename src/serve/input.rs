@@ -178,6 +178,24 @@ impl Input {
         }
     }
 
+    /// Counts `n` bytes taken from [`Input::unread`] (a request body's) as read.
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.end - self.start);
+        self.start += n;
+        self.bytes_in += n as u64;
+    }
+
+    /// Reads what has arrived into the buffer (for a request body taken out of it
+    /// with [`Input::consume`]); `Ok(0)` is end of stream.
+    pub fn read_more(&mut self, t: &mut impl Transport) -> io::Result<usize> {
+        loop {
+            match self.fill(t, self.limit) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
     /// Reads a PROXY protocol header from what has arrived (`proxy_protocol`):
     /// `Ok(None)` when not all of it is there yet (what came stays in
     /// [`Input::unread`]), else the header, taken out of the buffer; what follows it

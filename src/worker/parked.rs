@@ -140,7 +140,7 @@ impl Parked {
         let mut closed = 0;
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.slots[i].as_ref() else { continue };
-            if !h.lingering() && h.conn.requests > 0 && h.pending().is_empty() {
+            if h.between_requests() {
                 self.table.remove(i);
                 self.ready.retain(|&r| r != i);
                 closed += 1;

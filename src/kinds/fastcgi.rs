@@ -1,0 +1,45 @@
+//! `fastcgi = "unix:/run/php/php8.2-fpm.sock"` or `"tcp:127.0.0.1:9000"`: scripts
+//! a FastCGI application runs ([`crate::handlers::fastcgi`]), found under the
+//! location's `root` or `alias`; `index` (`["index.php"]` unless given) for a
+//! path that ends at a directory; `script_timeout`.
+
+use super::{Build, Reading, cgi, files};
+use crate::config::read::{ConfigError, Keys};
+use crate::config::show::{Toml, duration, path, string, strings};
+use crate::gateway::{AppAddr, FastCgiConfig};
+use crate::handlers::Handler;
+use crate::handlers::fastcgi::FastCgi;
+
+/// The key that chooses it.
+pub const KEY: &str = "fastcgi";
+/// Its keys (with `root`, `alias` and `index`, which are files').
+pub const KEYS: &[&str] = &["fastcgi", "script_timeout"];
+
+pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<FastCgiConfig, ConfigError> {
+    let (dir, alias) = files::read_dir(keys, r.ctx, r.vhost_files, r.root, r.prefix)?;
+    let index = files::read_index(keys, r.ctx)?.unwrap_or_else(|| vec!["index.php".into()]);
+    if keys.names().any(|k| k == "autoindex") {
+        return Err(r.ctx.error(r.at.clone(), "a FastCGI location lists no directory: no autoindex"));
+    }
+    let Some(given) = keys.take::<String>(r.ctx, KEY)? else {
+        return Err(r.ctx.error(r.at.clone(), "fastcgi: no address"));
+    };
+    let addr = AppAddr::parse(given.get_ref()).ok_or_else(|| {
+        r.ctx
+            .spanned(&given, format!("fastcgi {:?}: give \"unix:/path/to.sock\" or \"tcp:host:port\"", given.get_ref()))
+    })?;
+    let timeout = cgi::read_timeout(keys, r)?;
+    Ok(FastCgiConfig { dir, alias, addr, index, timeout })
+}
+
+pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
+    t.key(if f.alias { "alias" } else { "root" }, path(&f.dir));
+    t.key(KEY, string(&f.addr.to_string()));
+    t.key("index", strings(&f.index));
+    t.key("script_timeout", duration(f.timeout));
+}
+
+pub(super) fn build<'c>(f: &'c FastCgiConfig, at: &str, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+    let strip = if f.alias { at.len() } else { 0 };
+    Ok(Handler::FastCgi(FastCgi::new(f, std::fs::File::open(&f.dir)?, b.symlinks, strip, b.server_name)))
+}

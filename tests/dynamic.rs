@@ -1,0 +1,472 @@
+//! Dynamic content: CGI scripts (a shell script, a Python script, `php-cgi`) and
+//! PHP through a `php-fpm` pool started by the test, with request bodies read by
+//! the event loop before a script runs.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Prints the environment, the descriptors it was started with and its body's
+/// length and SHA-256.
+const ENV_PY: &str = r#"#!/usr/bin/python3
+import hashlib, os, sys
+fds = []
+for fd in range(256):
+    try:
+        os.fstat(fd)
+        fds.append(str(fd))
+    except OSError:
+        pass
+body = sys.stdin.buffer.read()
+sys.stdout.write("Content-Type: text/plain\r\nX-Script: env.py\r\n\r\n")
+sys.stdout.write("FDS=" + ",".join(fds) + "\n")
+sys.stdout.write("BODY=%d %s\n" % (len(body), hashlib.sha256(body).hexdigest()))
+for k in sorted(os.environ):
+    sys.stdout.write("%s=%s\n" % (k, os.environ[k]))
+"#;
+
+fn cgi_site() -> Site {
+    let site = Site::new();
+    site.write("htdocs/cgi-bin/env.py", ENV_PY);
+    script(&site, "htdocs/cgi-bin/hello.sh", "printf 'Content-Type: text/plain\\r\\n\\r\\nhello from sh\\n'");
+    script(&site, "htdocs/cgi-bin/sleep.sh", "sleep 30");
+    script(&site, "htdocs/cgi-bin/garbage.sh", "echo 'this is not a header'");
+    script(
+        &site,
+        "htdocs/cgi-bin/status.sh",
+        "printf 'Status: 201 Created\\r\\nLocation: https://example.com/x\\r\\n\\r\\n'",
+    );
+    script(
+        &site,
+        "htdocs/cgi-bin/stderr.sh",
+        "echo 'a line for the log' >&2; printf 'Content-Type: text/plain\\n\\nok'",
+    );
+    site.write("htdocs/cgi-bin/data.txt", "not a script");
+    site
+}
+
+fn script(site: &Site, rel: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    site.write(rel, format!("#!/bin/sh\n{body}\n"));
+    std::fs::set_permissions(site.path(rel), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn cgi_config(site: &Site, extra_location: &str) {
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    site.config(
+        "",
+        &format!(
+            "[http]\nmax_body_size = \"64MiB\"\nclient_body_buffer = \"16KiB\"\nbody_temp_dir = \"{}\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nprefix = \"/cgi-bin/\"\ncgi = true\ncgi_interpreters = {{ py = \"/usr/bin/python3\" }}\n\
+             script_timeout = \"2s\"\n{extra_location}",
+            site.path("bodies/tmp").display()
+        ),
+    );
+}
+
+fn var<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+}
+
+fn sha256(data: &[u8]) -> String {
+    use std::process::{Command, Stdio};
+    let mut c = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    c.stdin.take().unwrap().write_all(data).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
+
+fn post(addr: std::net::SocketAddr, path: &str, headers: &str, body: &[u8]) -> Resp {
+    let mut s = connect(addr);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    read_response(&mut s, false).expect("a response")
+}
+
+fn pseudo_random(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_cgi_script_sees_the_rfc_variables_and_nothing_of_the_server() {
+    if need_tool("python3").is_none() {
+        return;
+    }
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let r =
+        get_with(p.addr, "/cgi-bin/env.py/extra/path?x=1&y=%20", "Proxy: http://evil.example/\r\nX-Custom: yes\r\n");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = r.text();
+    assert_eq!(r.header("x-script").as_deref(), Some("env.py"));
+    assert_eq!(var(&t, "FDS"), Some("0,1,2"), "only stdin, stdout, stderr: {t}");
+    assert_eq!(var(&t, "GATEWAY_INTERFACE"), Some("CGI/1.1"));
+    assert_eq!(var(&t, "REQUEST_METHOD"), Some("GET"));
+    assert_eq!(var(&t, "SCRIPT_NAME"), Some("/cgi-bin/env.py"));
+    let filename = site.path("htdocs/cgi-bin/env.py").canonicalize().unwrap();
+    assert_eq!(var(&t, "SCRIPT_FILENAME"), filename.to_str());
+    assert_eq!(var(&t, "PATH_INFO"), Some("/extra/path"));
+    assert_eq!(var(&t, "QUERY_STRING"), Some("x=1&y=%20"));
+    assert_eq!(var(&t, "REQUEST_URI"), Some("/cgi-bin/env.py/extra/path?x=1&y=%20"));
+    assert_eq!(var(&t, "REMOTE_ADDR"), Some("127.0.0.1"));
+    assert!(var(&t, "REMOTE_PORT").is_some_and(|p| p.parse::<u16>().unwrap() > 0));
+    assert_eq!(var(&t, "SERVER_PORT"), Some(p.addr.port().to_string().as_str()));
+    assert_eq!(var(&t, "SERVER_NAME"), Some("localhost"));
+    assert_eq!(var(&t, "SERVER_PROTOCOL"), Some("HTTP/1.1"));
+    assert_eq!(var(&t, "HTTP_X_CUSTOM"), Some("yes"));
+    assert_eq!(var(&t, "HTTP_PROXY"), None, "httpoxy: {t}");
+    assert_eq!(var(&t, "HOME"), None, "the server's own environment is not passed: {t}");
+    assert_eq!(var(&t, "BODY"), Some(format!("0 {}", sha256(b"")).as_str()));
+}
+
+#[test]
+fn scripts_run_by_their_execute_bit_and_answer_as_they_say() {
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let r = get(p.addr, "/cgi-bin/hello.sh");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from sh\n"));
+    assert_eq!(get(p.addr, "/cgi-bin/data.txt").status, 403);
+    assert_eq!(get(p.addr, "/cgi-bin/missing.sh").status, 404);
+    let r = get(p.addr, "/cgi-bin/status.sh");
+    assert_eq!((r.status, r.header("location").as_deref()), (201, Some("https://example.com/x")));
+    let r = get(p.addr, "/cgi-bin/stderr.sh");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    wait_until(DEADLINE, "the script's stderr in the error log", || {
+        site.error_log().lines().any(|l| l.contains("/cgi-bin/stderr.sh: a line for the log")).then_some(())
+    });
+    // Garbage is the script's fault: 502, the script named once in the log.
+    assert_eq!(get(p.addr, "/cgi-bin/garbage.sh").status, 502);
+    let named = site.error_log().lines().filter(|l| l.contains("/cgi-bin/garbage.sh: bad answer")).count();
+    assert_eq!(named, 1, "{}", site.error_log());
+}
+
+#[test]
+fn a_script_past_its_time_is_killed_and_answered_504() {
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let start = Instant::now();
+    let r = get(p.addr, "/cgi-bin/sleep.sh");
+    assert_eq!(r.status, 504);
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
+    assert!(site.error_log().contains("/cgi-bin/sleep.sh: killed: still running after script_timeout"));
+    // Killed and reaped: the server has no child left.
+    wait_until(DEADLINE, "no child of the server", || children_of(p.pid).is_empty().then_some(()));
+}
+
+#[test]
+fn bodies_arrive_whole_by_length_and_chunked_from_a_file_past_the_buffer() {
+    if need_tool("python3").is_none() {
+        return;
+    }
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let form = b"name=pika&kind=web+server";
+    let r = post(p.addr, "/cgi-bin/env.py", "Content-Type: application/x-www-form-urlencoded\r\n", form);
+    let t = r.text();
+    assert_eq!(var(&t, "BODY"), Some(format!("{} {}", form.len(), sha256(form)).as_str()), "{t}");
+    assert_eq!(var(&t, "CONTENT_TYPE"), Some("application/x-www-form-urlencoded"));
+    assert_eq!(var(&t, "CONTENT_LENGTH"), Some(form.len().to_string().as_str()));
+
+    // 20 MB, far past client_body_buffer: kept in a file while it comes.
+    let big = pseudo_random(20 << 20);
+    let r = post(p.addr, "/cgi-bin/env.py", "", &big);
+    assert_eq!(var(&r.text(), "BODY"), Some(format!("{} {}", big.len(), sha256(&big)).as_str()));
+
+    // Chunked, in odd pieces: the script gets the decoded body and its length.
+    let mut s = connect(p.addr);
+    s.write_all(
+        b"POST /cgi-bin/env.py HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .unwrap();
+    let body = pseudo_random(300_000);
+    for part in body.chunks(70_001) {
+        s.write_all(format!("{:x}\r\n", part.len()).as_bytes()).unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    let t = r.text();
+    assert_eq!(var(&t, "BODY"), Some(format!("{} {}", body.len(), sha256(&body)).as_str()), "{t}");
+    assert_eq!(var(&t, "CONTENT_LENGTH"), Some("300000"));
+    // No file is left behind (they never had a name).
+    assert_eq!(std::fs::read_dir(site.path("bodies/tmp")).unwrap().count(), 0);
+
+    // Too large, said before a byte of the body is read.
+    let mut s = connect(p.addr);
+    s.write_all(b"POST /cgi-bin/env.py HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99999999999\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().status, 413);
+}
+
+#[test]
+fn expect_100_continue_is_answered_where_bodies_are_read() {
+    if need_tool("python3").is_none() {
+        return;
+    }
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    s.write_all(b"POST /cgi-bin/env.py HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n").unwrap();
+    let mut interim = [0u8; 25];
+    s.read_exact(&mut interim).unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"hello").unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(var(&r.text(), "BODY"), Some(format!("5 {}", sha256(b"hello")).as_str()));
+}
+
+#[test]
+fn a_slow_upload_holds_no_worker() {
+    if need_tool("python3").is_none() {
+        return;
+    }
+    let site = cgi_site();
+    cgi_config(&site, "");
+    // One process: if the upload held it, nothing else would be answered.
+    let p = Pika::start(&site, "-X");
+    let mut slow = connect(p.addr);
+    slow.write_all(
+        b"POST /cgi-bin/env.py HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 10\r\n\r\nhello",
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let start = Instant::now();
+        assert_eq!(get(p.addr, "/index.html").status, 200);
+        assert_eq!(get(p.addr, "/cgi-bin/hello.sh").status, 200);
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+    slow.write_all(b"world").unwrap();
+    let r = read_response(&mut slow, false).unwrap();
+    assert_eq!(var(&r.text(), "BODY"), Some(format!("10 {}", sha256(b"helloworld")).as_str()));
+}
+
+#[test]
+fn no_zombie_after_many_requests() {
+    let site = cgi_site();
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    for i in 0..300 {
+        let close = if i == 299 { "Connection: close\r\n" } else { "" };
+        s.write_all(format!("GET /cgi-bin/hello.sh HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes()).unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    assert!(children_of(p.pid).is_empty(), "children left: {:?}", children_of(p.pid));
+}
+
+/// `php-cgi` as an interpreter: its variables, a fatal error, sessions.
+#[test]
+fn php_cgi_runs_php() {
+    let Some(php_cgi) = need_tool("php-cgi") else { return };
+    let site = cgi_site();
+    php_scripts(&site, "htdocs/cgi-bin");
+    cgi_config(&site, "");
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
+    let text = text
+        .replace("py = \"/usr/bin/python3\"", &format!("py = \"/usr/bin/python3\", php = \"{}\"", php_cgi.display()));
+    std::fs::write(site.path("conf/pika.toml"), text).unwrap();
+    let p = Pika::start(&site, "-X");
+    php_checks(&site, &p, "/cgi-bin");
+}
+
+/// The PHP scripts both PHP tests run.
+fn php_scripts(site: &Site, dir: &str) {
+    site.write(
+        &format!("{dir}/vars.php"),
+        "<?php header('Content-Type: text/plain');\n\
+         foreach (['GATEWAY_INTERFACE','REQUEST_METHOD','SCRIPT_NAME','SCRIPT_FILENAME','PATH_INFO','QUERY_STRING','REMOTE_ADDR','SERVER_PORT','HTTP_HOST','HTTP_PROXY'] as $k) {\n\
+           echo $k, '=', isset($_SERVER[$k]) ? $_SERVER[$k] : '(unset)', \"\\n\"; }\n\
+         echo 'GET_a=', $_GET['a'] ?? '', \"\\n\";\n\
+         echo 'POST_name=', $_POST['name'] ?? '', \"\\n\";\n\
+         foreach ($_FILES as $f) { echo 'FILE=', $f['size'], ' ', hash_file('sha256', $f['tmp_name']), \"\\n\"; }\n",
+    );
+    site.write(&format!("{dir}/fatal.php"), "<?php undefined_function_here();\n");
+    std::fs::create_dir_all(site.path("sessions")).unwrap();
+    site.write(
+        &format!("{dir}/count.php"),
+        format!(
+            "<?php session_save_path('{}'); session_start();\n\
+             $_SESSION['n'] = ($_SESSION['n'] ?? 0) + 1; header('Content-Type: text/plain'); echo 'n=', $_SESSION['n'];\n",
+            site.path("sessions").display()
+        ),
+    );
+}
+
+fn php_checks(site: &Site, p: &Pika, at: &str) {
+    let r = get_with(p.addr, &format!("{at}/vars.php/route/x?a=b"), "Proxy: http://evil/\r\n");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    assert_eq!(var(&t, "REQUEST_METHOD"), Some("GET"), "{t}");
+    assert_eq!(var(&t, "SCRIPT_NAME"), Some(format!("{at}/vars.php").as_str()), "{t}");
+    assert_eq!(var(&t, "PATH_INFO"), Some("/route/x"), "{t}");
+    assert_eq!(var(&t, "QUERY_STRING"), Some("a=b"));
+    assert_eq!(var(&t, "GET_a"), Some("b"));
+    assert_eq!(var(&t, "REMOTE_ADDR"), Some("127.0.0.1"));
+    assert_eq!(var(&t, "HTTP_PROXY"), Some("(unset)"));
+    let r = post(
+        p.addr,
+        &format!("{at}/vars.php"),
+        "Content-Type: application/x-www-form-urlencoded\r\n",
+        b"name=pika+server",
+    );
+    assert_eq!(var(&r.text(), "POST_name"), Some("pika server"), "{}", r.text());
+
+    // A fatal error: 500, one line in the error log.
+    let before = site.error_log().lines().filter(|l| l.contains("fatal.php")).count();
+    assert_eq!(get(p.addr, &format!("{at}/fatal.php")).status, 500);
+    wait_until(DEADLINE, "PHP's fatal error in the log", || {
+        let now = site.error_log().lines().filter(|l| l.contains("fatal.php")).count();
+        (now > before).then_some(())
+    });
+    let lines: Vec<String> =
+        site.error_log().lines().filter(|l| l.contains("fatal.php")).skip(before).map(String::from).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("undefined_function_here"), "{lines:?}");
+
+    // Sessions: the cookie set by the first answer counts on.
+    let r = get(p.addr, &format!("{at}/count.php"));
+    assert_eq!(r.text(), "n=1");
+    let cookie = r.header("set-cookie").expect("a session cookie");
+    let cookie = cookie.split(';').next().unwrap();
+    let r = get_with(p.addr, &format!("{at}/count.php"), &format!("Cookie: {cookie}\r\n"));
+    assert_eq!(r.text(), "n=2");
+}
+
+/// A php-fpm pool of our own, on a unix socket in a temp folder; stopped by pid.
+struct Fpm {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Fpm {
+    fn start(fpm: &Path, dir: Option<tempfile::TempDir>) -> Fpm {
+        let dir = dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
+        let conf = dir.path().join("fpm.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "[global]\nerror_log = {d}/fpm.log\ndaemonize = no\n\
+                 [pool]\nlisten = {d}/fpm.sock\npm = static\npm.max_children = 4\n\
+                 catch_workers_output = no\n\
+                 php_admin_value[upload_max_filesize] = 64M\nphp_admin_value[post_max_size] = 64M\n\
+                 php_admin_value[upload_tmp_dir] = {d}\nphp_admin_flag[log_errors] = on\nphp_admin_flag[display_errors] = off\n",
+                d = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(fpm);
+        cmd.args(["-n", "-y"]).arg(&conf).arg("-F");
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("-R");
+        }
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let sock = dir.path().join("fpm.sock");
+        wait_until(DEADLINE, "php-fpm to listen", || sock.exists().then_some(()));
+        Fpm { child, dir }
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("fpm.sock")
+    }
+
+    /// Stops the pool (by pid) and keeps its folder for a new one.
+    fn stop(mut self) -> tempfile::TempDir {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGQUIT,
+        );
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.socket());
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+}
+
+impl Drop for Fpm {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGQUIT,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+fn fpm_config(site: &Site, fpm: &Fpm) {
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    site.config(
+        "",
+        &format!(
+            "[http]\nmax_body_size = \"64MiB\"\nclient_body_buffer = \"16KiB\"\nbody_temp_dir = \"{}\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nregex = \"\\\\.php(/|$)\"\nfastcgi = \"unix:{}\"\nscript_timeout = \"3s\"\n",
+            site.path("bodies/tmp").display(),
+            fpm.socket().display()
+        ),
+    );
+}
+
+#[test]
+fn php_fpm_runs_php_over_fastcgi() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    php_scripts(&site, "htdocs/app");
+    site.write("htdocs/app/sleep.php", "<?php sleep(30);\n");
+    fpm_config(&site, &fpm);
+    let p = Pika::start(&site, "-X");
+    php_checks(&site, &p, "/app");
+
+    // A 20 MB multipart upload arrives intact.
+    let file = pseudo_random(20 << 20);
+    let boundary = "----pikaboundary7MA4YWxkTrZu0gW";
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nup\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&file);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r =
+        post(p.addr, "/app/vars.php", &format!("Content-Type: multipart/form-data; boundary={boundary}\r\n"), &body);
+    let t = r.text();
+    assert_eq!(var(&t, "POST_name"), Some("up"), "{t}");
+    assert_eq!(var(&t, "FILE"), Some(format!("{} {}", file.len(), sha256(&file)).as_str()), "{t}");
+
+    // Past script_timeout: 504, one line.
+    assert_eq!(get(p.addr, "/app/sleep.php").status, 504);
+    assert!(site.error_log().contains("/app/sleep.php: FastCGI application at unix:"), "{}", site.error_log());
+
+    // php-fpm stopped: 502, one line; back: served again.
+    let dir = fpm.stop();
+    assert_eq!(get(p.addr, "/app/vars.php").status, 502);
+    assert!(site.error_log().contains("cannot connect"), "{}", site.error_log());
+    let _fpm = Fpm::start(&php_fpm, Some(dir));
+    assert_eq!(get(p.addr, "/app/vars.php").status, 200);
+}
