@@ -91,6 +91,20 @@ fn a_location_serves_from_its_own_root_or_alias_with_its_own_index() {
 }
 
 #[test]
+fn a_location_may_have_its_own_max_ranges() {
+    let site = site_with_folders(&["htdocs"]);
+    let p = start(&site, "[[vhost.location]]\nprefix = \"/static/\"\nmax_ranges = 0\n");
+    let range = |path: &str| {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nRange: bytes=0-1\r\nConnection: close\r\n\r\n");
+        raw(p.addr, req.as_bytes())
+    };
+    let r = range("/f.txt");
+    assert_eq!((r.status, r.text().as_str()), (206, "ht"), "[http] max_ranges outside the location");
+    let r = range("/static/f.txt");
+    assert_eq!((r.status, r.text().as_str()), (200, "htdocs/static\n"), "none at all in it: the whole file");
+}
+
+#[test]
 fn the_status_page_is_a_location_and_the_old_key_still_works() {
     let site = Site::new();
     let p = start(&site, "[[vhost.location]]\nexact = \"/st\"\nstatus = true\n");

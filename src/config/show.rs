@@ -558,6 +558,7 @@ prefix = "/b/"
 alias = "core"
 index = ["x.html"]
 autoindex = true
+max_ranges = 0
 [[vhost.location]]
 regex = "^/c"
 status = true

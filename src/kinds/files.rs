@@ -1,6 +1,6 @@
 //! Files: what a location answers with unless another kind is chosen, and what a
 //! vhost answers with at its root. Its keys: `root` or `alias` (the directory),
-//! `index`, `autoindex`; on a `[[vhost]]`, `index` and `autoindex` are the vhost's own
+//! `index`, `autoindex`, `max_ranges`; on a `[[vhost]]`, `index` and `autoindex` are the vhost's own
 //! files' and the default of its files locations. Read, checked, shown and built
 //! into a [`StaticFiles`] handler here.
 
@@ -10,12 +10,12 @@ use toml::Spanned;
 
 use super::Build;
 use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, path, strings};
+use crate::config::show::{Toml, int, path, strings};
 use crate::handlers::Handler;
 use crate::handlers::static_file::StaticFiles;
 
 /// Its keys on a location.
-pub const KEYS: &[&str] = &["root", "alias", "index", "autoindex"];
+pub const KEYS: &[&str] = &["root", "alias", "index", "autoindex", "max_ranges"];
 /// Its keys on a vhost (whose `root` is its own key).
 pub const VHOST_KEYS: &[&str] = &["index", "autoindex"];
 
@@ -34,13 +34,16 @@ pub struct Files {
     pub index: Vec<String>,
     /// A directory without an index file is listed.
     pub autoindex: bool,
+    /// The most ranges a `Range` header may ask for here (more: the whole file);
+    /// `None`: `[http] max_ranges`.
+    pub max_ranges: Option<usize>,
 }
 
 /// A vhost's own files at `dir` (its root), from its `index` and `autoindex`.
 pub(crate) fn read_vhost(keys: &mut Keys, ctx: &Ctx, dir: PathBuf) -> Result<Files, ConfigError> {
     let index = read_index(keys, ctx)?.unwrap_or_else(|| vec![DEFAULT_INDEX.into()]);
     let autoindex = keys.take::<bool>(ctx, "autoindex")?.is_some_and(Spanned::into_inner);
-    Ok(Files { dir, alias: false, index, autoindex })
+    Ok(Files { dir, alias: false, index, autoindex, max_ranges: None })
 }
 
 /// A files location's keys; `vhost`: its vhost's own files (the defaults), `root`:
@@ -50,7 +53,8 @@ pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, vhost: &Files, root: &Path, prefi
     let (dir, alias) = read_dir(keys, ctx, vhost, root, prefix)?;
     let index = read_index(keys, ctx)?.unwrap_or_else(|| vhost.index.clone());
     let autoindex = keys.take::<bool>(ctx, "autoindex")?.map_or(vhost.autoindex, Spanned::into_inner);
-    Ok(Files { dir, alias, index, autoindex })
+    let max_ranges = keys.take::<u32>(ctx, "max_ranges")?.map(|n| n.into_inner() as usize);
+    Ok(Files { dir, alias, index, autoindex, max_ranges })
 }
 
 /// A location's directory, from `root` or `alias` (the kinds that run scripts
@@ -89,6 +93,9 @@ impl Files {
     pub(crate) fn show(&self, t: &mut Toml) {
         t.key(if self.alias { "alias" } else { "root" }, path(&self.dir));
         self.show_vhost(t);
+        if let Some(n) = self.max_ranges {
+            t.key("max_ranges", int(n));
+        }
     }
 
     /// A vhost's keys for `pika -T` (its root is its own key).
@@ -108,7 +115,7 @@ impl Files {
             autoindex: self.autoindex,
             serve_hidden: b.serve_hidden,
             mime: &b.config.mime,
-            max_ranges: b.config.http.max_ranges,
+            max_ranges: self.max_ranges.unwrap_or(b.config.http.max_ranges),
         }))
     }
 }
