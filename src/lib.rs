@@ -75,7 +75,11 @@
 //!   each kind's module reads, checks, shows (`-T`) and builds its own keys),
 //!   [`site`] (a vhost as a worker serves it: each location's gate and handler),
 //!   [`statusfile`], [`clock`]. A `[[vhost.location]]` table is split between its
-//!   kind and its rules by [`config::read`]'s `Keys`.
+//!   kind and its rules by [`config::read`]'s `Keys`. The config reads its
+//!   locations through the kinds and the rules (`config::vhost` → [`kinds`],
+//!   [`rules`]), which use its reading and `-T` writing (`config::read`,
+//!   `config::show`) and build handlers, which read the [`config::Config`]: the
+//!   arrow from the config up to the kinds is that dispatch.
 //! - [`rules`] holds the per-location rules (address lists, Basic auth, `return`,
 //!   headers and caching, compressed answers): the keys any location may have
 //!   whatever its kind, and a `[[vhost]]` as their default, each resolved when the
