@@ -195,11 +195,12 @@
 //! module importing the request side).
 //!
 //! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`
-//! 2. the protocols' rules: `http`, `proxy_protocol`, `rules`, `location`, `vhost`
+//! 2. the protocols' rules: `http`, `proxy_protocol`, `vhost`
 //! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`
 //! 4. made before the first fork, used by both sides: `config`, `listen`, `inherit`,
 //!    `handover`, `pod`
-//! 5. serving: `serve`, `handlers`, `site`, `status`, `metrics`, `gateway`
+//! 5. serving: `serve`, `handlers`, `site`, `status`, `metrics`, `gateway`, `location`,
+//!    `kinds`, `rules`
 //! 6. processes: `worker`, `master`
 //! 7. the command: `daemon`, `ctl`, `cli`
 //!
@@ -208,12 +209,18 @@
 //! - `log` → `config`: an access log is opened from its config entry
 //!   (`config::AccessLog`), while the config reads a log's format, filters and
 //!   rotation with `log`'s parsers.
+//! - `config` → `location`: the config reads each `[[vhost.location]]` into what
+//!   answers there, which a worker serves from: the location's table (`location`),
+//!   its kind (`kinds`: each kind's module reads, checks, shows and builds its own
+//!   keys) and its rules (`rules`, likewise); the next two arrows are the same one.
+//! - `config` → `kinds`: as above.
+//! - `config` → `rules`: as above.
 //! - `tls` → `serve`: `tls::stream` is the request cycle's `Transport` for a TLS
 //!   connection, its session riding in the connection's `Held`.
 //!
 //! The sides: the master side is `master`, `daemon`, `ctl`, `cli`, `pod`, `notify`,
 //! `statusfile`, `pidfile`, `inherit`, `listen`, `handover`; the request side is
-//! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `vhost`, `rules`,
+//! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `kinds`, `vhost`, `rules`,
 //! `gateway`, `metrics`; shared by both: `sys`, `text`, `clock`, `cidr`,
 //! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `status`, `proxy_protocol`.
 #![deny(unsafe_code)]
