@@ -101,6 +101,13 @@
 //!   nothing, its own process group, no descriptor of the worker, rlimits, killed
 //!   with its group and always reaped: [`gateway::child`]), and the FastCGI
 //!   protocol's records ([`gateway::fcgi`]).
+//! - [`acme`] gets certificates from an ACME CA for the vhosts with `acme = true`:
+//!   the master decides when ([`acme::schedule`]), keeps the state folder as root
+//!   ([`acme::store`]) and installs by a reload; a short-lived child it forks
+//!   ([`acme::child`], the workers' user) talks to the CA ([`acme::client`]); the
+//!   workers answer the challenges from shared memory ([`acme::challenges`]):
+//!   HTTP-01 first thing in a request ([`acme::http01`]), TLS-ALPN-01 in the
+//!   handshake ([`acme::alpn`]).
 //! - [`metrics`] renders what the scoreboard counts ([`scoreboard::counters`]) for
 //!   Prometheus: each worker adds to counters in its own slot as it answers
 //!   (`Traffic`: requests by method and status class, a duration histogram,
@@ -196,7 +203,8 @@
 //!
 //! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`
 //! 2. the protocols' rules: `http`, `proxy_protocol`, `vhost`
-//! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`
+//! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`,
+//!    `acme`
 //! 4. made before the first fork, used by both sides: `config`, `listen`, `inherit`,
 //!    `handover`, `pod`
 //! 5. serving: `serve`, `handlers`, `site`, `status`, `metrics`, `gateway`, `location`,
@@ -222,9 +230,10 @@
 //! `statusfile`, `pidfile`, `inherit`, `listen`, `handover`; the request side is
 //! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `kinds`, `vhost`, `rules`,
 //! `gateway`, `metrics`; shared by both: `sys`, `text`, `clock`, `cidr`,
-//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `status`, `proxy_protocol`.
+//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `acme`, `status`, `proxy_protocol`.
 #![deny(unsafe_code)]
 
+pub mod acme;
 pub mod cidr;
 pub mod cli;
 pub mod clock;

@@ -221,7 +221,7 @@ fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
 
 /// Switches to the configured user for good: groups, then gid, then uid (Apache's
 /// order: `setgid` before `initgroups`), then checks root cannot be regained.
-fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
+pub(crate) fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
     use nix::unistd::{Uid, setgid, setgroups, setuid};
     setgid(run_as.gid)?;
     setgroups(&run_as.groups)?;

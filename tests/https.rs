@@ -164,7 +164,7 @@ fn first_pem(text: &str) -> String {
 
 /// A rustls client trusting `ca_pem`, offering ALPN http/1.1 (as browsers do, with
 /// h2 first).
-fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
+pub(crate) fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -178,16 +178,16 @@ fn client_config(ca_pem: &str) -> Arc<ClientConfig> {
     Arc::new(c)
 }
 
-type TlsConn = StreamOwned<ClientConnection, TcpStream>;
+pub(crate) type TlsConn = StreamOwned<ClientConnection, TcpStream>;
 
 /// A TLS connection to `addr` for `name` (the handshake happens with the first write).
-fn tls_connect(addr: SocketAddr, name: &str, config: &Arc<ClientConfig>) -> TlsConn {
+pub(crate) fn tls_connect(addr: SocketAddr, name: &str, config: &Arc<ClientConfig>) -> TlsConn {
     let c = ClientConnection::new(config.clone(), ServerName::try_from(name.to_string()).unwrap()).unwrap();
     StreamOwned::new(c, connect(addr))
 }
 
 /// One request on `s` for `path` on `name`, and its answer.
-fn tls_request(s: &mut TlsConn, name: &str, path: &str, close: bool) -> std::io::Result<Resp> {
+pub(crate) fn tls_request(s: &mut TlsConn, name: &str, path: &str, close: bool) -> std::io::Result<Resp> {
     let close = if close { "Connection: close\r\n" } else { "" };
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {name}\r\n{close}\r\n").as_bytes())?;
     read_response(s, false).ok_or_else(|| std::io::Error::other("no response"))

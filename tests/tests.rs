@@ -5,6 +5,7 @@
 // Tests use threads freely: only the server process must stay single-threaded.
 #![allow(clippy::disallowed_methods)]
 
+mod acme;
 mod balancer;
 mod browser;
 mod config;

@@ -8,6 +8,7 @@
 //! resolved against `server.root`, which defaults to the folder above the config file's
 //! folder (`conf/pika.toml` → the folder holding `conf/`, `htdocs/`, `logs/`).
 
+mod acme;
 mod include;
 mod logs;
 mod raw;
@@ -98,6 +99,8 @@ pub struct Config {
     pub access_logs: Vec<AccessLog>,
     /// The certificates by SNI name; `None` when no vhost has one.
     pub tls: Option<Arc<crate::tls::Certificates>>,
+    /// `[acme]`: the CA the vhosts with `acme = true` get their certificates from.
+    pub acme: Option<crate::acme::Settings>,
     /// What the operator should hear about this config that is not an error (keys
     /// that no longer do anything): said by `pika -t` and in the error log at start
     /// and reload.
@@ -261,11 +264,13 @@ impl Ctx<'_> {
         let run_as = self.run_as(&raw)?;
         let server_tokens = self.server_tokens(&raw)?;
         let (trusted_proxies, forwarded_header) = self.forwarders(&raw)?;
+        let acme = self.acme(&raw, &root, run_as.as_ref())?;
         let workers = self.workers(&raw)?;
         let http = self.http(&raw, &root)?;
         let status = self.status(&raw)?;
         let mut notes = Vec::new();
-        let Sites { vhosts, access_logs, tls } = self.sites(&raw, included, &root, &listen, &status, &mut notes)?;
+        let Sites { vhosts, access_logs, tls } =
+            self.sites(&raw, included, &root, &listen, &status, acme.as_ref(), &mut notes)?;
         let coredump_dir = self.coredump_dir(&raw, &root)?;
         let chroot = self.chroot(&raw, &root, &vhosts, &access_logs, &error_log, coredump_dir.as_ref())?;
         let pid_file = absolute(&root, &raw.server.pid_file);
@@ -297,6 +302,7 @@ impl Ctx<'_> {
             vhosts,
             access_logs,
             tls,
+            acme,
             root,
             notes,
         })
@@ -373,6 +379,7 @@ impl Ctx<'_> {
     /// Every `[[vhost]]` with its locations and logs, then every `[[access_log]]`: the
     /// main file's first, then each included file's in turn (the first vhost of all
     /// is the default), and the certificates they have, which a TLS listener needs.
+    #[allow(clippy::too_many_arguments)] // the sections a vhost reads: listen, status, acme
     fn sites(
         &self,
         raw: &RawConfig,
@@ -380,6 +387,7 @@ impl Ctx<'_> {
         root: &Path,
         listen: &[Listen],
         status: &Status,
+        acme: Option<&crate::acme::Settings>,
         notes: &mut Vec<String>,
     ) -> Result<Sites, ConfigError> {
         let main = Source { ctx: *self, vhosts: &raw.vhost, logs: &raw.access_log, file: None };
@@ -396,7 +404,7 @@ impl Ctx<'_> {
         let mut vhost_logs = Vec::new();
         for s in &sources {
             for v in s.vhosts {
-                let mut vhost = s.ctx.vhost(v, root, tls_listener.is_some())?;
+                let mut vhost = s.ctx.vhost(v, root, tls_listener.is_some(), acme)?;
                 vhost.source = s.file.map(Path::to_path_buf);
                 s.ctx.locations(&v.location, &mut vhost, root, status, notes)?;
                 for a in &v.access_log {
@@ -491,7 +499,7 @@ impl Config {
 
     /// Every vhost's certificate and how long it has left, at `now` (Unix seconds).
     pub fn certificate_expiries(&self, now: i64) -> Vec<crate::tls::expiry::Expiry> {
-        let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?)));
+        let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?, v.acme)));
         crate::tls::expiry::list(certs, now)
     }
 

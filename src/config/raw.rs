@@ -29,6 +29,25 @@ pub(crate) struct RawConfig {
     pub(crate) vhost: Vec<Split<RawVhost>>,
     #[serde(default)]
     pub(crate) access_log: Vec<RawAccessLog>,
+    /// Certificates from an ACME CA (`config/acme.rs`).
+    pub(crate) acme: Option<Spanned<RawAcme>>,
+}
+
+/// `[acme]`: the CA, the account, where the state is kept, when to renew.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAcme {
+    pub(crate) directory: Spanned<String>,
+    #[serde(default)]
+    pub(crate) contact: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) agree_terms: bool,
+    pub(crate) state_dir: Option<Spanned<String>>,
+    pub(crate) renew_before: Option<Spanned<Secs>>,
+    pub(crate) ca_roots: Option<Spanned<String>>,
+    /// External Account Binding: the key id and the base64url MAC key the CA gave.
+    pub(crate) eab_kid: Option<Spanned<String>>,
+    pub(crate) eab_hmac_key: Option<Spanned<String>>,
 }
 
 /// An included file: vhosts and access logs only (the server, its pool and its
@@ -255,6 +274,8 @@ pub(crate) struct RawVhost {
     pub(crate) https_redirect: Option<Spanned<u16>>,
     /// The `Strict-Transport-Security` value sent with HTTPS answers.
     pub(crate) hsts: Option<Spanned<String>>,
+    /// The certificate comes from the `[acme]` CA, for `server_names`.
+    pub(crate) acme: Option<Spanned<bool>>,
     /// `[[vhost.location]]`: one of `exact`, `prefix`, `regex` (`config/vhost.rs`),
     /// the keys of its kind (`crate::kinds`) and its rules (`crate::rules`).
     #[serde(default)]

@@ -68,6 +68,26 @@ pub fn show(c: &Config) -> String {
     t.key("path", string(&c.status.path));
     t.key("allow", Value::Array(c.status.allow.iter().map(|a| string(&a.to_string())).collect()));
 
+    if let Some(a) = &c.acme {
+        t.table("acme");
+        t.key("directory", string(&a.directory));
+        t.key("contact", strings(&a.contact));
+        t.key("agree_terms", Value::Boolean(true));
+        t.key("state_dir", path(&a.state_dir));
+        match a.renew_before {
+            Some(s) => t.key("renew_before", duration(Duration::from_secs(s))),
+            None => t.comment("renew_before: a third of each certificate's lifetime"),
+        }
+        if let Some(r) = &a.ca_roots {
+            t.key("ca_roots", path(r));
+        }
+        if let Some(eab) = &a.eab {
+            t.key("eab_kid", string(&eab.kid));
+            // The MAC key is a secret: -T output goes to terminals and tickets.
+            t.comment("eab_hmac_key is set (not shown)");
+        }
+    }
+
     for (i, v) in c.vhosts.iter().enumerate() {
         t.blank();
         from(&mut t, v.source.as_deref());
@@ -82,7 +102,9 @@ pub fn show(c: &Config) -> String {
             Symlinks::Follow => "follow",
         };
         t.key("symlinks", string(symlinks));
-        if let Some(cert) = &v.tls {
+        if v.acme {
+            t.key("acme", Value::Boolean(true));
+        } else if let Some(cert) = &v.tls {
             t.key("tls_cert", path(&cert.cert_file));
             t.key("tls_key", path(&cert.key_file));
         }
@@ -584,13 +606,18 @@ rotate = { size = 1000 }
 "#;
         let file = d.join("conf/pika.toml");
         let syslog = "[server]\nlisten = [\"8080\"]\nerror_log = \"syslog\"\nsyslog_socket = \"/dev/log\"\n";
-        let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n")]
+        let acme = "[server]\nlisten = [\"8080\"]\nuser = \"root\"\n[acme]\ndirectory = \"https://ca.example/dir\"\n\
+                    contact = [\"mailto:a@b.example\"]\nagree_terms = true\nstate_dir = \"acme\"\nrenew_before = \"30d\"\n\
+                    ca_roots = \"conf/c.pem\"\neab_kid = \"k\"\neab_hmac_key = \"c2VjcmV0\"\n\
+                    [[vhost]]\nroot = \"htdocs\"\nserver_names = [\"a.example\"]\nacme = true\n";
+        let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n"), acme]
             .map(|t| show(&super::super::parse(t, &file).unwrap()))
             .join("\n");
         let shipped = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/pika.toml"));
         let missing: Vec<_> = keys(&shipped.unwrap())
             .difference(&keys(&shown))
             .filter(|(table, key)| !(table.is_empty() && key == "include")) // in place, not named
+            .filter(|(table, key)| !(table == "acme" && key == "eab_hmac_key")) // a secret: said to be set
             .cloned()
             .collect();
         assert!(missing.is_empty(), "documented in conf/pika.toml, not printed by -T: {missing:?}\n{shown}");

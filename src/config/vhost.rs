@@ -32,6 +32,8 @@ pub struct Vhost {
     pub source: Option<PathBuf>,
     /// The certificate served to clients that name this vhost (SNI).
     pub tls: Option<Arc<crate::tls::VhostCert>>,
+    /// `acme = true`: `tls` comes from the `[acme]` CA (or is a placeholder).
+    pub acme: bool,
     /// 301 or 308: a request on a plain listener is redirected to `https://`.
     pub https_redirect: Option<u16>,
     /// The `Strict-Transport-Security` value of this vhost's HTTPS answers.
@@ -54,7 +56,13 @@ impl Ctx<'_> {
     /// One `[[vhost]]`: its own keys, then from the others those of its own files
     /// and its rules; `tls_listener`: some listener speaks TLS (a redirect to HTTPS
     /// needs one). Its locations come from [`Ctx::locations`].
-    pub(super) fn vhost(&self, v: &Split<RawVhost>, root: &Path, tls_listener: bool) -> Result<Vhost, ConfigError> {
+    pub(super) fn vhost(
+        &self,
+        v: &Split<RawVhost>,
+        root: &Path,
+        tls_listener: bool,
+        acme: Option<&crate::acme::Settings>,
+    ) -> Result<Vhost, ConfigError> {
         let doc_root = absolute(root, v.root.get_ref());
         let meta = std::fs::metadata(&doc_root)
             .map_err(|e| self.spanned(&v.root, format!("vhost root {}: {e}", doc_root.display())))?;
@@ -82,7 +90,11 @@ impl Ctx<'_> {
         };
         let server_names: Vec<String> =
             v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
+        let has_files = v.tls_cert.is_some() || v.tls_key.is_some();
+        let acme_cert = self.acme_vhost(v.acme.as_ref(), has_files, &server_names, acme)?;
+        let acme = acme_cert.is_some();
         let tls = match (&v.tls_cert, &v.tls_key) {
+            _ if acme => acme_cert.map(Arc::new),
             (None, None) => None,
             (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
             (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
@@ -126,6 +138,7 @@ impl Ctx<'_> {
         Ok(Vhost {
             symlinks,
             tls,
+            acme,
             https_redirect,
             hsts,
             server_names,

@@ -22,6 +22,7 @@
 //! tells systemd, the status file and the launching command) and [`ready`] (the
 //! launching command's pipe).
 
+mod acme;
 mod life;
 pub mod maintenance;
 mod pool;
@@ -121,6 +122,8 @@ pub struct Master {
     pool: Pool,
     upgrade: Upgrades,
     report: Report,
+    /// Certificates from ACME: the child, and each certificate's tries (`acme.rs`).
+    acme: acme::Acme,
 }
 
 impl Master {
@@ -163,6 +166,8 @@ impl Master {
         };
         let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
+        // The ACME challenges' table, shared with every process forked from here on.
+        crate::acme::challenges::map().map_err(|e| format!("acme challenges: {e}"))?;
         // Created for the workers before they are opened, so a new file gets their
         // group (an existing one keeps its own).
         prepare_log_files(&config);
@@ -174,6 +179,7 @@ impl Master {
             report: Report::new(),
             pool: Pool::new(Band::of(&config)),
             life: Life::Serving,
+            acme: acme::Acme::default(),
             config,
             listeners,
             scoreboard,
@@ -233,8 +239,12 @@ impl Master {
                 if let Some(u) = &self.upgrade.under_way {
                     fds.push(PollFd::new(u.fd(), PollFlags::POLLIN));
                 }
+                if let Some(fd) = self.acme.fd() {
+                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                }
                 let _ = poll(&mut fds, PollTimeout::from(ms));
             }
+            self.acme_read();
             if self.doorbell.take() {
                 // A worker found too few idle workers: look now (or a quick look
                 // after the last one).
@@ -266,7 +276,10 @@ impl Master {
         match control {
             Control::FastStop => self.fast_stop(false),
             Control::GracefulStop => self.graceful_stop(),
-            Control::Reload => self.reload(),
+            Control::Reload => {
+                self.acme_forget();
+                self.reload();
+            }
             Control::ReopenLogs => self.reopen_logs(),
             Control::StopWorkers => self.pause(),
             Control::MoreSpare => self.adjust_band(1),
@@ -286,6 +299,7 @@ impl Master {
         self.report_tick();
         self.tickets.advance(unix_now() as u64);
         self.check_certificates();
+        self.acme_tick();
     }
 
     /// Once a day (and after each reload): certificates close to expiry are said in
@@ -364,7 +378,7 @@ impl Master {
                 Ok(_) => continue,
             };
             let Some(child) = self.children.remove(&pid) else {
-                if !self.new_master_exited(pid, exit) {
+                if !self.acme_child_exited(pid, exit) && !self.new_master_exited(pid, exit) {
                     log::debug!("reaped unknown child {pid}");
                 }
                 continue;

@@ -515,7 +515,9 @@ impl<'c> Server<'c> {
         let tls = fields.is_some();
         // A plain request to a vhost that wants HTTPS is sent there.
         let https_port = if tls { None } else { self.https_port };
-        let vhost = if let Some(sni_vhost) = misdirected {
+        let vhost = if let Some(vhost) = acme_challenge(self.config, &req, &mut reply) {
+            vhost
+        } else if let Some(sni_vhost) = misdirected {
             reply.error(421, "This connection was made for another host; open a new one for this host.");
             sni_vhost
         } else {
@@ -691,6 +693,18 @@ fn same_secret(given: &[u8], secret: &[u8]) -> bool {
     let diff = given.iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b));
     // Keeps the compiler from turning the fold back into an early exit.
     std::hint::black_box(diff) == 0
+}
+
+/// An ACME CA asking for an HTTP-01 token under way ([`crate::acme::http01`]):
+/// answered before any redirect or location. Returns the vhost.
+fn acme_challenge(config: &Config, req: &Request<'_>, reply: &mut Reply<'_>) -> Option<usize> {
+    if !req.target.starts_with(crate::acme::http01::PREFIX) {
+        return None;
+    }
+    let key_authorization = crate::acme::http01::answer(req.target)?;
+    reply.header("Content-Type", "application/octet-stream");
+    reply.body = Body::Owned(key_authorization);
+    Some(config.vhost_for(req.host))
 }
 
 /// When the request came on a plain listener (`https_port`: where HTTPS is served)

@@ -23,32 +23,43 @@ pub struct Expiry {
     pub not_after: i64,
     /// Whole days left (negative once expired).
     pub days_left: i64,
+    /// From ACME (`acme = true`): renewed by pika itself.
+    pub acme: bool,
+    /// ACME's self-signed stand-in, served until the real certificate comes.
+    pub placeholder: bool,
 }
 
 /// Every certificate, each with its vhost's server names, at `now` (Unix seconds).
-pub fn list<'a>(certs: impl IntoIterator<Item = (&'a [String], &'a VhostCert)>, now: i64) -> Vec<Expiry> {
+/// `acme`: whether the vhost gets it from ACME.
+pub fn list<'a>(certs: impl IntoIterator<Item = (&'a [String], &'a VhostCert, bool)>, now: i64) -> Vec<Expiry> {
     certs
         .into_iter()
-        .map(|(names, c)| Expiry {
+        .map(|(names, c, acme)| Expiry {
             vhost: names.first().cloned().unwrap_or_else(|| "(default)".into()),
             file: c.cert_file.clone(),
             not_after: c.validity.not_after,
             days_left: (c.validity.not_after - now).div_euclid(DAY),
+            acme,
+            placeholder: c.placeholder,
         })
         .collect()
 }
 
 /// The error-log line for a certificate, if it needs one: a warning under
-/// [`WARN_DAYS`], an error once expired (a reload would now refuse it).
+/// [`WARN_DAYS`], an error once expired (a reload would now refuse it). ACME's
+/// placeholders are said by ACME itself.
 pub fn warning(e: &Expiry, now: i64) -> Option<(log::Level, String)> {
     let when = super::check::date(e.not_after);
     let file = e.file.display();
-    if e.not_after < now {
+    let what_to_do =
+        if e.acme { "ACME has not renewed it yet: see the acme lines above" } else { "renew it and reload" };
+    if e.placeholder {
+        None
+    } else if e.not_after < now {
         let text = format!("certificate {file} of {} expired on {when}; clients refuse it", e.vhost);
         Some((log::Level::Error, text))
     } else if e.days_left < WARN_DAYS {
-        let text =
-            format!("certificate {file} of {} expires in {} days ({when}); renew it and reload", e.vhost, e.days_left);
+        let text = format!("certificate {file} of {} expires in {} days ({when}); {what_to_do}", e.vhost, e.days_left);
         Some((log::Level::Warn, text))
     } else {
         None
@@ -77,6 +88,8 @@ mod tests {
             file: "/c.pem".into(),
             not_after,
             days_left: (not_after - now).div_euclid(DAY),
+            acme: false,
+            placeholder: false,
         }
     }
 
@@ -96,5 +109,8 @@ mod tests {
         assert_eq!(level, log::Level::Error);
         assert!(text.contains("expired on 2027-01-15 07:59:59 UTC"), "{text}");
         assert_eq!(expiry(now - 1, now).days_left, -1);
+        let acme = Expiry { acme: true, ..expiry(now + 3 * DAY, now) };
+        assert!(warning(&acme, now).unwrap().1.ends_with("ACME has not renewed it yet: see the acme lines above"));
+        assert_eq!(warning(&Expiry { placeholder: true, ..acme }, now), None);
     }
 }

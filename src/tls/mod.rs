@@ -52,6 +52,9 @@ pub struct VhostCert {
     pub key: Arc<CertifiedKey>,
     /// The server certificate's validity.
     pub validity: Validity,
+    /// A self-signed stand-in served until ACME brings the real one
+    /// ([`crate::acme::store::placeholder`]).
+    pub placeholder: bool,
 }
 
 /// Reads a PEM chain (the server's certificate first) and its key, and checks them
@@ -79,7 +82,13 @@ pub fn load(cert_file: &Path, key_file: &Path, names: &[String], now: i64) -> Re
     })?;
     let key = CertifiedKey::new(chain, signer);
     let validity = check::check(&key, cert_file, key_file, names, now)?;
-    Ok(VhostCert { cert_file: cert_file.to_path_buf(), key_file: key_file.to_path_buf(), key: Arc::new(key), validity })
+    Ok(VhostCert {
+        cert_file: cert_file.to_path_buf(),
+        key_file: key_file.to_path_buf(),
+        key: Arc::new(key),
+        validity,
+        placeholder: false,
+    })
 }
 
 /// The certificate for each handshake: the one of the vhost the SNI name selects
@@ -114,6 +123,11 @@ impl Certificates {
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if hello.alpn().is_some_and(crate::acme::alpn::is_validation) {
+            // An ACME CA checking a TLS-ALPN-01 challenge: its validation certificate
+            // or none (the handshake fails, as RFC 8737 wants for unknown names).
+            return crate::acme::alpn::certificate(hello.server_name());
+        }
         Some(self.for_name(hello.server_name()).clone())
     }
 }
@@ -126,7 +140,8 @@ pub fn server_config(certs: Arc<Certificates>, tickets: TicketKeys) -> Result<Ar
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(certs);
-    c.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    // `acme-tls/1` only ever goes with the validation certificate (see `resolve`).
+    c.alpn_protocols = vec![ALPN_HTTP11.to_vec(), crate::acme::alpn::PROTOCOL.to_vec()];
     c.ticketer = Arc::new(Ticketer::new(tickets));
     c.session_storage = Arc::new(NoServerSessionStorage {});
     Ok(Arc::new(c))

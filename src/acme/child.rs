@@ -1,0 +1,208 @@
+//! The ACME child: a process the master forks when a certificate is due, which
+//! drops to the workers' user, talks to the CA, and hands back over a pipe what it
+//! got, one JSON line per [`Report`]. It exits when its jobs are done.
+//!
+//! Why the workers' user: the child needs no privilege (it writes no file and binds
+//! no port: the workers answer the challenges from shared memory), and that user
+//! exists on every pika host. It is made undumpable after the switch, so a worker
+//! of the same user cannot attach to it and read the account key. Why not the
+//! master: the master must never wait on the network, and a bug in parsing a CA's
+//! answers must not run as root. Why a fresh process per run: it holds nothing
+//! between renewals (most of the time no ACME process exists at all).
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::client::{Client, Failure};
+use super::https::Https;
+use super::jws::AccountKey;
+use super::{Challenge, Settings};
+use crate::sys::{self, Forked};
+
+/// What the child tells the master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// A new account was registered at the directory: its URL.
+    Account { url: String },
+    /// A certificate for `names`: the chain and its key (PEM).
+    Issued { names: Vec<String>, chain: String, key: String },
+    /// Obtaining one for `names` failed.
+    Failed { names: Vec<String>, error: String, retry_after: Option<i64> },
+}
+
+impl Report {
+    pub fn line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+}
+
+/// Everything the child needs, taken from the master's memory at the fork.
+pub struct Plan<'a> {
+    pub settings: &'a Settings,
+    /// The names of each certificate to obtain, in turn.
+    pub jobs: Vec<Vec<String>>,
+    pub account_key: Vec<u8>,
+    pub account_url: Option<String>,
+    pub challenges: Vec<Challenge>,
+    /// Switches to the workers' user (the master's `worker::drop_privileges`);
+    /// `user` names it in the error log.
+    pub drop_privileges: &'a dyn Fn() -> std::io::Result<()>,
+    pub user: &'a str,
+}
+
+/// Forks the child; returns its pid and the pipe its reports come on (non-blocking).
+pub fn spawn(plan: Plan<'_>) -> std::io::Result<(Pid, OwnedFd)> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    nix::fcntl::fcntl(&read, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))?;
+    let master = nix::unistd::getpid();
+    let old_mask = sys::block_all_signals();
+    match sys::fork() {
+        Ok(Forked::Child) => {
+            drop(read);
+            sys::reset_signals_in_child();
+            let code = child_main(plan, write, master);
+            sys::exit_now(code)
+        }
+        Ok(Forked::Parent(pid)) => {
+            sys::restore_signals(&old_mask);
+            Ok((pid, read))
+        }
+        Err(e) => {
+            sys::restore_signals(&old_mask);
+            Err(e)
+        }
+    }
+}
+
+/// The child's life; returns its exit code.
+fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
+    // The roots are read before the switch: `ca_roots` may be root's alone.
+    let roots_file = plan.settings.ca_roots.as_deref().unwrap_or(std::path::Path::new(super::SYSTEM_ROOTS));
+    let http = super::https::roots(roots_file).and_then(Https::new);
+    let mut keep: Vec<i32> = vec![pipe.as_raw_fd()];
+    keep.extend(crate::log::error_log_fd());
+    if let Err(e) = sys::close_descriptors_except(&keep) {
+        log::error!("acme: cannot close the master's descriptors: {e}");
+        return 1;
+    }
+    if let Err(e) = (plan.drop_privileges)() {
+        log::error!("acme: cannot switch to user {}: {e}", plan.user);
+        return 1;
+    }
+    // Set after the switch, which resets both.
+    let _ = sys::set_dumpable(false);
+    log::info!("acme: the ACME child runs as uid {} gid {}", nix::unistd::getuid(), nix::unistd::getgid());
+    let _ = sys::die_with_parent(Signal::SIGTERM);
+    if nix::unistd::getppid() != master {
+        return 1;
+    }
+    let mut out = std::fs::File::from(pipe);
+    let mut say = |r: Report| {
+        let _ = out.write_all(&r.line());
+    };
+    let fail_all = |say: &mut dyn FnMut(Report), f: &Failure, jobs: &[Vec<String>]| {
+        for names in jobs {
+            say(Report::Failed { names: names.clone(), error: f.text.clone(), retry_after: f.retry_after });
+        }
+    };
+    let Some(board) = super::challenges::shared() else {
+        log::error!("acme: no table of challenges");
+        return 1;
+    };
+    board.clear();
+    let http = match http {
+        Ok(h) => h,
+        Err(e) => {
+            fail_all(&mut say, &Failure { text: e, retry_after: None, account_gone: false }, &plan.jobs);
+            return 0;
+        }
+    };
+    let key = match AccountKey::from_pkcs8(&plan.account_key) {
+        Ok(k) => k,
+        Err(e) => {
+            fail_all(
+                &mut say,
+                &Failure { text: format!("the account key: {e}"), retry_after: None, account_gone: false },
+                &plan.jobs,
+            );
+            return 0;
+        }
+    };
+    let mut client = match Client::new(http, key, plan.settings) {
+        Ok(c) => c,
+        Err(f) => {
+            let f = Failure { text: format!("{}: {}", plan.settings.directory, f.text), ..f };
+            fail_all(&mut say, &f, &plan.jobs);
+            return 0;
+        }
+    };
+    let mut registered = plan.account_url.is_none();
+    if let Err(f) = register(&mut client, plan.account_url.clone(), &mut say) {
+        fail_all(&mut say, &f, &plan.jobs);
+        return 0;
+    }
+    for names in &plan.jobs {
+        log::info!("acme: ordering a certificate for {} from {}", names.join(", "), plan.settings.directory);
+        let mut got = client.obtain(names, &plan.challenges, board);
+        if let Err(f) = &got
+            && f.account_gone
+            && !registered
+        {
+            // The CA forgot the stored account: register again, once.
+            log::warn!("acme: the CA does not know the stored account ({}); registering a new one", f.text);
+            registered = true;
+            got = register(&mut client, None, &mut say).and_then(|()| client.obtain(names, &plan.challenges, board));
+        }
+        match got {
+            Ok((chain, key)) => say(Report::Issued { names: names.clone(), chain, key }),
+            Err(f) => say(Report::Failed { names: names.clone(), error: f.text, retry_after: f.retry_after }),
+        }
+    }
+    0
+}
+
+fn register(client: &mut Client<'_>, stored: Option<String>, say: &mut dyn FnMut(Report)) -> Result<(), Failure> {
+    let new = stored.is_none();
+    let url = client.account(stored)?;
+    if new {
+        log::info!("acme: registered account {url}");
+        say(Report::Account { url });
+    }
+    Ok(())
+}
+
+/// Splits what came on the pipe into reports; keeps a partial last line in `buf`.
+pub fn read_reports(buf: &mut Vec<u8>) -> Vec<Report> {
+    let mut out = Vec::new();
+    while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = buf.drain(..=end).collect();
+        match serde_json::from_slice(&line) {
+            Ok(r) => out.push(r),
+            Err(e) => log::error!("acme: an unreadable report from the ACME child: {e}"),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_cross_the_pipe_whole() {
+        let a = Report::Issued { names: vec!["a.example".into()], chain: "C\nD\n".into(), key: "K\n".into() };
+        let b = Report::Failed { names: vec!["b.example".into()], error: "refused".into(), retry_after: Some(3) };
+        let mut buf = [a.line(), b.line()].concat();
+        let tail = buf.split_off(buf.len() - 5);
+        assert_eq!(read_reports(&mut buf), [a]);
+        buf.extend_from_slice(&tail);
+        assert_eq!(read_reports(&mut buf), [b]);
+        assert!(buf.is_empty());
+    }
+}

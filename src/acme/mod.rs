@@ -1,0 +1,84 @@
+//! ACME (RFC 8555): certificates that pika obtains and renews by itself, for the
+//! vhosts with `acme = true`.
+//!
+//! Who does what:
+//! - The master ([`crate::master`]'s `acme.rs`) decides when (pure functions in
+//!   [`schedule`]), keeps the state folder ([`store`]: the account key and every
+//!   certificate key, written by root alone, 0600, in a folder only root enters), and
+//!   installs a new certificate by reloading, the path a `HUP` takes: the new
+//!   generation of workers serves it, the old one finishes its connections.
+//! - The master never talks to the network. When something is due it forks the ACME
+//!   child ([`child`]), which drops to the workers' user, talks to the CA with our
+//!   own small client ([`client`] over [`https`], requests signed by [`jws`]), and
+//!   hands back what it got (account URL, certificate chain and key) over a pipe.
+//! - The challenges the CA checks are answered by the workers from a table in shared
+//!   memory ([`challenges`]) that the child writes: HTTP-01 before any location or
+//!   redirect ([`http01`]), TLS-ALPN-01 in the handshake ([`alpn`]).
+//! - Until a vhost has a certificate it is served with a self-signed placeholder
+//!   ([`store::vhost_cert`]), and the error log and the status page say so.
+
+pub mod alpn;
+pub mod b64;
+pub mod challenges;
+pub mod child;
+pub mod client;
+pub mod http01;
+pub mod https;
+pub mod jws;
+pub mod schedule;
+pub mod store;
+
+use std::path::PathBuf;
+
+/// The `[acme]` section, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The CA's directory URL (`https://…`).
+    pub directory: String,
+    /// `mailto:` URLs for the account.
+    pub contact: Vec<String>,
+    /// Where the account key, the account URL and the certificates are kept
+    /// (root's, 0700).
+    pub state_dir: PathBuf,
+    /// Renew this long before expiry; `None`: a third of the certificate's lifetime.
+    pub renew_before: Option<u64>,
+    /// The roots trusted for talking to the CA; `None`: the system's bundle.
+    pub ca_roots: Option<PathBuf>,
+    /// External Account Binding (RFC 8555 §7.3.4), for CAs that ask for one.
+    pub eab: Option<Eab>,
+}
+
+/// An External Account Binding: the key id and the MAC key the CA gave.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Eab {
+    pub kid: String,
+    pub hmac_key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Eab {
+    /// The MAC key is a secret: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Eab {{ kid: {:?}, hmac_key: <{} bytes> }}", self.kid, self.hmac_key.len())
+    }
+}
+
+/// The system's bundle of trusted roots (Debian's `ca-certificates`), used when
+/// `ca_roots` is not set.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The challenge types pika answers, in the order it tries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Challenge {
+    Http01,
+    TlsAlpn01,
+}
+
+impl Challenge {
+    /// The name in the protocol (`http-01`, `tls-alpn-01`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Challenge::Http01 => "http-01",
+            Challenge::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The state folder (`acme.state_dir`): the account key and URL, and each vhost's
+//! certificate chain and key. Only the master reads or writes it, as root: the
+//! folder is root's and 0700, every file 0600, written to a temporary name and
+//! renamed so a reader never sees half a key. The ACME child never opens it; it is
+//! given the account key in memory and hands back what it got over a pipe.
+//!
+//! Files: `account.key` (PKCS#8 PEM), `account.json` (the CA's directory URL and the
+//! account URL there), `NAME.crt` and `NAME.key` for the vhost whose first server
+//! name is NAME.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::PrivateKeyDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::sign::CertifiedKey;
+
+use crate::tls::{Validity, VhostCert};
+
+/// Checks the folder, if it exists: a directory, the master's user's (root's), that
+/// no one else may enter.
+pub fn check_folder(dir: &Path) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("acme state_dir {}: {e}", dir.display())),
+    };
+    if !meta.is_dir() {
+        return Err(format!("acme state_dir {} is not a directory", dir.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "acme state_dir {} belongs to uid {}, not to uid {me} (the master's)",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "acme state_dir {} has mode {:o}: it holds private keys, make it 0700",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the folder (0700) if it is missing, then checks it.
+pub fn prepare(dir: &Path) -> Result<(), String> {
+    if !dir.exists() {
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    check_folder(dir)
+}
+
+/// Writes `bytes` to `dir/name`, 0600, by a temporary file and a rename.
+fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+}
+
+/// The account key (PKCS#8 DER): read, or made and written on first use.
+pub fn account_key(dir: &Path) -> Result<Vec<u8>, String> {
+    let file = dir.join("account.key");
+    match std::fs::read(&file) {
+        Ok(pem) => match PrivateKeyDer::from_pem_slice(&pem) {
+            Ok(PrivateKeyDer::Pkcs8(k)) => Ok(k.secret_pkcs8_der().to_vec()),
+            _ => Err(format!("{}: not a PKCS#8 private key", file.display())),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let der = super::jws::AccountKey::generate()?;
+            write_private(dir, "account.key", super::b64::pem("PRIVATE KEY", &der).as_bytes())?;
+            log::info!("acme: a new account key in {}", file.display());
+            Ok(der)
+        }
+        Err(e) => Err(format!("{}: {e}", file.display())),
+    }
+}
+
+/// The account URL registered at `directory`, if one is stored.
+pub fn account_url(dir: &Path, directory: &str) -> Option<String> {
+    let text = std::fs::read(dir.join("account.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    (v["directory"] == directory).then(|| v["url"].as_str().map(str::to_string))?
+}
+
+pub fn save_account(dir: &Path, directory: &str, url: &str) -> Result<(), String> {
+    let v = serde_json::json!({ "directory": directory, "url": url });
+    write_private(dir, "account.json", v.to_string().as_bytes())
+}
+
+/// The files of the vhost whose first server name is `name`.
+pub fn cert_files(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")))
+}
+
+/// Stores a certificate chain and its key (the key first: a chain is never there
+/// without its key).
+pub fn save_cert(dir: &Path, name: &str, chain_pem: &str, key_pem: &str) -> Result<(), String> {
+    write_private(dir, &format!("{name}.key"), key_pem.as_bytes())?;
+    write_private(dir, &format!("{name}.crt"), chain_pem.as_bytes())
+}
+
+/// The certificate an `acme = true` vhost is served with: the stored one if it is
+/// valid now and covers every name, else a self-signed placeholder (its
+/// [`VhostCert::placeholder`] set) until the ACME child brings one.
+pub fn vhost_cert(dir: &Path, names: &[String], now: i64) -> Result<VhostCert, String> {
+    let (cert, key) = cert_files(dir, names.first().map_or("", String::as_str));
+    if cert.exists() {
+        match crate::tls::load(&cert, &key, names, now) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                log::warn!("acme: the stored certificate cannot be served ({e}); a placeholder until a new one comes")
+            }
+        }
+    }
+    placeholder(names, cert, key)
+}
+
+/// How long a placeholder claims to be valid: it is replaced long before.
+const PLACEHOLDER_DAYS: i64 = 7;
+
+/// A self-signed certificate for `names`: browsers warn, but the vhost's name is
+/// served (and other vhosts' certificates work) while the real one is obtained.
+pub fn placeholder(names: &[String], cert_file: PathBuf, key_file: PathBuf) -> Result<VhostCert, String> {
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(|e| e.to_string())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "pika placeholder: ACME has not obtained this certificate yet");
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(PLACEHOLDER_DAYS);
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let der = PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| e.to_string())?;
+    let signer = crate::tls::provider().key_provider.load_private_key(der).map_err(|e| e.to_string())?;
+    let validity = crate::tls::check::validity(cert.der()).ok_or("placeholder without validity")?;
+    Ok(VhostCert {
+        cert_file,
+        key_file,
+        key: Arc::new(CertifiedKey::new(vec![cert.der().clone()], signer)),
+        validity,
+        placeholder: true,
+    })
+}
+
+/// The validity of a PEM chain's first certificate.
+pub fn chain_validity(chain_pem: &str) -> Option<Validity> {
+    let first = rustls::pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes()).next()?.ok()?;
+    crate::tls::check::validity(&first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_folder_is_made_private_and_keys_are_0600() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state/acme");
+        prepare(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let der = account_key(&dir).unwrap();
+        assert_eq!(account_key(&dir).unwrap(), der, "read back, not made again");
+        assert_eq!(std::fs::metadata(dir.join("account.key")).unwrap().mode() & 0o777, 0o600);
+        save_account(&dir, "https://ca/dir", "https://ca/acct/1").unwrap();
+        assert_eq!(account_url(&dir, "https://ca/dir").as_deref(), Some("https://ca/acct/1"));
+        assert_eq!(account_url(&dir, "https://other/dir"), None);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = check_folder(&dir).unwrap_err();
+        assert!(e.contains("has mode 755: it holds private keys, make it 0700"), "{e}");
+    }
+
+    #[test]
+    fn a_vhost_without_a_stored_certificate_gets_a_placeholder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let names = vec!["a.example".to_string(), "www.a.example".to_string()];
+        let now = crate::tls::test_certs::now();
+        let c = vhost_cert(tmp.path(), &names, now).unwrap();
+        assert!(c.placeholder);
+        crate::tls::check::check(&c.key, &c.cert_file, &c.key_file, &names, now).unwrap();
+        // Stored: served, no longer a placeholder.
+        let made = crate::tls::test_certs::leaf(&["a.example", "www.a.example"], -1, 90, None);
+        save_cert(tmp.path(), "a.example", &made.pems.concat(), &made.key_pem).unwrap();
+        let c = vhost_cert(tmp.path(), &names, now).unwrap();
+        assert!(!c.placeholder);
+        assert_eq!(chain_validity(&made.pems.concat()), Some(c.validity));
+        assert_eq!(std::fs::metadata(tmp.path().join("a.example.key")).unwrap().mode() & 0o777, 0o600);
+        // A name added to the vhost: the stored one no longer covers it.
+        let more = vec!["a.example".to_string(), "b.example".to_string()];
+        assert!(vhost_cert(tmp.path(), &more, now).unwrap().placeholder);
+    }
+}

@@ -1,0 +1,391 @@
+//! Certificates from ACME, against Debian's `pebble` (the ACME test CA) with real
+//! validation: its DNS is a `pebble-challtestsrv` that points every name at
+//! 127.0.0.1, and it validates HTTP-01 and TLS-ALPN-01 on pika's own ports. Each
+//! test starts its own pebble on free ports and stops it by pid.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+
+use crate::https::{client_config, tls_connect, tls_request};
+use crate::tls::test_certs::{ca, leaf};
+use crate::util::*;
+
+/// Issuance takes a few seconds; a renewal after a failure waits for the back-off.
+const ISSUE: Duration = Duration::from_secs(60);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A pebble and its DNS, on free ports.
+struct Pebble {
+    pebble: Option<Child>,
+    dns: Child,
+    conf: PathBuf,
+    listen: u16,
+    mgmt: u16,
+    dns_port: u16,
+    env: Vec<(String, String)>,
+    curl: PathBuf,
+}
+
+impl Pebble {
+    /// Validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`, with its own
+    /// TLS certificate (for 127.0.0.1) issued by `conf/pebble-ca.pem`.
+    fn start(site: &Site, http_port: u16, tls_port: u16, env: &[(&str, &str)]) -> Option<Pebble> {
+        let curl = need_tool("curl")?;
+        let pebble = need_tool("pebble")?;
+        let dns_tool = need_tool("pebble-challtestsrv")?;
+        let _ = pebble;
+        let root = ca("Pebble's own TLS", -1, 30);
+        site.write("conf/pebble-ca.pem", &root.pem);
+        leaf(&["localhost", "127.0.0.1"], -1, 30, Some(&root)).write(&site.path("conf"), "pebble");
+        let (listen, mgmt, dns_port) = (free_port(), free_port(), free_port());
+        let conf = site.path("conf/pebble.json");
+        let json = serde_json::json!({ "pebble": {
+            "listenAddress": format!("127.0.0.1:{listen}"),
+            "managementListenAddress": format!("127.0.0.1:{mgmt}"),
+            "certificate": site.path("conf/pebble.pem"),
+            "privateKey": site.path("conf/pebble.key"),
+            "httpPort": http_port,
+            "tlsPort": tls_port,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+        }});
+        std::fs::write(&conf, json.to_string()).unwrap();
+        let dns = Command::new(dns_tool)
+            .args(["-dns01", &format!("127.0.0.1:{dns_port}"), "-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .args([
+                "-management",
+                &format!("127.0.0.1:{}", free_port()),
+                "-defaultIPv4",
+                "127.0.0.1",
+                "-defaultIPv6",
+                "",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pebble-challtestsrv");
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut p = Pebble { pebble: None, dns, conf, listen, mgmt, dns_port, env, curl };
+        p.up();
+        Some(p)
+    }
+
+    /// Starts pebble (again: a new CA, which knows no account) on the same ports.
+    fn up(&mut self) {
+        let child = Command::new("pebble")
+            .arg("-config")
+            .arg(&self.conf)
+            .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns_port)])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pebble");
+        self.pebble = Some(child);
+        for port in [self.listen, self.mgmt] {
+            wait_until(DEADLINE, "pebble to listen", || TcpStream::connect(("127.0.0.1", port)).ok());
+        }
+    }
+
+    fn down(&mut self) {
+        if let Some(mut c) = self.pebble.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn directory(&self) -> String {
+        format!("https://127.0.0.1:{}/dir", self.listen)
+    }
+
+    /// The root its certificates chain to, from its management interface.
+    fn root(&self, site: &Site) -> String {
+        let out = Command::new(&self.curl)
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(site.path("conf/pebble-ca.pem"))
+            .arg(format!("https://127.0.0.1:{}/roots/0", self.mgmt))
+            .output()
+            .unwrap();
+        let pem = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(pem.contains("BEGIN CERTIFICATE"), "pebble's root: {pem} {}", String::from_utf8_lossy(&out.stderr));
+        pem
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        self.down();
+        let _ = self.dns.kill();
+        let _ = self.dns.wait();
+    }
+}
+
+/// pika's config: `listen` entries, `[acme]` for `pebble` with `acme_extra`, vhosts.
+fn config(site: &Site, listen: &str, pebble: &Pebble, acme_extra: &str, vhosts: &str) {
+    // Workers (and the ACME child) run as nobody: the site must be readable.
+    std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.write(
+        "conf/pika.toml",
+        format!(
+            "[server]\nlisten = [{listen}]\nlog_level = \"trace\"\nuser = \"nobody\"\n\
+             [workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n\
+             [acme]\ndirectory = \"{}\"\ncontact = [\"mailto:admin@pika.test\"]\nagree_terms = true\n\
+             ca_roots = \"conf/pebble-ca.pem\"\n{acme_extra}\n{vhosts}\n\
+             [[access_log]]\npath = \"logs/access.log\"\n",
+            pebble.directory()
+        ),
+    );
+}
+
+fn acme_vhost(names: &[&str], extra: &str) -> String {
+    let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    format!("[[vhost]]\nserver_names = [{}]\nroot = \"htdocs\"\nacme = true\n{extra}\n", names.join(", "))
+}
+
+/// The certificate served for `name` at `addr` if it verifies against `root_pem`.
+fn served(addr: SocketAddr, name: &str, root_pem: &str) -> Option<CertificateDer<'static>> {
+    let mut s = tls_connect(addr, name, &client_config(root_pem));
+    let r = tls_request(&mut s, name, "/", true).ok()?;
+    (r.status == 200).then(|| s.conn.peer_certificates()?.first().cloned())?
+}
+
+/// curl, verifying the chain against `root`.
+fn curl_ok(p: &Pebble, site: &Site, root_pem: &str, name: &str, port: u16) -> bool {
+    site.write("conf/pebble-root.pem", root_pem);
+    let out = Command::new(&p.curl)
+        .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(site.path("conf/pebble-root.pem"))
+        .args(["--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .unwrap();
+    out.status.success() && out.stdout == b"200"
+}
+
+/// [`wait_until`], with the error log in the failure.
+fn wait_for<T>(site: &Site, limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if std::time::Instant::now() > end {
+            let log = site.error_log();
+            let lines: Vec<&str> = log.lines().filter(|l| !l.contains("TLS handshake with")).collect();
+            panic!("timed out after {limit:?} waiting for {what}; error log:\n{}", lines.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn count(log: &str, what: &str) -> usize {
+    log.lines().filter(|l| l.contains(what)).count()
+}
+
+/// The state folder is root's and 0700, each key 0600; the ACME child ran as nobody;
+/// no line of the error log holds key material.
+fn assert_safe(site: &Site) {
+    let dir = site.path("acme");
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o700), "the state folder");
+    let log = site.error_log();
+    assert!(!log.contains("PRIVATE KEY"), "a key in the error log");
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600), "{}", e.path().display());
+        if e.file_name().to_string_lossy().ends_with(".key") {
+            for line in std::fs::read_to_string(e.path()).unwrap().lines().filter(|l| !l.starts_with("-----")) {
+                assert!(
+                    !log.contains(&line[..line.len().min(24)]),
+                    "key material of {} in the error log",
+                    e.path().display()
+                );
+            }
+        }
+    }
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    let line = log.lines().find(|l| l.contains("the ACME child runs as uid")).expect("the child's user in the log");
+    assert!(line.contains(&format!("uid {nobody} ")), "{line}");
+}
+
+#[test]
+fn two_vhosts_get_certificates_over_http01_and_a_restart_reuses_them() {
+    let site = Site::new();
+    let (plain, tls) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(&site, plain, tls, &[]) else { return };
+    let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
+    // b redirects plain requests to HTTPS: the challenge is answered before that.
+    let vhosts =
+        acme_vhost(&["a.pika.test", "www.a.pika.test"], "") + &acme_vhost(&["b.pika.test"], "https_redirect = 301\n");
+    config(&site, &listen, &pebble, "", &vhosts);
+    let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let mut pika = Pika::start(&site, "-F");
+    wait_until(DEADLINE, "the placeholder said", || {
+        site.error_log()
+            .contains("a.pika.test, www.a.pika.test has no certificate yet: served with a self-signed placeholder")
+            .then_some(())
+    });
+    let root = pebble.root(&site);
+    for name in ["a.pika.test", "www.a.pika.test", "b.pika.test"] {
+        wait_for(&site, ISSUE, &format!("{name}'s certificate served"), || served(tls_addr, name, &root));
+        wait_for(&site, DEADLINE, "curl to verify", || curl_ok(&pebble, &site, &root, name, tls).then_some(()));
+    }
+    let log = site.error_log();
+    assert_eq!(count(&log, "answering the http-01 challenge for"), 3, "{log}");
+    assert_eq!(count(&log, "registered account"), 1);
+    assert_safe(&site);
+    let before = served(tls_addr, "b.pika.test", &root).unwrap();
+
+    // A restart: the stored account and certificates, nothing asked of the CA.
+    pika.signal(libc::SIGTERM);
+    assert_eq!(pika.wait_exit(DEADLINE), Some(0));
+    drop(pika);
+    let orders = count(&site.error_log(), "ordering a certificate");
+    let placeholders = count(&site.error_log(), "placeholder until");
+    let pika = Pika::start(&site, "-F");
+    assert_eq!(served(tls_addr, "b.pika.test", &root), Some(before), "the stored certificate");
+    // Two ticks: time enough for an order, had one been due.
+    std::thread::sleep(Duration::from_millis(2500));
+    let log = site.error_log();
+    assert_eq!(count(&log, "ordering a certificate"), orders, "{log}");
+    assert_eq!(count(&log, "placeholder until"), placeholders, "no placeholder after the restart");
+    assert!(!log.contains("expires in"), "{log}");
+    drop(pika);
+}
+
+#[test]
+fn tls_alpn01_alone_with_nonces_rejected_then_a_renewal_under_load() {
+    let site = Site::new();
+    let tls = free_port();
+    // No plain listener: pebble's HTTP-01 port leads nowhere. Half the nonces refused.
+    let Some(pebble) = Pebble::start(&site, free_port(), tls, &[("PEBBLE_WFE_NONCEREJECT", "50")]) else { return };
+    let listen = format!("{{ addr = \"127.0.0.1:{tls}\", tls = true }}");
+    config(&site, &listen, &pebble, "", &acme_vhost(&["c.pika.test"], ""));
+    let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let pika = Pika::start(&site, "-F");
+    let root = pebble.root(&site);
+    let first = wait_for(&site, ISSUE, "c's certificate served", || served(tls_addr, "c.pika.test", &root));
+    // Every worker of the new generation serves it (curl may reach one of the old).
+    wait_for(&site, DEADLINE, "curl to verify c", || curl_ok(&pebble, &site, &root, "c.pika.test", tls).then_some(()));
+    let log = site.error_log();
+    // Once, unless a try failed (a validation can time out on a loaded machine): then
+    // the back-off brought the next, and the reason is in the log.
+    let tries = count(&log, "answering the tls-alpn-01 challenge for c.pika.test");
+    assert!(tries >= 1, "{log}");
+    if tries > 1 {
+        let why: Vec<&str> = log.lines().filter(|l| l.contains("no certificate for")).collect();
+        eprintln!("c.pika.test took {tries} tries: {why:?}");
+    }
+    assert!(log.contains("badNonce"), "pebble rejected no nonce? {log}");
+    assert_safe(&site);
+
+    // The renewal: renew_before longer than the lifetime, picked up by a reload,
+    // while clients keep asking.
+    config(&site, &listen, &pebble, "renew_before = \"100000d\"\n", &acme_vhost(&["c.pika.test"], ""));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut loops = Vec::new();
+    for _ in 0..2 {
+        let (stop, ok, failures, root) = (stop.clone(), ok.clone(), failures.clone(), root.clone());
+        loops.push(std::thread::spawn(move || {
+            let config = client_config(&root);
+            while !stop.load(Ordering::Relaxed) {
+                let mut s = tls_connect(tls_addr, "c.pika.test", &config);
+                match tls_request(&mut s, "c.pika.test", "/", true) {
+                    Ok(r) if r.status == 200 => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => failures.lock().unwrap().push(format!("{other:?}")),
+                }
+            }
+        }));
+    }
+    wait_until(DEADLINE, "the client loops to run", || (ok.load(Ordering::Relaxed) > 20).then_some(()));
+    pika.signal(libc::SIGHUP);
+    let second = wait_for(&site, ISSUE, "the renewed certificate served", || {
+        served(tls_addr, "c.pika.test", &root).filter(|c| *c != first)
+    });
+    let before = ok.load(Ordering::Relaxed);
+    wait_until(DEADLINE, "more requests", || (ok.load(Ordering::Relaxed) > before + 20).then_some(()));
+    stop.store(true, Ordering::Relaxed);
+    for l in loops {
+        l.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(failures.is_empty(), "{} failed, e.g. {:?}", failures.len(), &failures[..failures.len().min(3)]);
+    // Renewed once: not again within the floor, though still "due".
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(served(tls_addr, "c.pika.test", &root), Some(second));
+    assert_eq!(count(&site.error_log(), "obtained a certificate for c.pika.test"), 2);
+}
+
+#[test]
+fn with_the_ca_down_the_old_certificate_serves_and_the_renewal_retries() {
+    let site = Site::new();
+    let (plain, tls) = (free_port(), free_port());
+    let Some(mut pebble) = Pebble::start(&site, plain, tls, &[]) else { return };
+    let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
+    config(&site, &listen, &pebble, "", &acme_vhost(&["d.pika.test"], ""));
+    let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let pika = Pika::start(&site, "-F");
+    let old_root = pebble.root(&site);
+    let first = wait_for(&site, ISSUE, "d's certificate served", || served(tls_addr, "d.pika.test", &old_root));
+
+    // The CA goes away, then a renewal falls due.
+    pebble.down();
+    config(&site, &listen, &pebble, "renew_before = \"100000d\"\n", &acme_vhost(&["d.pika.test"], ""));
+    pika.signal(libc::SIGHUP);
+    let line = wait_for(&site, ISSUE, "the renewal to fail", || {
+        site.error_log().lines().find(|l| l.contains("failure(s) in a row for d.pika.test")).map(str::to_string)
+    });
+    assert!(line.contains("1 failure(s) in a row"), "{line}");
+    assert!(site.error_log().contains("Connection refused"), "{}", site.error_log());
+    assert_eq!(served(tls_addr, "d.pika.test", &old_root), Some(first.clone()), "the old certificate serves");
+
+    // Back (a new CA: it knows no account): the next try registers and succeeds.
+    pebble.up();
+    let new_root = pebble.root(&site);
+    wait_for(&site, ISSUE, "the renewed certificate", || served(tls_addr, "d.pika.test", &new_root));
+    let log = site.error_log();
+    assert_eq!(count(&log, "registered account"), 2, "{log}");
+    assert!(log.contains("obtained a certificate for d.pika.test"));
+    drop(pika);
+}
+
+#[test]
+fn pika_t_checks_the_acme_section() {
+    let site = Site::new();
+    site.write(
+        "conf/pika.toml",
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nuser = \"nobody\"\n\
+         [acme]\ndirectory = \"http://ca.example/dir\"\nagree_terms = true\n\
+         [[vhost]]\nroot = \"htdocs\"\nserver_names = [\"a.example\"]\nacme = true\n",
+    );
+    let out = Command::new(BIN).arg("-t").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("acme.directory must be the CA's https:// directory URL"), "{err}");
+    // A state folder others may enter.
+    std::fs::create_dir(site.path("acme")).unwrap();
+    std::fs::set_permissions(site.path("acme"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let text = site.read("conf/pika.toml").replace("http://ca.example", "https://ca.example");
+    site.write("conf/pika.toml", text);
+    let out = Command::new(BIN).arg("-t").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has mode 755: it holds private keys, make it 0700"), "{err}");
+    std::fs::set_permissions(site.path("acme"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = Command::new(BIN).arg("-t").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
