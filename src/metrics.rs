@@ -166,7 +166,46 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     );
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
+    certificates(&mut s, config);
     s
+}
+
+/// Each vhost's certificate: when it expires, and for ACME's when it is next asked
+/// for, the failed tries in a row and whether a placeholder serves.
+fn certificates(s: &mut String, config: &Config) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let certs = config.certificate_expiries(now);
+    if certs.is_empty() {
+        return;
+    }
+    // A vhost name is a DNS name or an IP literal: nothing to escape in a label.
+    head(s, "pika_tls_certificate_expiry_timestamp_seconds", "gauge", "When each vhost's certificate expires.");
+    for c in &certs {
+        let _ = writeln!(s, "pika_tls_certificate_expiry_timestamp_seconds{{vhost=\"{}\"}} {}", c.vhost, c.not_after);
+    }
+    let acme: Vec<_> = certs.iter().filter(|c| c.acme).collect();
+    if acme.is_empty() {
+        return;
+    }
+    head(s, "pika_acme_placeholder", "gauge", "1 while an ACME vhost is served with a self-signed placeholder.");
+    for c in &acme {
+        let _ = writeln!(s, "pika_acme_placeholder{{vhost=\"{}\"}} {}", c.vhost, u8::from(c.placeholder));
+    }
+    head(
+        s,
+        "pika_acme_next_order_timestamp_seconds",
+        "gauge",
+        "When each ACME certificate is next ordered (renewal, or the retry after a failure).",
+    );
+    for c in &acme {
+        if let Some(r) = c.renewal {
+            let _ = writeln!(s, "pika_acme_next_order_timestamp_seconds{{vhost=\"{}\"}} {}", c.vhost, r.next.max(0));
+        }
+    }
+    head(s, "pika_acme_failures", "gauge", "Failed orders in a row for each ACME certificate (0 after a success).");
+    for c in &acme {
+        let _ = writeln!(s, "pika_acme_failures{{vhost=\"{}\"}} {}", c.vhost, c.renewal.map_or(0, |r| r.failures));
+    }
 }
 
 #[cfg(test)]

@@ -180,6 +180,13 @@ impl Snapshot {
                 c.file.display()
             );
         }
+        for c in self.certificates.iter().filter(|c| c.acme) {
+            // One line per ACME certificate: vhost, issued or placeholder, when it is
+            // next asked for, the failed tries in a row.
+            let (next, failures) = c.renewal.map_or(("-".to_string(), 0), |r| (next_order(r.next), r.failures));
+            let what = if c.placeholder { "placeholder" } else { "issued" };
+            let _ = writeln!(s, "ACMECertificate: {} {what} {next} {failures}", c.vhost);
+        }
         s
     }
 
@@ -230,12 +237,20 @@ impl Snapshot {
             }
             let _ = write!(
                 s,
-                "{{\"vhost\":{},\"file\":{},\"not_after\":\"{}\",\"days_left\":{}}}",
+                "{{\"vhost\":{},\"file\":{},\"not_after\":\"{}\",\"days_left\":{}",
                 json_string(&c.vhost),
                 json_string(&c.file.display().to_string()),
                 iso_date(c.not_after),
                 c.days_left
             );
+            if c.acme {
+                let _ = write!(s, ",\"acme\":{{\"placeholder\":{}", c.placeholder);
+                if let Some(r) = c.renewal {
+                    let _ = write!(s, ",\"next_renewal\":\"{}\",\"failures\":{}", next_order(r.next), r.failures);
+                }
+                s.push('}');
+            }
+            s.push('}');
         }
         s.push_str("]}\n");
         s
@@ -293,15 +308,16 @@ impl Snapshot {
         }
         s.push_str("</table></div>\n");
         if !self.certificates.is_empty() {
-            s.push_str("<h2>TLS certificates</h2>\n<table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th></tr>\n");
+            s.push_str("<h2>TLS certificates</h2>\n<table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th><th>ACME</th></tr>\n");
             for c in &self.certificates {
                 let _ = writeln!(
                     s,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     html_escape(&c.vhost),
                     c.days_left,
                     iso_date(c.not_after),
-                    html_escape(&c.file.display().to_string())
+                    html_escape(&c.file.display().to_string()),
+                    acme_cell(c)
                 );
             }
             s.push_str("</table>\n");
@@ -337,4 +353,27 @@ impl Snapshot {
         let _ = writeln!(s, "scoreboard: {}", self.letters);
         s
     }
+}
+
+/// When an ACME certificate is next asked for: a date, or `now` when it is due (an
+/// order under way, or about to be).
+fn next_order(next: i64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    if next <= now { "now".to_string() } else { iso_date(next) }
+}
+
+/// The status page's ACME column: nothing for a certificate from files; else a
+/// placeholder or issued, when it is next asked for, and the failures in a row.
+fn acme_cell(c: &Expiry) -> String {
+    if !c.acme {
+        return String::new();
+    }
+    let mut out = String::from(if c.placeholder { "placeholder, waiting for the CA" } else { "issued" });
+    if let Some(r) = c.renewal {
+        out.push_str(&format!("; next order {}", next_order(r.next)));
+        if r.failures > 0 {
+            out.push_str(&format!(" ({} failed in a row: see the error log)", r.failures));
+        }
+    }
+    out
 }

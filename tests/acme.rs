@@ -189,6 +189,11 @@ fn wait_for<T>(site: &Site, limit: Duration, what: &str, mut f: impl FnMut() -> 
     }
 }
 
+/// GET `path` on a.pika.test over plain HTTP.
+fn ask(addr: SocketAddr, path: &str) -> Resp {
+    raw(addr, format!("GET {path} HTTP/1.1\r\nHost: a.pika.test\r\nConnection: close\r\n\r\n").as_bytes())
+}
+
 fn count(log: &str, what: &str) -> usize {
     log.lines().filter(|l| l.contains(what)).count()
 }
@@ -226,9 +231,10 @@ fn two_vhosts_get_certificates_over_http01_and_a_restart_reuses_them() {
     let Some(pebble) = Pebble::start(&site, plain, tls, &[]) else { return };
     let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
     // b redirects plain requests to HTTPS: the challenge is answered before that.
-    let vhosts =
-        acme_vhost(&["a.pika.test", "www.a.pika.test"], "") + &acme_vhost(&["b.pika.test"], "https_redirect = 301\n");
-    config(&site, &listen, &pebble, "", &vhosts);
+    let metrics = "[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n";
+    let vhosts = acme_vhost(&["a.pika.test", "www.a.pika.test"], metrics)
+        + &acme_vhost(&["b.pika.test"], "https_redirect = 301\n");
+    config(&site, &listen, &pebble, "[status]\nenabled = true\n", &vhosts);
     let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let mut pika = Pika::start(&site, "-F");
     wait_until(DEADLINE, "the placeholder said", || {
@@ -245,6 +251,27 @@ fn two_vhosts_get_certificates_over_http01_and_a_restart_reuses_them() {
     assert_eq!(count(&log, "answering the http-01 challenge for"), 3, "{log}");
     assert_eq!(count(&log, "registered account"), 1);
     assert_safe(&site);
+    // The status page and the metrics say what ACME did and when it goes next.
+    let plain_addr: SocketAddr = format!("127.0.0.1:{plain}").parse().unwrap();
+    let auto = ask(plain_addr, "/server-status?auto").text();
+    let line =
+        auto.lines().find(|l| l.starts_with("ACMECertificate: a.pika.test ")).unwrap_or_else(|| panic!("{auto}"));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((fields[2], fields[4]), ("issued", "0"), "{line}");
+    assert!(
+        fields[3].starts_with("2029-") || fields[3].starts_with("2030-"),
+        "a third of pebble's 5 years ahead: {line}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ask(plain_addr, "/server-status?json").text()).unwrap();
+    let b = json["certificates"].as_array().unwrap().iter().find(|c| c["vhost"] == "b.pika.test").unwrap().clone();
+    assert_eq!((b["acme"]["placeholder"].as_bool(), b["acme"]["failures"].as_u64()), (Some(false), Some(0)), "{b}");
+    let html = ask(plain_addr, "/server-status").text();
+    assert!(html.contains("<td>issued; next order 20"), "{html}");
+    let metrics = ask(plain_addr, "/metrics").text();
+    for series in ["pika_acme_placeholder{vhost=\"b.pika.test\"} 0", "pika_acme_failures{vhost=\"a.pika.test\"} 0"] {
+        assert!(metrics.contains(series), "{series} in\n{metrics}");
+    }
+    assert!(metrics.contains("pika_acme_next_order_timestamp_seconds{vhost=\"a.pika.test\"} 1"), "{metrics}");
     let before = served(tls_addr, "b.pika.test", &root).unwrap();
 
     // A restart: the stored account and certificates, nothing asked of the CA.

@@ -26,6 +26,7 @@ pub mod http01;
 pub mod https;
 pub mod jws;
 pub mod schedule;
+pub mod status;
 pub mod store;
 
 use std::path::PathBuf;

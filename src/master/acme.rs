@@ -75,7 +75,12 @@ impl Master {
         for v in self.config.vhosts.iter().filter(|v| v.acme) {
             let Some(cert) = &v.tls else { continue };
             let current = (!cert.placeholder).then_some((cert.validity.not_before, cert.validity.not_after));
-            if now >= schedule::due(current, settings.renew_before, &self.acme.life(&v.server_names)) {
+            let life = self.acme.life(&v.server_names);
+            let due = schedule::due(current, settings.renew_before, &life);
+            if let Some(first) = v.server_names.first() {
+                crate::acme::status::set(first, crate::acme::status::Shown { next: due, failures: life.failures });
+            }
+            if now >= due {
                 if cert.placeholder {
                     log::warn!(
                         "acme: {} has no certificate yet: served with a self-signed placeholder until one comes",

@@ -168,6 +168,7 @@ impl Master {
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         // The ACME challenges' table, shared with every process forked from here on.
         crate::acme::challenges::map().map_err(|e| format!("acme challenges: {e}"))?;
+        crate::acme::status::map().map_err(|e| format!("acme status: {e}"))?;
         // Created for the workers before they are opened, so a new file gets their
         // group (an existing one keeps its own).
         prepare_log_files(&config);

@@ -27,6 +27,9 @@ pub struct Expiry {
     pub acme: bool,
     /// ACME's self-signed stand-in, served until the real certificate comes.
     pub placeholder: bool,
+    /// ACME: when it is next asked for (Unix seconds) and the failed tries in a row,
+    /// as the master last said ([`crate::acme::status`]).
+    pub renewal: Option<crate::acme::status::Shown>,
 }
 
 /// Every certificate, each with its vhost's server names, at `now` (Unix seconds).
@@ -41,6 +44,7 @@ pub fn list<'a>(certs: impl IntoIterator<Item = (&'a [String], &'a VhostCert, bo
             days_left: (c.validity.not_after - now).div_euclid(DAY),
             acme,
             placeholder: c.placeholder,
+            renewal: if acme { names.first().and_then(|n| crate::acme::status::lookup(n)) } else { None },
         })
         .collect()
 }
@@ -90,6 +94,7 @@ mod tests {
             days_left: (not_after - now).div_euclid(DAY),
             acme: false,
             placeholder: false,
+            renewal: None,
         }
     }
 
