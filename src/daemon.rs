@@ -56,6 +56,12 @@ pub fn run_single(config: Config) -> ExitCode {
     for l in &listeners.list {
         log::info!("listening on {} (single process)", l.bound);
     }
+    if config.vhosts.iter().any(|v| v.acme) {
+        // Obtaining a certificate takes the master and its ACME child.
+        log::warn!(
+            "acme: not in single-process mode (-X): vhosts with acme = true serve their stored certificate or a placeholder"
+        );
+    }
     let ctx = crate::worker::WorkerCtx {
         config: &config,
         listeners: &listeners,
