@@ -52,6 +52,8 @@ pub struct Spawn<'a> {
     pub max_output: usize,
     /// How the error log names it (its URL path).
     pub name: &'a str,
+    /// Called once the script has run [`super::WAITING`].
+    pub waiting: &'a dyn Fn(),
 }
 
 /// The request body on the script's stdin.
@@ -190,6 +192,7 @@ impl<'a> Pipes<'a> {
     /// Moves bytes until the script has exited and its output ended, or a limit.
     fn pump(mut self, client: BorrowedFd<'_>, exited: BorrowedFd<'_>) -> Ended {
         let deadline = Instant::now() + self.spec.timeout;
+        let mut told = Some(Instant::now() + super::WAITING);
         let mut scratch = Vec::new();
         let mut gone = false;
         let mut watch = super::ClientWatch::default();
@@ -203,7 +206,12 @@ impl<'a> Pipes<'a> {
                 self.errors.flush();
                 return Ended::TimedOut { output: self.output };
             }
-            let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+            if told.is_some_and(|at| Instant::now() >= at) {
+                told = None;
+                (self.spec.waiting)();
+            }
+            let wait = told.map_or(left, |at| left.min(at.saturating_duration_since(Instant::now())));
+            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
             let mut fds = Vec::with_capacity(5);
             fds.push(PollFd::new(client, watch.flags()));
             fds.push(PollFd::new(exited, if gone { PollFlags::empty() } else { PollFlags::POLLIN }));
@@ -416,6 +424,7 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1 << 20,
             name: "/s.sh",
+            waiting: &|| {},
         }
     }
 

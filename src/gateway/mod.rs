@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use crate::sys::ScriptLimits;
 
+/// How long a script may keep its worker before the worker's idle connections are
+/// handed to others (the slice a stalled write waits, too).
+pub const WAITING: Duration = Duration::from_secs(1);
+
 pub mod answer;
 pub mod child;
 pub mod env;

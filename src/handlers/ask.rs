@@ -31,6 +31,10 @@ pub struct Link<'a> {
     /// The request body, read whole by the event loop for a location that reads
     /// bodies ([`crate::gateway::incoming`]); `None` elsewhere.
     pub body: Option<&'a crate::gateway::incoming::RequestBody>,
+    /// Called once a script has kept the worker [`crate::gateway::WAITING`]: the
+    /// worker lets the idle connections it holds be served elsewhere meanwhile, as
+    /// for a write to a slow reader.
+    pub waiting: &'a dyn Fn(),
 }
 
 /// The methods of a resource that is only read: true for GET and HEAD (serve them);

@@ -53,6 +53,7 @@ impl Cgi<'_> {
             timeout: self.config.timeout,
             max_output: MAX_OUTPUT,
             name: &name,
+            waiting: ask.link.waiting,
         };
         let stdin = ask.link.body.map_or(Stdin::Empty, |b| b.stdin());
         match child::run(&spec, stdin, ask.link.socket) {

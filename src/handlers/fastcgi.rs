@@ -151,7 +151,7 @@ impl<'c> FastCgi<'c> {
                     }
                 },
             };
-            match self.exchange(conn, fresh, &begin.bytes, stdin, ask.link.socket, deadline, &name) {
+            match self.exchange(conn, fresh, &begin.bytes, stdin, ask.link, deadline, &name) {
                 Exchange::Failed { fresh: false, got_any: false, .. } if tries < 2 => continue,
                 other => break other,
             }
@@ -190,10 +190,12 @@ impl<'c> FastCgi<'c> {
         fresh: bool,
         begin: &[u8],
         stdin: Stdin<'_>,
-        client: BorrowedFd<'_>,
+        link: super::Link<'_>,
         deadline: Instant,
         name: &str,
     ) -> Exchange {
+        let client = link.socket;
+        let mut told = Some(Instant::now() + crate::gateway::WAITING);
         let mut out = begin.to_vec();
         let mut sent_body = 0u64;
         let mut stdin_ended = false;
@@ -225,7 +227,12 @@ impl<'c> FastCgi<'c> {
                 errors.flush();
                 return Exchange::TimedOut;
             }
-            let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+            if told.is_some_and(|at| Instant::now() >= at) {
+                told = None;
+                (link.waiting)();
+            }
+            let wait = told.map_or(left, |at| left.min(at.saturating_duration_since(Instant::now())));
+            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
             let want = if written < out.len() { PollFlags::POLLIN | PollFlags::POLLOUT } else { PollFlags::POLLIN };
             let mut fds = [PollFd::new(conn.fd(), want), PollFd::new(client, watch.flags())];
             match poll(&mut fds, PollTimeout::from(ms)) {

@@ -524,12 +524,15 @@ impl<'c> Server<'c> {
             match redirect_to_https(self.config, &req, https_port, &mut reply) {
                 Some(vhost) => vhost,
                 None => {
+                    let observer = std::cell::RefCell::new(&mut *obs);
+                    let waiting = || observer.borrow_mut().stalled();
                     let link = Link {
                         peer: if client.ip() == conn.peer.ip() { conn.peer } else { client },
                         local_port: conn.local_port,
                         https: tls,
                         socket: socket.as_fd(),
                         body: self.body.as_ref(),
+                        waiting: &waiting,
                     };
                     dispatch(&self.sites, self.config, &req, client.ip(), link, &mut reply, &self.token, &mut kind)
                 }
