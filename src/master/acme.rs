@@ -64,7 +64,9 @@ impl Master {
         if self.acme.running.is_some() {
             return;
         }
-        if self.acme.install {
+        // Installed by a reload, which would also end a WINCH pause: while paused
+        // the certificates wait on disk for the operator's next reload or resume.
+        if self.acme.install && self.life.forks() && self.life.takes_orders() {
             self.acme.install = false;
             log::info!("acme: installing the new certificates (a reload)");
             self.reload();
