@@ -40,6 +40,17 @@ impl Pebble {
     /// Validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`, with its own
     /// TLS certificate (for 127.0.0.1) issued by `conf/pebble-ca.pem`.
     fn start(site: &Site, http_port: u16, tls_port: u16, env: &[(&str, &str)]) -> Option<Pebble> {
+        Pebble::start_eab(site, http_port, tls_port, env, None)
+    }
+
+    /// With `eab` (key id, base64url MAC key), pebble takes only accounts bound to it.
+    fn start_eab(
+        site: &Site,
+        http_port: u16,
+        tls_port: u16,
+        env: &[(&str, &str)],
+        eab: Option<(&str, &str)>,
+    ) -> Option<Pebble> {
         let curl = need_tool("curl")?;
         let pebble = need_tool("pebble")?;
         let dns_tool = need_tool("pebble-challtestsrv")?;
@@ -49,7 +60,7 @@ impl Pebble {
         leaf(&["localhost", "127.0.0.1"], -1, 30, Some(&root)).write(&site.path("conf"), "pebble");
         let (listen, mgmt, dns_port) = (free_port(), free_port(), free_port());
         let conf = site.path("conf/pebble.json");
-        let json = serde_json::json!({ "pebble": {
+        let mut json = serde_json::json!({ "pebble": {
             "listenAddress": format!("127.0.0.1:{listen}"),
             "managementListenAddress": format!("127.0.0.1:{mgmt}"),
             "certificate": site.path("conf/pebble.pem"),
@@ -59,6 +70,10 @@ impl Pebble {
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
         }});
+        if let Some((kid, key)) = eab {
+            json["pebble"]["externalAccountBindingRequired"] = true.into();
+            json["pebble"]["externalAccountMACKeys"] = serde_json::json!({ kid: key });
+        }
         std::fs::write(&conf, json.to_string()).unwrap();
         let dns = Command::new(dns_tool)
             .args(["-dns01", &format!("127.0.0.1:{dns_port}"), "-http01", "", "-https01", "", "-tlsalpn01", ""])
@@ -415,4 +430,23 @@ fn pika_t_checks_the_acme_section() {
     std::fs::set_permissions(site.path("acme"), std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = Command::new(BIN).arg("-t").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_ca_that_asks_for_an_external_account_binding_gets_one() {
+    let site = Site::new();
+    let (plain, tls) = (free_port(), free_port());
+    // The key of pebble's own example.
+    let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let Some(pebble) = Pebble::start_eab(&site, plain, tls, &[], Some(("kid-1", key))) else { return };
+    let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
+    let eab = format!("eab_kid = \"kid-1\"\neab_hmac_key = \"{key}\"\n");
+    config(&site, &listen, &pebble, &eab, &acme_vhost(&["e.pika.test"], ""));
+    let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
+    let _pika = Pika::start(&site, "-F");
+    let root = pebble.root(&site);
+    wait_for(&site, ISSUE, "e's certificate served", || served(tls_addr, "e.pika.test", &root));
+    let log = site.error_log();
+    assert_eq!(count(&log, "registered account"), 1, "{log}");
+    assert!(!log.contains(key), "the MAC key in the error log");
 }
