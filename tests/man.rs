@@ -236,3 +236,36 @@ fn man_pages_format_cleanly() {
         );
     }
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped,
+/// spaces made `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The README's contents line names every section and subsection, in order, and
+/// nothing else: a section added without its entry fails here.
+#[test]
+fn the_readme_contents_names_every_section_in_order() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let mut fenced = false;
+    let mut headings = Vec::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && let Some(h) = line.strip_prefix("## ").or_else(|| line.strip_prefix("### ")) {
+            headings.push(anchor(h));
+        }
+    }
+    let start = readme.find("\nContents: ").expect("the README has a `Contents:` paragraph");
+    let contents = &readme[start..];
+    let contents = &contents[..contents[1..].find("\n\n").map_or(contents.len(), |e| e + 1)];
+    let listed: Vec<String> = contents.split("](#").skip(1).map(|s| s[..s.find(')').unwrap()].to_string()).collect();
+    assert!(headings.len() > 10, "the README's headings were read: {headings:?}");
+    assert_eq!(listed, headings, "README.md's Contents against its headings (## and ###), in order");
+}
