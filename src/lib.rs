@@ -132,42 +132,49 @@
 //! # How a request travels
 //!
 //! The worker's event loop accepts a socket (options inherited from the listener) or
-//! finds input on one it holds ([`serve::held::Held`]) and calls
-//! [`serve::connection::Server::serve_ready`]: take what has arrived without waiting
-//! ([`serve::input::Input`], over an [`serve::transport::Transport`]: the socket, or
-//! on a TLS listener the rustls session of [`tls::stream`], which first advances
-//! the handshake with what came); on a `proxy_protocol` listener first a PROXY
-//! header ([`proxy_protocol`], read the same way; its client becomes the
-//! connection's, anything else closes it); no whole head yet
-//! → back to the set (a head not whole within `header_timeout` gets a 408) → parse
-//! ([`http::request::parse`]: httparse plus our own checks: Host, framing, limits;
-//! every failure is an [`http::request::HttpError`] mapped to its status in one
-//! place) → the request's client: a trusted forwarder's `X-Forwarded-For`
-//! ([`http::forwarded`]) or the connection's → drop a body that is all there
-//! ([`http::body`]), or answer with `Connection: close` and linger →
-//! [`config::Config::vhost_for`] by Host ([`vhost::select`]) (a plain request to a vhost with `https_redirect` is
-//! redirected, [`http::https`]) →
-//! [`http::path::clean`] (decode, remove dot segments, refuse NUL and escapes) → the
-//! vhost's [`site::Site`] picks what answers by location (an exact path, else the
-//! first regex, else the longest prefix: [`location::Table`], built when the config
-//! is read) → its rules' [`rules::Gate`] (`allow`: 403 for other clients) → a
-//! [`handlers::Handler`]: the status page ([`handlers::status_page`]),
+//! finds input on one it holds ([`serve::held::Held`]: the socket, the client, what it
+//! speaks, and its phase: a PROXY header, a TLS handshake, a head, idle, lingering) and
+//! gives it a turn, [`serve::connection::Server::serve_ready`]: its buffer moves into
+//! the worker's [`serve::input::Input`], which takes what has arrived without waiting
+//! over a [`serve::transport::Transport`] (the socket, or on a TLS listener the rustls
+//! session of [`tls::stream`], which first advances the handshake with what came); on
+//! a `proxy_protocol` listener first the PROXY header ([`proxy_protocol`]; its
+//! client becomes the connection's, anything else closes it); no whole head yet → its
+//! bytes go back with the connection, into the set (a head not whole within
+//! `header_timeout` gets a 408). Each whole head is served by the stages of
+//! `serve::cycle` (docs/request-cycle.md): **read** ([`http::request::parse`]:
+//! httparse plus our own checks: Host, framing, limits; every failure an
+//! [`http::request::HttpError`] mapped to its status in one place; the request's
+//! client: a trusted forwarder's `X-Forwarded-For` ([`http::forwarded`]) or the
+//! connection's; for a location that reads bodies (scripts, the echo) the body read
+//! whole by the event loop first, the connection waiting in the set meanwhile
+//! ([`gateway::incoming`]); for the others a body dropped if all of it is there,
+//! [`http::body`], else the answer says `Connection: close` and the connection
+//! lingers) → **route** (the vhost by Host,
+//! [`config::Config::vhost_for`], [`vhost::select`]; a plain request to a vhost with
+//! `https_redirect` is redirected, [`http::https`]; [`http::path::clean`]: decode,
+//! remove dot segments, refuse NUL and escapes; the vhost's [`site::Site`] picks the
+//! location: an exact path, else the first regex, else the longest prefix,
+//! [`location::Table`], built when the config is read) → **admit** (the gate: the
+//! location's rules, [`rules::Gate`], then the methods its handler answers) →
+//! **answer** (a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
 //! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]), CGI
-//! scripts ([`handlers::cgi`]) and FastCGI applications ([`handlers::fastcgi`]),
-//! whose request bodies the event loop reads whole first ([`gateway::incoming`]), or
-//! static files ([`handlers::static_file::StaticFiles`]: a cached mapping
-//! ([`handlers::file_cache`], revalidated by one `fstatat`, with its whole-file header
-//! lines ready) or `openat2(RESOLVE_BENEATH)` under the location's or the vhost's
-//! directory → file, index, listing ([`handlers::listing`]), redirect or error →
-//! [`http::conditional`] and [`http::range`]) → the head built from
-//! [`http::response::Reply`] (HTTPS answers carry the vhost's `hsts`) and sent with
-//! the body in one `writev` (files of 32 KiB and more: the head with `MSG_MORE`, the
-//! body with `sendfile`; [`serve::transport::send`]; over TLS, sealed records) →
-//! counted in the worker's scoreboard slot ([`serve::observer::Observer::served`],
-//! [`scoreboard::counters::Traffic`]) → one access-log record (made in one place,
-//! `serve::output`) per log ([`log::access`],
+//! scripts ([`handlers::cgi`]), FastCGI applications ([`handlers::fastcgi`]), the
+//! echo ([`handlers::echo`]) or static files ([`handlers::static_file::StaticFiles`]: a
+//! cached mapping ([`handlers::file_cache`], revalidated by one `fstatat`, with its
+//! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's
+//! or the vhost's directory → file, index, listing ([`handlers::listing`]), redirect or
+//! error → [`http::conditional`] and [`http::range`])) → **decorate** (the vhost's
+//! error pages, HTTPS answers its `hsts`) → **deliver** (the head built from
+//! [`http::response::Reply`] and sent with the body in one `writev`; files of 32 KiB
+//! and more: the head with `MSG_MORE`, the body with `sendfile`; a body of unknown
+//! length in chunks; [`serve::transport::send`]; over TLS, sealed records) →
+//! **account** (counted in the worker's scoreboard slot,
+//! [`serve::observer::Observer::served`], [`scoreboard::counters::Traffic`]; one
+//! access-log record, made in one place, `serve::output`, per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
-//! [`log::filter`]) → keep alive (the next pipelined request, or back to the set until
+//! [`log::filter`])). A head refused before it is routed takes the deliver and account
+//! stages too. Then keep alive (the next pipelined request, or idle in the set until
 //! the next one or `keepalive_timeout`) or close (lingering in the set when the client
 //! may still be sending).
 //!
@@ -201,7 +208,7 @@
 //! them against the code (no import loop, no arrow up but these, no master-side
 //! module importing the request side).
 //!
-//! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`
+//! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`, `dummy`
 //! 2. the protocols' rules: `http`, `proxy_protocol`, `vhost`
 //! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`,
 //!    `acme`
@@ -230,7 +237,7 @@
 //! `statusfile`, `pidfile`, `inherit`, `listen`, `handover`; the request side is
 //! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `kinds`, `vhost`, `rules`,
 //! `gateway`, `metrics`; shared by both: `sys`, `text`, `clock`, `cidr`,
-//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `acme`, `status`, `proxy_protocol`.
+//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `acme`, `status`, `proxy_protocol`, `dummy`.
 #![deny(unsafe_code)]
 
 pub mod acme;
@@ -240,6 +247,7 @@ pub mod clock;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod dummy;
 pub mod gateway;
 pub mod handlers;
 pub mod handover;

@@ -29,7 +29,7 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     let mut durations = [0u64; BUCKETS_US.len() + 1];
     let (mut duration_us, mut bytes, mut accepted, mut hits, mut misses, mut log_errors) = (0, 0, 0, 0, 0, 0);
     let (mut waiting, mut closing, mut full) = (0u64, 0u64, 0u64);
-    let mut states = [0u64; 9];
+    let mut states = [0u64; State::ALL.len()];
     for slot in sb.slots {
         let t = &slot.traffic;
         for (m, row) in t.requests.iter().enumerate() {
@@ -49,7 +49,7 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
         let state = slot.state();
         states[state as usize] += 1;
         if state != State::Dead {
-            waiting += u64::from(slot.conns_waiting.load(Relaxed));
+            waiting += u64::from(slot.conns_keepalive.load(Relaxed));
             closing += u64::from(slot.conns_closing.load(Relaxed));
             full += u64::from(slot.full.load(Relaxed) != 0);
         }
@@ -255,7 +255,7 @@ mod tests {
         sb.slots[0].set_state(State::Ready);
         sb.slots[1].claim(0);
         sb.slots[1].set_state(State::Writing);
-        sb.slots[1].conns_waiting.store(4, Relaxed);
+        sb.slots[1].conns_keepalive.store(4, Relaxed);
         sb.header.max_spare.store(6, Relaxed);
         sb.header.pool.exited(ExitCause::Signal);
         sb.header.pool.exited(ExitCause::Signal);

@@ -26,10 +26,6 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::scoreboard::Header;
 
-/// Header carrying the master's per-boot token on an internal dummy request (the
-/// worker that answers it recognises it by the token).
-pub const INTERNAL_HEADER: &str = "Pika-Internal";
-
 /// How long the master waits to connect to its own listener. Apache uses 3 s; a
 /// loopback connect that takes longer means the backlog is full, and then a worker
 /// will come back to check the pipe by itself.
@@ -149,8 +145,9 @@ pub fn dummy_connection(target: SocketAddr, token: &str, proxy_protocol: bool) -
     // A whole request: with TCP_DEFER_ACCEPT the kernel hands over the connection only
     // once data arrived (Apache's comment in dummy_connection()).
     let req = format!(
-        "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{INTERNAL_HEADER}: {token}\r\n\r\n",
-        env!("CARGO_PKG_VERSION")
+        "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{}: {token}\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        crate::dummy::INTERNAL_HEADER
     );
     let local: &[u8] = if proxy_protocol { &crate::proxy_protocol::V2_LOCAL } else { b"" };
     s.write_all(&[local, req.as_bytes()].concat())

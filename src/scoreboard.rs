@@ -22,20 +22,18 @@ pub enum State {
     Ready,
     Reading,
     Writing,
-    KeepAlive,
     Logging,
     Closing,
     Graceful,
 }
 
 impl State {
-    pub const ALL: [State; 9] = [
+    pub const ALL: [State; 8] = [
         State::Dead,
         State::Starting,
         State::Ready,
         State::Reading,
         State::Writing,
-        State::KeepAlive,
         State::Logging,
         State::Closing,
         State::Graceful,
@@ -47,10 +45,9 @@ impl State {
             2 => State::Ready,
             3 => State::Reading,
             4 => State::Writing,
-            5 => State::KeepAlive,
-            6 => State::Logging,
-            7 => State::Closing,
-            8 => State::Graceful,
+            5 => State::Logging,
+            6 => State::Closing,
+            7 => State::Graceful,
             _ => State::Dead,
         }
     }
@@ -63,7 +60,6 @@ impl State {
             State::Ready => '_',
             State::Reading => 'R',
             State::Writing => 'W',
-            State::KeepAlive => 'K',
             State::Logging => 'L',
             State::Closing => 'C',
             State::Graceful => 'G',
@@ -77,7 +73,6 @@ impl State {
             State::Ready => "ready",
             State::Reading => "reading",
             State::Writing => "writing",
-            State::KeepAlive => "keepalive",
             State::Logging => "logging",
             State::Closing => "closing",
             State::Graceful => "graceful",
@@ -155,7 +150,7 @@ pub struct Slot {
     pub worker_requests: AtomicU64,
     /// Connections the worker holds between requests, waiting for their next one
     /// (Apache event's "keep-alive" async connections), and closing (lingering).
-    pub conns_waiting: AtomicU32,
+    pub conns_keepalive: AtomicU32,
     pub conns_closing: AtomicU32,
     /// Non-zero while the worker holds `workers.max_connections` and takes no new
     /// connection: not a spare, however idle it looks.
@@ -250,7 +245,7 @@ impl Slot {
         self.pid.store(0, Relaxed);
         self.generation.store(generation, Relaxed);
         self.worker_requests.store(0, Relaxed);
-        self.conns_waiting.store(0, Relaxed);
+        self.conns_keepalive.store(0, Relaxed);
         self.conns_closing.store(0, Relaxed);
         self.full.store(0, Relaxed);
         store_text(&self.request, b"");
@@ -357,19 +352,16 @@ mod tests {
 
     #[test]
     fn states_and_letters() {
-        for v in 0..=8u8 {
+        for v in 0..=7u8 {
             assert_eq!(State::from_u8(v) as u8, v);
             assert_eq!(State::ALL[v as usize] as u8, v);
         }
         let busy: Vec<char> = State::ALL.iter().filter(|s| s.is_busy()).map(|s| s.letter()).collect();
-        assert_eq!(busy, ['R', 'W', 'K', 'L', 'C']);
+        assert_eq!(busy, ['R', 'W', 'L', 'C']);
         assert_eq!(State::Ready.letter(), '_');
         // The names the status file, `pika -k status` and ?json print.
-        let names: Vec<&str> = (0..=8u8).map(|v| State::from_u8(v).name()).collect();
-        assert_eq!(
-            names,
-            ["dead", "starting", "ready", "reading", "writing", "keepalive", "logging", "closing", "graceful"]
-        );
-        assert!(State::Starting.is_idle() && State::Ready.is_idle() && !State::KeepAlive.is_idle());
+        let names: Vec<&str> = (0..=7u8).map(|v| State::from_u8(v).name()).collect();
+        assert_eq!(names, ["dead", "starting", "ready", "reading", "writing", "logging", "closing", "graceful"]);
+        assert!(State::Starting.is_idle() && State::Ready.is_idle() && !State::Logging.is_idle());
     }
 }

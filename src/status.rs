@@ -45,7 +45,7 @@ pub struct Row {
     pub client: String,
     pub seconds_in_state: f64,
     /// Connections the worker holds between requests, and those closing.
-    pub conns_waiting: u32,
+    pub conns_keepalive: u32,
     pub conns_closing: u32,
 }
 
@@ -89,7 +89,7 @@ impl Snapshot {
                 request: s.request_line(),
                 client: s.client(),
                 seconds_in_state: now.saturating_sub(s.since_ms.load(Relaxed)) as f64 / 1000.0,
-                conns_waiting: s.conns_waiting.load(Relaxed),
+                conns_keepalive: s.conns_keepalive.load(Relaxed),
                 conns_closing: s.conns_closing.load(Relaxed),
             });
         }
@@ -125,8 +125,8 @@ impl Snapshot {
 
     /// Kept-alive connections held by workers, waiting for their next request
     /// (Apache event's "async connections: keep-alive"): no worker is busy with them.
-    pub fn conns_waiting(&self) -> u32 {
-        self.rows.iter().map(|r| r.conns_waiting).sum()
+    pub fn conns_keepalive(&self) -> u32 {
+        self.rows.iter().map(|r| r.conns_keepalive).sum()
     }
 
     /// Connections in a lingering close.
@@ -136,7 +136,7 @@ impl Snapshot {
 
     /// Every connection open: those being served and those held.
     pub fn conns_total(&self) -> u32 {
-        self.busy() as u32 + self.conns_waiting() + self.conns_closing()
+        self.busy() as u32 + self.conns_keepalive() + self.conns_closing()
     }
 
     fn req_per_sec(&self) -> f64 {
@@ -161,7 +161,7 @@ impl Snapshot {
         // Apache event's names, so its monitoring templates read these too.
         let _ = writeln!(s, "ConnsTotal: {}", self.conns_total());
         let _ = writeln!(s, "ConnsAsyncWriting: 0");
-        let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_waiting());
+        let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_keepalive());
         let _ = writeln!(s, "ConnsAsyncClosing: {}", self.conns_closing());
         let _ = writeln!(s, "Generation: {}", self.generation);
         let _ = writeln!(s, "Scoreboard: {}", self.letters);
@@ -205,7 +205,7 @@ impl Snapshot {
             self.busy(),
             self.idle(),
             self.conns_total(),
-            self.conns_waiting(),
+            self.conns_keepalive(),
             self.conns_closing(),
             json_string(&self.letters)
         );
@@ -226,7 +226,7 @@ impl Snapshot {
                 json_string(&r.request),
                 json_string(&r.client),
                 r.seconds_in_state,
-                r.conns_waiting,
+                r.conns_keepalive,
                 r.conns_closing
             );
         }
@@ -269,7 +269,7 @@ impl Snapshot {
         // The figures the script refreshes are marked with data-k (their ?json keys).
         let _ = writeln!(
             s,
-            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> kept alive waiting for a request (held by a worker that serves others meanwhile), <span data-k=\"conns_closing\">{}</span> closing</p>",
+            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> keepalive (held by a worker between requests, which serves others meanwhile), <span data-k=\"conns_closing\">{}</span> closing</p>",
             self.master_pid,
             self.generation,
             self.uptime,
@@ -279,7 +279,7 @@ impl Snapshot {
             self.busy(),
             self.idle(),
             self.conns_total(),
-            self.conns_waiting(),
+            self.conns_keepalive(),
             self.conns_closing()
         );
         let _ = writeln!(s, "<pre data-k=\"scoreboard\">{}</pre>", html_escape(&self.letters));
@@ -287,7 +287,7 @@ impl Snapshot {
             "<p>_ ready, S starting, R reading, W writing, L logging, C closing, G finishing, . open slot</p>\n",
         );
         s.push_str("<div class=\"scroll\">");
-        s.push_str("<table id=\"workers\" border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Kept alive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
+        s.push_str("<table id=\"workers\" border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Keepalive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
         for r in &self.rows {
             let _ = writeln!(
                 s,
@@ -300,7 +300,7 @@ impl Snapshot {
                 r.worker_requests,
                 r.bytes,
                 r.seconds_in_state,
-                r.conns_waiting,
+                r.conns_keepalive,
                 r.conns_closing,
                 html_escape(&r.client),
                 html_escape(&r.request)

@@ -190,8 +190,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     };
     let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
     let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port);
-    let mut obs =
-        SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false, parked: None };
+    let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
     match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),
         Err(e) => {
@@ -242,8 +241,6 @@ struct SlotObserver<'a> {
     scratch: Vec<u8>,
     /// The worker is leaving: every answer says `Connection: close`.
     retiring: bool,
-    /// The connections the worker holds between requests (set by its event loop).
-    parked: Option<std::rc::Rc<std::cell::RefCell<parked::Parked>>>,
 }
 
 impl Observer for SlotObserver<'_> {
@@ -285,21 +282,5 @@ impl Observer for SlotObserver<'_> {
         // A leaving worker hands its idle connections over (`events`); those it
         // cannot, it closes only after an answer that said so.
         self.retiring || must_retire(self.ctx)
-    }
-
-    /// A slow reader has kept this worker a second in a write: the idle connections
-    /// it holds go to workers that are free meanwhile (a retiring worker keeps its:
-    /// it closes them itself).
-    fn stalled(&mut self) {
-        if self.retiring {
-            return;
-        }
-        let (Some(parked), Some(handover)) = (&self.parked, parked::handover_open(self.ctx)) else { return };
-        let Ok(mut parked) = parked.try_borrow_mut() else { return };
-        let (sent, _) = parked.hand_over(handover);
-        if sent > 0 {
-            log::debug!("a slow client holds this worker: handed {sent} idle connections to others");
-            parked::publish_counts(self.slot, &parked);
-        }
     }
 }

@@ -798,3 +798,18 @@ fn a_file_truncated_under_an_https_answer_cuts_it_and_the_worker_lives_on() {
         assert_eq!(said, 1, "{name}, once:\n{log}");
     }
 }
+
+#[test]
+fn an_echo_location_sends_request_bodies_back_chunked_over_tls() {
+    use crate::locations::{assert_echoed_twice, echo_twice, varied};
+    let h = Https::serving("-F", "", &[("a.example", "[[vhost.location]]\nexact = \"/echo\"\necho = true\n")]);
+    let config = client_config(&h.site.read("conf/ca.pem"));
+    let mut s = tls_connect(h.tls, "a.example", &config);
+    // More than one TLS record each way.
+    let first = varied(40_000);
+    echo_twice(&mut s, "a.example", &first);
+    let mut answers = Vec::new();
+    // rustls reads to the end only after the server's close_notify.
+    s.read_to_end(&mut answers).expect("the answers, then a close_notify");
+    assert_echoed_twice(&answers, &first);
+}

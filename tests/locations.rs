@@ -3,6 +3,7 @@
 //! as a location (and the old `[status] path`), and what `pika -t` says about
 //! locations that overlap or can never be chosen.
 
+use std::io::Write;
 use std::process::Command;
 
 use crate::util::*;
@@ -216,4 +217,64 @@ fn dash_t_reports_overlapping_and_unreachable_locations() {
         assert_eq!(code, Some(1), "{block}: {out}");
         assert!(out.contains(says), "{block}: {out}");
     }
+}
+
+/// Two requests on one connection to an `echo = true` location (the first kept
+/// alive, the second closing): the answers as read until the close.
+pub fn echo_twice(s: &mut impl Write, host: &str, first_body: &[u8]) {
+    let mut req =
+        format!("POST /echo HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n", first_body.len()).into_bytes();
+    req.extend_from_slice(first_body);
+    req.extend_from_slice(
+        format!(
+            "PUT /echo HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+             5\r\nhello\r\n7;x=1\r\n, world\r\n0\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    s.write_all(&req).unwrap();
+}
+
+/// Checks the two answers [`echo_twice`] asked for: each the body sent, chunked,
+/// the connection in step between them.
+pub fn assert_echoed_twice(answers: &[u8], first_body: &[u8]) {
+    let (head, rest) = split_head(answers);
+    assert!(head.starts_with("HTTP/1.1 200 ") && head.contains("Transfer-Encoding: chunked\r\n"), "{head}");
+    assert!(!head.contains("Content-Length") && !head.contains("Connection: close"), "{head}");
+    let (body, rest) = dechunk(rest);
+    assert!(body == first_body, "the first body back, {} bytes of {}", body.len(), first_body.len());
+    let (head, rest) = split_head(rest);
+    assert!(head.starts_with("HTTP/1.1 200 ") && head.contains("Connection: close\r\n"), "{head}");
+    let (body, rest) = dechunk(rest);
+    assert_eq!(body, b"hello, world", "the chunked body, decoded");
+    assert!(rest.is_empty(), "nothing after the last answer: {:?}", String::from_utf8_lossy(rest));
+}
+
+/// A body of `n` bytes that is not the same all along.
+pub fn varied(n: usize) -> Vec<u8> {
+    (0..n).map(|i| b'a' + (i % 23) as u8).collect()
+}
+
+#[test]
+fn an_echo_location_sends_request_bodies_back_chunked_or_until_the_close() {
+    let site = site_with_folders(&["htdocs"]);
+    let p = start(&site, "[[vhost.location]]\nexact = \"/echo\"\necho = true\n");
+    // 40 KB: more than one piece of the answer (16 KiB each), all come with the head.
+    let first = varied(40_000);
+    let mut s = connect(p.addr);
+    echo_twice(&mut s, "localhost", &first);
+    assert_echoed_twice(&read_until_closed(&mut s, DEADLINE), &first);
+
+    // HTTP/1.0 cannot read chunks: the body ends with the connection.
+    let mut s = connect(p.addr);
+    s.write_all(b"POST /echo HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc").unwrap();
+    let (head, body) = {
+        let all = read_until_closed(&mut s, DEADLINE);
+        let (head, body) = split_head(&all);
+        (head, body.to_vec())
+    };
+    assert!(head.contains("Connection: close") && !head.contains("Transfer-Encoding"), "{head}");
+    assert!(!head.contains("Content-Length"), "{head}");
+    assert_eq!(body, b"abc");
+    assert_eq!(get(p.addr, "/f.txt").text(), "htdocs\n", "the other paths are files as before");
 }

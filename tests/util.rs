@@ -514,3 +514,28 @@ fn load_thread(
     }
     r
 }
+
+/// Splits a chunked body off the front of `bytes` (what follows a head that said
+/// `Transfer-Encoding: chunked`): the data, and what follows the last chunk. Panics
+/// on a malformed one.
+pub fn dechunk(mut bytes: &[u8]) -> (Vec<u8>, &[u8]) {
+    let mut data = Vec::new();
+    loop {
+        let nl = bytes.windows(2).position(|w| w == b"\r\n").expect("a chunk-size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&bytes[..nl]).unwrap(), 16).expect("a hex size");
+        bytes = &bytes[nl + 2..];
+        if size == 0 {
+            assert!(bytes.starts_with(b"\r\n"), "the end of the chunked body");
+            return (data, &bytes[2..]);
+        }
+        data.extend_from_slice(&bytes[..size]);
+        assert_eq!(&bytes[size..size + 2], b"\r\n", "a chunk ends with CRLF");
+        bytes = &bytes[size + 2..];
+    }
+}
+
+/// Splits a response head off the front of `bytes`: the head (as text) and the rest.
+pub fn split_head(bytes: &[u8]) -> (String, &[u8]) {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole head") + 4;
+    (String::from_utf8_lossy(&bytes[..end]).into_owned(), &bytes[end..])
+}

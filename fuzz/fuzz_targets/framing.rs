@@ -19,7 +19,7 @@ use std::mem::MaybeUninit;
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use pika::serve::input::{DROP_MAX, Input};
+use pika::serve::input::{Buffer, DROP_MAX, Input};
 use pika::http::request::{self, Framing, Limits, MAX_HEADERS, Request};
 use pika::serve::transport::Memory;
 
@@ -217,7 +217,7 @@ fn read(head: &[u8], body: &[u8], piece: usize, encoded: bool) {
     let stream = [head, body].concat();
     let mut t = Memory::new(&stream, piece);
     let mut input = Input::new(LIMITS);
-    input.begin(b"");
+    input.begin(Buffer::default());
     let Ok(Some(end)) = input.try_head(&mut t) else {
         panic!("the head find_head_end found was not read");
     };

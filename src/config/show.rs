@@ -600,6 +600,9 @@ cgi_memory = "512MiB"
 [[vhost.location]]
 regex = "[.]php$"
 fastcgi = "unix:/run/php/fpm.sock"
+[[vhost.location]]
+exact = "/echo"
+echo = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

@@ -290,7 +290,7 @@ mod tests {
         let c = parse(&v("health = true\n"), "").unwrap();
         assert_eq!(c.vhosts[0].locations.list[0].kind, Kind::Health);
         let e = parse(&v("health = true\nstatus = true\n"), "").unwrap_err();
-        assert!(e.contains("or the metrics (metrics = true), not two"), "{e}");
+        assert!(e.contains("the metrics (metrics = true) or the echo (echo = true), not two"), "{e}");
         let e = parse(&v("health = true\nroot = \"htdocs\"\n"), "").unwrap_err();
         assert!(e.contains("health = true answers health checks, not files"), "{e}");
     }
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(c.vhosts[0].locations.list[0].kind, Kind::Metrics);
         assert_eq!(c.vhosts[0].dirs().count(), 1, "no directory of its own");
         let both = parse(&format!("{v}status = true\n"), "").unwrap_err();
-        assert!(both.contains("or the metrics (metrics = true), not two"), "{both}");
+        assert!(both.contains("the metrics (metrics = true) or the echo (echo = true), not two"), "{both}");
         let files = parse(&format!("{v}root = \"other\"\n"), "").unwrap_err();
         assert!(files.contains("with metrics = true serves the metrics, not files"), "{files}");
         let health = parse(&format!("{v}health = true\n"), "").unwrap_err();

@@ -1,5 +1,6 @@
-//! What a handler is given (the request, as [`Ask`]) and what every handler that is
-//! only read answers alike (the methods: [`read_only`]).
+//! What a handler is given: the request, as [`Ask`], with what it needs of the
+//! connection ([`Link`]: the request body among it), and the methods a handler
+//! answers ([`Methods`], checked before it is asked).
 
 use std::net::IpAddr;
 
@@ -37,19 +38,31 @@ pub struct Link<'a> {
     pub waiting: &'a dyn Fn(),
 }
 
-/// The methods of a resource that is only read: true for GET and HEAD (serve them);
-/// OPTIONS is answered here with `Allow`, any other method with 405.
-pub fn read_only(req: &Request<'_>, reply: &mut Reply<'_>) -> bool {
-    match req.method {
-        Method::Get | Method::Head => true,
-        Method::Options => {
-            reply.header("Allow", ALLOW);
-            reply.body = Body::Owned(Vec::new());
-            false
-        }
-        Method::OtherKnown => {
-            not_allowed(reply);
-            false
+/// The methods a handler answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Methods {
+    /// GET and HEAD; OPTIONS is answered with `Allow`, any other method 405.
+    ReadOnly,
+    /// Every method reaches the handler.
+    Any,
+}
+
+impl Methods {
+    /// Whether a request with `method` reaches the handler; when not, `reply` holds
+    /// the answer.
+    #[inline]
+    pub fn admit(self, method: Method, reply: &mut Reply<'_>) -> bool {
+        match (self, method) {
+            (Methods::Any, _) | (Methods::ReadOnly, Method::Get | Method::Head) => true,
+            (Methods::ReadOnly, Method::Options) => {
+                reply.header("Allow", ALLOW);
+                reply.body = Body::Owned(Vec::new());
+                false
+            }
+            (Methods::ReadOnly, Method::OtherKnown) => {
+                not_allowed(reply);
+                false
+            }
         }
     }
 }
@@ -57,4 +70,24 @@ pub fn read_only(req: &Request<'_>, reply: &mut Reply<'_>) -> bool {
 /// 405 for a method no handler here answers.
 pub fn not_allowed(reply: &mut Reply<'_>) {
     reply.error(405, "This resource only answers GET, HEAD and OPTIONS.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_only_resource_answers_options_and_refuses_other_methods() {
+        let mut extra = Vec::new();
+        let says = |methods: Methods, method: Method, extra: &mut Vec<u8>| {
+            let mut reply = Reply::new(extra);
+            if methods.admit(method, &mut reply) { None } else { Some(reply.status) }
+        };
+        assert_eq!(says(Methods::ReadOnly, Method::Get, &mut extra), None);
+        assert_eq!(says(Methods::ReadOnly, Method::Head, &mut extra), None);
+        assert_eq!(says(Methods::ReadOnly, Method::Options, &mut extra), Some(200), "answered with Allow");
+        assert!(String::from_utf8_lossy(&extra).contains("Allow: GET, HEAD, OPTIONS"));
+        assert_eq!(says(Methods::ReadOnly, Method::OtherKnown, &mut extra), Some(405));
+        assert_eq!(says(Methods::Any, Method::OtherKnown, &mut extra), None, "every method reaches the handler");
+    }
 }

@@ -5,7 +5,7 @@
 //! master. So HAProxy's `option httpchk` takes the node out before any of its
 //! connections close. Its requests stay out of the access logs by default.
 
-use super::ask::{Ask, read_only};
+use super::ask::Ask;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Header;
 
@@ -16,10 +16,7 @@ pub struct HealthCheck<'c> {
 }
 
 impl HealthCheck<'_> {
-    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !read_only(ask.req, reply) {
-            return;
-        }
+    pub fn serve(&self, _ask: &Ask<'_>, reply: &mut Reply<'_>) {
         reply.header("Content-Type", "text/plain; charset=utf-8").header("Cache-Control", "no-store");
         if self.header.draining() {
             reply.status = 503;

@@ -4,11 +4,12 @@
 //! fills a [`Reply`]. Static files ([`static_file`]: files, directories, listings
 //! from [`listing`], each worker's cache of mapped files in [`file_cache`]), the
 //! status page ([`status_page`]), the health check ([`health`]) and the Prometheus
-//! metrics ([`metrics`]), CGI scripts ([`cgi`]) and a FastCGI application's
-//! scripts ([`fastcgi`]) are handlers.
+//! metrics ([`metrics`]), CGI scripts ([`cgi`]), a FastCGI application's
+//! scripts ([`fastcgi`]) and the echo ([`echo`]) are handlers.
 
 mod ask;
 pub mod cgi;
+pub mod echo;
 pub mod fastcgi;
 pub mod file_cache;
 pub mod health;
@@ -17,7 +18,7 @@ pub mod metrics;
 pub mod static_file;
 pub mod status_page;
 
-pub use ask::{Ask, Link, not_allowed, read_only};
+pub use ask::{Ask, Link, Methods, not_allowed};
 
 use crate::http::response::Reply;
 
@@ -35,9 +36,21 @@ pub enum Handler<'c> {
     Cgi(cgi::Cgi<'c>),
     /// Scripts a FastCGI application runs.
     FastCgi(fastcgi::FastCgi<'c>),
+    /// A request's body sent back as it came.
+    Echo(echo::Echo),
 }
 
-impl Handler<'_> {
+impl<'c> Handler<'c> {
+    /// The methods it answers, checked before [`Handler::serve`] (the request
+    /// cycle's admit stage, after the location's rules): scripts and the echo take
+    /// every one, the others are only read.
+    pub fn methods(&self) -> Methods {
+        match self {
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) => Methods::Any,
+            Handler::Files(_) | Handler::Status(_) | Handler::Health(_) | Handler::Metrics(_) => Methods::ReadOnly,
+        }
+    }
+
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         match self {
             Handler::Files(files) => files.serve(ask, reply),
@@ -46,12 +59,13 @@ impl Handler<'_> {
             Handler::Metrics(metrics) => metrics.serve(ask, reply),
             Handler::Cgi(cgi) => cgi.serve(ask, reply),
             Handler::FastCgi(app) => app.serve(ask, reply),
+            Handler::Echo(echo) => echo.serve(ask, reply),
         }
     }
 
     /// Whether it answers from the request's body: the event loop reads the body
     /// whole before the request reaches it (`gateway::incoming`).
     pub fn reads_body(&self) -> bool {
-        matches!(self, Handler::Cgi(_) | Handler::FastCgi(_))
+        matches!(self, Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_))
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::ask::{Ask, read_only};
+use super::ask::Ask;
 use super::file_cache::{Entry, FileCache};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -104,12 +104,9 @@ pub struct StaticFiles<'c> {
 }
 
 impl StaticFiles<'_> {
-    /// Serves a GET or HEAD from the root (the other methods are answered by
-    /// [`read_only`]).
+    /// Serves a GET or HEAD from the root (the gate answers the other methods:
+    /// [`super::gate`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if !read_only(ask.req, reply) {
-            return;
-        }
         let path = ask.path;
         if !self.serve_hidden && path.is_hidden() {
             reply.error(404, "The requested resource was not found.");

@@ -30,11 +30,49 @@ pub enum Body {
     File { file: Rc<File>, start: u64, end: u64 },
     /// `multipart/byteranges`: each part's head, then its range of the map; `tail` closes.
     Multipart { map: Rc<Mmap>, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
+    /// Bytes read from a source until its end, as they come.
+    Stream(Box<Streamed>),
+}
+
+/// A body read from a source as it is sent (a program's output). Of unknown length
+/// (`len` None) it goes out chunked to an HTTP/1.1 client, and until the connection
+/// closes to an HTTP/1.0 one; of a known length, as it is, after its Content-Length.
+pub struct Streamed {
+    pub from: Box<dyn std::io::Read>,
+    pub len: Option<u64>,
+    /// Bytes of it sent so far (its framing left out).
+    pub sent: u64,
+}
+
+impl Streamed {
+    /// A body read from `from` as it is sent; `len`: its length, when known.
+    pub fn body(from: Box<dyn std::io::Read>, len: Option<u64>) -> Body {
+        Body::Stream(Box::new(Streamed { from, len, sent: 0 }))
+    }
 }
 
 impl Body {
+    /// The body's length, when it is known before it is sent.
+    pub fn length(&self) -> Option<u64> {
+        match self {
+            Body::Stream(s) => s.len,
+            _ => Some(self.len()),
+        }
+    }
+
+    /// The bytes of the body sent (all of a body known whole, as much of a stream as
+    /// went out).
+    pub fn sent(&self) -> u64 {
+        match self {
+            Body::Stream(s) => s.sent,
+            _ => self.len(),
+        }
+    }
+
+    /// The body's length (0 for a stream of unknown length).
     pub fn len(&self) -> u64 {
         match self {
+            Body::Stream(s) => s.len.unwrap_or(0),
             Body::None => 0,
             Body::Owned(v) => v.len() as u64,
             Body::Mapped { start, end, .. } => (end - start) as u64,
@@ -149,6 +187,21 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// The line that opens a chunk of `len` bytes (`len` in hex, then CRLF), in `out`.
+pub fn chunk_line(len: usize, out: &mut [u8; 18]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for i in 0..digits {
+        out[digits - 1 - i] = HEX[(len >> (4 * i)) & 0xf];
+    }
+    out[digits] = b'\r';
+    out[digits + 1] = b'\n';
+    &out[..digits + 2]
+}
+
+/// The last chunk and the end of a chunked body (no trailers).
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
 /// Statuses that never carry a body (RFC 9110 §6.4.1).
 pub fn bodiless(status: u16) -> bool {
     status == 204 || status == 304 || (100..200).contains(&status)
@@ -175,10 +228,16 @@ pub fn write_head(
     head.extend_from_slice(server.as_bytes());
     head.extend_from_slice(b"\r\n");
     head.extend_from_slice(reply.headers);
-    if !bodiless(reply.status) {
-        head.extend_from_slice(b"Content-Length: ");
-        text::push_int(head, body.len());
-        head.extend_from_slice(b"\r\n");
+    match body.length() {
+        _ if bodiless(reply.status) => {}
+        Some(len) => {
+            head.extend_from_slice(b"Content-Length: ");
+            text::push_int(head, len);
+            head.extend_from_slice(b"\r\n");
+        }
+        None if http11 => head.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        // HTTP/1.0: the body ends with the connection.
+        None => {}
     }
     if !keep_alive {
         head.extend_from_slice(b"Connection: close\r\n");
@@ -209,6 +268,32 @@ mod tests {
         assert_eq!(r.status, 405);
         assert_eq!(&r.headers[..], &b"Content-Type: text/html; charset=utf-8\r\nAllow: GET, HEAD, OPTIONS\r\n"[..]);
         assert!(bodiless(304) && bodiless(204) && !bodiless(200));
+    }
+
+    #[test]
+    fn chunk_lines_are_hex_sizes() {
+        let mut out = [0u8; 18];
+        assert_eq!(chunk_line(0, &mut out), b"0\r\n");
+        assert_eq!(chunk_line(10, &mut out), b"a\r\n");
+        assert_eq!(chunk_line(16 * 1024, &mut out), b"4000\r\n");
+        assert_eq!(chunk_line(usize::MAX, &mut out), b"ffffffffffffffff\r\n");
+    }
+
+    #[test]
+    fn a_body_of_unknown_length_is_chunked_or_ends_with_the_connection() {
+        let (mut extra, mut head) = (Vec::new(), Vec::new());
+        let r = Reply::new(&mut extra);
+        let body = Streamed::body(Box::new(std::io::empty()), None);
+        write_head(&mut head, "d", "pika", &r, &body, true, true);
+        let text = String::from_utf8_lossy(&head);
+        assert!(text.contains("Transfer-Encoding: chunked\r\n") && !text.contains("Content-Length"), "{text}");
+        write_head(&mut head, "d", "pika", &r, &body, false, false);
+        let text = String::from_utf8_lossy(&head);
+        assert!(!text.contains("Transfer-Encoding") && !text.contains("Content-Length"), "{text}");
+        assert!(text.contains("Connection: close"), "{text}");
+        let known = Streamed::body(Box::new(std::io::empty()), Some(7));
+        write_head(&mut head, "d", "pika", &r, &known, true, true);
+        assert!(String::from_utf8_lossy(&head).contains("Content-Length: 7\r\n"));
     }
 
     #[test]

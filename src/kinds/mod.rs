@@ -1,5 +1,5 @@
 //! Location kinds: what answers at a `[[vhost.location]]` (files, the status page,
-//! the health check, the metrics, CGI scripts, a FastCGI application). Each kind is one module that owns its keys: it
+//! the health check, the metrics, CGI scripts, a FastCGI application, the echo). Each kind is one module that owns its keys: it
 //! reads and checks them from the location's table, shows them (`pika -T`), and
 //! builds its handler when a worker opens its sites. `config/vhost.rs`,
 //! `config/show.rs` and `site.rs` only call [`Kind::read`], [`Kind::show`] and
@@ -12,6 +12,7 @@
 //! a test checks both have every key).
 
 pub mod cgi;
+pub mod echo;
 pub mod fastcgi;
 pub mod files;
 pub mod health;
@@ -46,14 +47,17 @@ pub enum Kind {
     Cgi(Box<crate::gateway::CgiConfig>),
     /// Scripts a FastCGI application runs (`fastcgi`).
     FastCgi(Box<crate::gateway::FastCgiConfig>),
+    /// The request's body sent back (`echo = true`).
+    Echo,
 }
 
 /// The kinds other than files: the key that chooses each (set to true), and what a
 /// message says of it.
-pub const CHOSEN: [(&str, &str); 3] = [
+pub const CHOSEN: [(&str, &str); 4] = [
     (status::KEY, "status = true serves the status page"),
     (health::KEY, "health = true answers health checks"),
     (metrics::KEY, "metrics = true serves the metrics"),
+    (echo::KEY, "echo = true sends request bodies back"),
 ];
 
 /// Every kind's keys, as the config writes them.
@@ -126,8 +130,8 @@ impl Kind {
             if chosen.is_some() {
                 return Err(r.ctx.error(
                     r.at.clone(),
-                    "a location is one of the status page (status = true), the health check (health = true) \
-                     or the metrics (metrics = true), not two",
+                    "a location is one of the status page (status = true), the health check (health = true), \
+                     the metrics (metrics = true) or the echo (echo = true), not two",
                 ));
             }
             chosen = Some((key, what));
@@ -144,6 +148,7 @@ impl Kind {
         Ok(match key {
             status::KEY => Kind::Status,
             health::KEY => Kind::Health,
+            echo::KEY => Kind::Echo,
             _ => Kind::Metrics,
         })
     }
@@ -157,6 +162,7 @@ impl Kind {
             Kind::Metrics => metrics::show(t),
             Kind::Cgi(c) => cgi::show(c, t),
             Kind::FastCgi(f) => fastcgi::show(f, t),
+            Kind::Echo => echo::show(t),
         }
     }
 
@@ -165,7 +171,7 @@ impl Kind {
         match self {
             Kind::Status => status::rules(config),
             Kind::Metrics => metrics::rules(config),
-            Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) => Rules::default(),
+            Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo => Rules::default(),
         }
     }
 
@@ -185,6 +191,7 @@ impl Kind {
             Kind::Metrics => metrics::build(b),
             Kind::Cgi(c) => cgi::build(c, at, b)?,
             Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
+            Kind::Echo => echo::build(),
         })
     }
 
@@ -194,7 +201,7 @@ impl Kind {
             Kind::Files(f) => Some(&f.dir),
             Kind::Cgi(c) => Some(&c.dir),
             Kind::FastCgi(f) => Some(&f.dir),
-            Kind::Status | Kind::Health | Kind::Metrics => None,
+            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => None,
         }
     }
 
@@ -204,7 +211,7 @@ impl Kind {
             Kind::Files(f) => f.dir = inside(&f.dir),
             Kind::Cgi(c) => c.dir = inside(&c.dir),
             Kind::FastCgi(f) => f.dir = inside(&f.dir),
-            Kind::Status | Kind::Health | Kind::Metrics => {}
+            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => {}
         }
     }
 }

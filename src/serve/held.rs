@@ -1,19 +1,29 @@
 //! A connection between its requests, as a worker holds it in its set: the socket,
-//! what is known of the client ([`Conn`]), the bytes of its next request read so
-//! far, what it waits for (a PROXY header, a head, the end of a lingering close)
-//! with its deadline, and on a TLS listener its session.
+//! what is known of the client ([`Conn`]), what it speaks under HTTP ([`Layer`]: the
+//! TLS session rides here), and its phase: what it waits for, with the bytes read so
+//! far and the moment the wait began.
+//!
+//! The phases a connection goes through (`Phase`): on a `proxy_protocol`
+//! listener first its PROXY header; on a TLS listener its handshake; then a head
+//! (the first is counted from the accept, the later ones from their first byte);
+//! for a location that reads bodies, the rest of its request's body; between
+//! requests idle (nothing of the next one read); at the end perhaps a
+//! lingering close. Only the request cycle ([`super::connection`]) moves a connection
+//! from one phase to the next; the worker asks when its wait runs out
+//! ([`Held::deadline_ms`]) and whether it may leave this process
+//! ([`Held::can_hand_over`]).
 
 use std::net::{SocketAddr, TcpStream};
 
-use super::input::Input;
+use super::input::{Buffer, Input};
 use super::transport::Transport;
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
+use crate::gateway::incoming::Incoming;
 use crate::http::request::HttpError;
 use crate::tls::stream::Session;
 
-/// What is known of one connection between its requests: owned by the caller, so a
-/// connection can be put aside between two requests and taken up again.
+/// What is known of one connection between its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conn {
     /// The client: the socket's peer, or the one a PROXY protocol header named.
@@ -24,13 +34,11 @@ pub struct Conn {
     pub local_port: u16,
     /// Requests read on it so far.
     pub requests: u64,
-    /// It carried the master's internal dummy request.
-    pub internal: bool,
 }
 
 impl Conn {
     pub fn new(peer: SocketAddr, local_port: u16) -> Conn {
-        Conn { peer, balancer: None, local_port, requests: 0, internal: false }
+        Conn { peer, balancer: None, local_port, requests: 0 }
     }
 
     /// The socket's peer: the balancer that sent a PROXY header, or the client.
@@ -43,26 +51,18 @@ impl Conn {
 /// lingering close is 2 s too).
 const LINGER_MS: u64 = 2000;
 
-/// A connection the worker holds: the socket, what is known of it, and the bytes
-/// read but not used yet (the start of its next request).
+/// A connection the worker holds.
 pub struct Held {
-    pub stream: TcpStream,
-    pub conn: Conn,
-    pub(super) pending: Vec<u8>,
-    pub(super) phase: Phase,
-    /// When the current wait began (`clock::now_ms`): the last answer for an idle
-    /// connection, the first byte of a head that came in part, the accept for a new
-    /// one, the start of a lingering close.
-    pub(super) since_ms: u64,
+    pub(super) stream: TcpStream,
+    pub(super) conn: Conn,
     pub(super) layer: Layer,
-    /// A request body being read (the request waits for it whole, in the set).
-    pub(super) body: Option<Box<crate::gateway::incoming::Incoming>>,
+    pub(super) wait: Wait,
 }
 
 /// What a connection speaks under HTTP.
 pub(super) enum Layer {
     Plain,
-    /// Accepted on a TLS listener (boxed: a plain connection stays a hundred bytes).
+    /// Accepted on a TLS listener (boxed: a plain connection stays small).
     Tls(Box<Session>),
     /// Accepted on a TLS listener, and the client sent a plain HTTP request: it is
     /// answered 400, in plain text, as nginx does (a hang or a reset would tell the
@@ -73,39 +73,89 @@ pub(super) enum Layer {
 /// The answer to plain HTTP on a TLS port (nginx's words).
 pub(super) const PLAIN_ON_TLS_PORT: HttpError = HttpError::BadRequest("The plain HTTP request was sent to HTTPS port.");
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a connection waits for, and since when.
+pub(super) struct Wait {
+    pub(super) phase: Phase,
+    /// When the wait began (`clock::now_ms`): the accept for a new connection, the
+    /// first byte of a head on a kept-alive one, the last answer for an idle one,
+    /// the start of a lingering close.
+    since_ms: u64,
+}
+
+/// A connection's phase between two turns of the worker's loop.
 pub(super) enum Phase {
-    /// Waiting for (the rest of) a PROXY protocol header, before the first head.
-    Proxy,
-    /// Waiting for (the rest of) a head.
-    Waiting,
+    /// Its PROXY protocol header, before anything else (the bytes of it so far).
+    Proxy(Buffer),
+    /// On a TLS listener: the handshake, from the first byte until it is done.
+    Handshaking,
+    /// A request head: the first (from the accept), or one begun (from its first
+    /// byte). The bytes of it so far, and any pipelined requests after it.
+    Head(Buffer),
+    /// The rest of a request body, read by the event loop for a location that reads
+    /// bodies (`body_timeout`, longer by what `body_min_rate` earns); the request is
+    /// served once it is whole.
+    Body(Box<Incoming>),
+    /// Between requests, nothing of the next one read (`keepalive_timeout`).
+    Idle,
     /// Shut for writing; what still comes is read and dropped.
     Lingering { drained: usize },
 }
 
-/// What the worker does with a connection after
-/// [`Server::serve_ready`](super::connection::Server::serve_ready).
+impl Wait {
+    fn new(phase: Phase) -> Wait {
+        Wait { phase, since_ms: now_ms() }
+    }
+
+    /// Moves to `phase`. The clock starts again when a wait of another kind begins:
+    /// idle after an answer, a head on an idle connection, a lingering close. The
+    /// first head keeps the accept's moment through the PROXY header and handshake.
+    pub(super) fn enter(&mut self, phase: Phase) {
+        let restart =
+            matches!((&self.phase, &phase), (_, Phase::Idle | Phase::Lingering { .. }) | (Phase::Idle, Phase::Head(_)));
+        if restart {
+            self.since_ms = now_ms();
+        }
+        self.phase = phase;
+    }
+
+    /// Takes the bytes this phase holds, for a turn ([`Input::begin`]).
+    pub(super) fn take_buffer(&mut self) -> Buffer {
+        match &mut self.phase {
+            Phase::Proxy(b) | Phase::Head(b) => std::mem::take(b),
+            _ => Buffer::default(),
+        }
+    }
+
+    /// Gives back what a turn left unread ([`Input::end`]): the rest of a PROXY
+    /// header or a head; bytes on an idle connection begin a head.
+    pub(super) fn keep(&mut self, unread: Buffer) {
+        match &mut self.phase {
+            Phase::Proxy(b) | Phase::Head(b) => *b = unread,
+            Phase::Idle | Phase::Handshaking if !unread.is_empty() => self.enter(Phase::Head(unread)),
+            _ => {}
+        }
+    }
+}
+
+/// What the worker does with a connection after a turn on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     /// Keep it in the set until it has input (or its deadline).
     Park,
     /// A whole request is already buffered: serve it again after the others.
     Again,
+    /// It lingers in the set, shut for writing, until the client closes or
+    /// `LINGER_MS` pass (the worker parks it like any other).
+    Linger,
     Close,
 }
 
 impl Held {
-    /// A connection just accepted.
-    pub fn new(stream: TcpStream, peer: SocketAddr, local_port: u16) -> Held {
-        Held {
-            stream,
-            body: None,
-            conn: Conn::new(peer, local_port),
-            pending: Vec::new(),
-            phase: Phase::Waiting,
-            since_ms: now_ms(),
-            layer: Layer::Plain,
-        }
+    /// A connection just accepted; `proxy`: its listener expects a PROXY protocol
+    /// header first.
+    pub fn new(stream: TcpStream, peer: SocketAddr, local_port: u16, proxy: bool) -> Held {
+        let phase = if proxy { Phase::Proxy(Buffer::default()) } else { Phase::Head(Buffer::default()) };
+        Held { stream, conn: Conn::new(peer, local_port), layer: Layer::Plain, wait: Wait::new(phase) }
     }
 
     /// A connection just accepted on a TLS listener: its handshake begins with its
@@ -114,76 +164,88 @@ impl Held {
         stream: TcpStream,
         peer: SocketAddr,
         local_port: u16,
+        proxy: bool,
         tls: &std::sync::Arc<rustls::ServerConfig>,
     ) -> Result<Held, rustls::Error> {
-        let mut held = Held::new(stream, peer, local_port);
+        let mut held = Held::new(stream, peer, local_port, proxy);
         held.layer = Layer::Tls(Box::new(Session::new(tls)?));
+        if !proxy {
+            held.wait.phase = Phase::Handshaking;
+        }
         Ok(held)
     }
 
-    /// Whether another worker can take this connection over: a plain one can (its
-    /// state is what `handover::Meta` carries); a TLS session's state lives in this
-    /// process (and a TLS port's plain-HTTP connection must stay refused).
-    pub fn can_hand_over(&self) -> bool {
-        matches!(self.layer, Layer::Plain) && self.body.is_none()
-    }
-
-    /// Between two requests: a request served, nothing of the next one read.
-    pub fn between_requests(&self) -> bool {
-        self.conn.requests > 0 && self.pending.is_empty() && self.body.is_none() && !self.lingering()
-    }
-
-    /// A connection that starts with a PROXY protocol header (the listener says so):
-    /// it is read before the first head, within `header_timeout`.
-    pub fn expect_proxy_header(mut self) -> Held {
-        self.phase = Phase::Proxy;
-        self
-    }
-
-    /// Still waiting for its PROXY protocol header.
-    pub fn awaiting_proxy_header(&self) -> bool {
-        self.phase == Phase::Proxy
-    }
-
-    /// A connection taken over from another worker, waiting since `waited_ms` ago.
+    /// A connection taken over from another worker, with the bytes of its next
+    /// request read so far (`pending`), waiting since `waited_ms` ago.
     pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
+        let phase =
+            if pending.is_empty() && conn.requests > 0 { Phase::Idle } else { Phase::Head(Buffer::holding(pending)) };
         let since_ms = now_ms().saturating_sub(waited_ms);
-        Held { stream, conn, pending, phase: Phase::Waiting, since_ms, layer: Layer::Plain, body: None }
+        Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms } }
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    pub fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// Whether another worker can take this connection over now: a plain one waiting
+    /// for a head or idle can (its state is what `handover::Meta` carries), with at
+    /// most `max_pending` bytes read of its next request. A TLS session's state lives
+    /// in this process (and a TLS port's plain-HTTP connection must stay refused); a
+    /// connection owing its PROXY header finishes it here, so the header's client
+    /// always travels with it; a lingering close ends here.
+    pub fn can_hand_over(&self, max_pending: usize) -> bool {
+        matches!(self.layer, Layer::Plain)
+            && match &self.wait.phase {
+                Phase::Idle => true,
+                Phase::Head(b) => b.unread().len() <= max_pending,
+                _ => false,
+            }
     }
 
     /// Bytes of the next request already read.
     pub fn pending(&self) -> &[u8] {
-        &self.pending
+        match &self.wait.phase {
+            Phase::Head(b) => b.unread(),
+            _ => &[],
+        }
     }
 
     /// Milliseconds since the current wait began.
     pub fn waited_ms(&self) -> u64 {
-        now_ms().saturating_sub(self.since_ms)
+        now_ms().saturating_sub(self.wait.since_ms)
+    }
+
+    /// Between requests with nothing of the next read: may be closed at a request
+    /// boundary.
+    pub fn idle(&self) -> bool {
+        matches!(self.wait.phase, Phase::Idle)
     }
 
     pub fn lingering(&self) -> bool {
-        matches!(self.phase, Phase::Lingering { .. })
+        matches!(self.wait.phase, Phase::Lingering { .. })
     }
 
-    /// When its current wait runs out: `header_timeout` for a head (counted from the
-    /// accept for the first one, from its first byte for later ones),
-    /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
+    /// When its current wait runs out: `header_timeout` for a PROXY header, a
+    /// handshake or a head, `keepalive_timeout` between requests, `LINGER_MS` for a
+    /// lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
-        if let Some(body) = &self.body {
-            return body.deadline_ms(http.body_timeout, http.body_min_rate);
-        }
-        let wait = match self.phase {
+        let wait = match &self.wait.phase {
+            Phase::Body(body) => return body.deadline_ms(http.body_timeout, http.body_min_rate),
             Phase::Lingering { .. } => LINGER_MS,
-            Phase::Waiting if self.conn.requests > 0 && self.pending.is_empty() => {
-                http.keepalive_timeout.as_millis() as u64
-            }
-            Phase::Waiting | Phase::Proxy => http.header_timeout.as_millis() as u64,
+            Phase::Idle => http.keepalive_timeout.as_millis() as u64,
+            Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,
         };
-        self.since_ms.saturating_add(wait)
+        self.wait.since_ms.saturating_add(wait)
     }
 
     /// Shuts our side and lingers: what the client still sends is dropped (a TLS
     /// session says `close_notify` first; what follows is dropped undecrypted).
+    /// [`Next::Close`] if the client has closed already.
     pub(super) fn linger(&mut self, input: &mut Input) -> Next {
         if let Layer::Tls(s) = &mut self.layer {
             s.close(&self.stream);
@@ -191,14 +253,11 @@ impl Held {
         let mut t = &self.stream;
         t.shutdown_write();
         let mut drained = 0;
-        // The client may have closed already.
         if input.drain(&mut t, &mut drained) {
             return Next::Close;
         }
-        self.phase = Phase::Lingering { drained };
-        self.since_ms = now_ms();
-        self.pending.clear();
-        Next::Park
+        self.wait.enter(Phase::Lingering { drained });
+        Next::Linger
     }
 }
 

@@ -4,9 +4,11 @@
 //! A worker holds many connections and serves whichever has a whole head
 //! (`worker::events`), so reads only take what has arrived: [`Input::try_head`] says
 //! whether a whole head is there yet, and the bytes of one that is not stay with
-//! their connection ([`Input::unread`]) until more come. [`Input::drop_body`] drops a
-//! request body that is all there (none of pika's answers needs one) or says that it
-//! is not, and the answer closes the connection; [`Input::drain`] reads and drops
+//! their connection ([`Input::unread`], then the connection's own [`Buffer`]) until
+//! more come. [`Input::drop_body`] drops a request body that is all there (for the
+//! locations that need none) or says that it is not, and the answer closes the
+//! connection; a body a location reads is taken from here by the event loop
+//! ([`Input::consume`], [`Input::read_more`]); [`Input::drain`] reads and drops
 //! what a closing client still sends, so it reads our answer rather than a reset.
 //! Everything goes through a [`Transport`], so unit tests and the `framing` fuzz
 //! target run this code on bytes in memory.
@@ -50,37 +52,82 @@ pub enum ProxyFail {
     Invalid(proxy_protocol::ProxyError),
 }
 
-/// The read side of a connection: the buffer and what is in it.
-pub struct Input {
-    /// Starts at [`INPUT_START`] bytes and grows (doubling) to `limit`: the largest
-    /// head plus room for the start of a pipelined one (and, to drop a body, up to
-    /// [`DROP_MAX`] more).
-    buf: Vec<u8>,
-    limit: usize,
-    limits: Limits,
-    /// Unread bytes are `buf[start..end]`.
+/// A connection's own bytes read and not used yet (a head in part, pipelined
+/// requests): moved between the connection and the worker's [`Input`], never copied.
+/// Unread bytes are `bytes[start..end]`; an empty one owns no memory.
+#[derive(Debug, Default)]
+pub struct Buffer {
+    bytes: Vec<u8>,
     start: usize,
     end: usize,
+}
+
+impl Buffer {
+    /// A buffer holding `unread` (a connection taken over from another worker).
+    pub fn holding(unread: Vec<u8>) -> Buffer {
+        let end = unread.len();
+        Buffer { bytes: unread, start: 0, end }
+    }
+
+    /// The bytes read and not used yet.
+    pub fn unread(&self) -> &[u8] {
+        &self.bytes[self.start..self.end]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// The read side of the connection being served: its [`Buffer`] for the turn, and
+/// what is known of the request in it.
+pub struct Input {
+    /// Grows (doubling from [`INPUT_START`] bytes) to `limit`: the largest head plus
+    /// room for the start of a pipelined one (and, to drop a body, up to
+    /// [`DROP_MAX`] more).
+    buf: Buffer,
+    /// A buffer to serve the next connection with when this one keeps `buf`.
+    spare: Vec<u8>,
+    limit: usize,
+    limits: Limits,
     /// Bytes of the current request read so far (head and body).
     bytes_in: u64,
 }
 
 impl Input {
-    /// A buffer for heads within `limits`.
+    /// A reader for heads within `limits`.
     pub fn new(limits: Limits) -> Input {
         let limit = limits.max_header_size + PIPELINE_ROOM;
-        Input { buf: vec![0; INPUT_START.min(limit)], limit, limits, start: 0, end: 0, bytes_in: 0 }
+        let buf = Buffer { bytes: vec![0; INPUT_START.min(limit)], start: 0, end: 0 };
+        Input { buf, spare: Vec::new(), limit, limits, bytes_in: 0 }
     }
 
-    /// Takes up a connection whose earlier reads left `pending` unused.
-    pub fn begin(&mut self, pending: &[u8]) {
-        if self.buf.len() < pending.len() {
-            self.buf.resize(pending.len(), 0);
+    /// Takes up a connection with the bytes its earlier turns left (`held`, moved
+    /// in; none: the worker's own buffer serves).
+    pub fn begin(&mut self, held: Buffer) {
+        if held.is_empty() {
+            self.buf.start = 0;
+            self.buf.end = 0;
+        } else {
+            let own = std::mem::replace(&mut self.buf, held);
+            if own.bytes.capacity() > self.spare.capacity() {
+                self.spare = own.bytes;
+            }
         }
-        self.buf[..pending.len()].copy_from_slice(pending);
-        self.start = 0;
-        self.end = pending.len();
         self.bytes_in = 0;
+    }
+
+    /// Ends the turn: the unread bytes, in the buffer that holds them, go with the
+    /// connection (an empty [`Buffer`] when there are none: the worker keeps its own).
+    pub fn end(&mut self) -> Buffer {
+        if self.buf.is_empty() {
+            return Buffer::default();
+        }
+        let mut next = std::mem::take(&mut self.spare);
+        if next.len() < INPUT_START.min(self.limit) {
+            next.resize(INPUT_START.min(self.limit), 0);
+        }
+        std::mem::replace(&mut self.buf, Buffer { bytes: next, start: 0, end: 0 })
     }
 
     /// Bytes of the current request read so far (head and body).
@@ -90,52 +137,65 @@ impl Input {
 
     /// True if bytes the client sent are still unread.
     pub fn has_unread(&self) -> bool {
-        self.start < self.end
+        self.buf.start < self.buf.end
     }
 
     /// The bytes read from the transport and not yet used.
     pub fn unread(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        &self.buf.bytes[self.buf.start..self.buf.end]
+    }
+
+    /// Where the unread bytes end (a [`Input::take_head`] of all of them).
+    pub fn unread_end(&self) -> usize {
+        self.buf.end
+    }
+
+    /// Takes the unread bytes out (a TLS connection's first records, read with its
+    /// PROXY header).
+    pub fn take_unread(&mut self) -> Vec<u8> {
+        let bytes = self.unread().to_vec();
+        self.buf.start = self.buf.end;
+        bytes
     }
 
     /// The request line of what is buffered (for a head refused before it was
     /// complete).
     pub fn pending_line(&self) -> &[u8] {
-        request::request_line(&self.buf[self.start..self.end])
+        request::request_line(&self.buf.bytes[self.buf.start..self.buf.end])
     }
 
     /// Takes the head that ends at `head_end` (from [`Input::try_head`]) out of the
     /// buffer, counting it as this request's first bytes.
     pub fn take_head(&mut self, head_end: usize) -> &[u8] {
-        let head = &self.buf[self.start..head_end];
+        let head = &self.buf.bytes[self.buf.start..head_end];
         self.bytes_in = head.len() as u64;
-        self.start = head_end;
+        self.buf.start = head_end;
         head
     }
 
     /// Reads what has arrived into the buffer, up to `cap` bytes of it in all;
     /// `Ok(0)` is end of stream, `WouldBlock` nothing more yet.
     fn fill(&mut self, t: &mut impl Transport, cap: usize) -> io::Result<usize> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        } else if self.end == self.buf.len() && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
+        if self.buf.start == self.buf.end {
+            self.buf.start = 0;
+            self.buf.end = 0;
+        } else if self.buf.end == self.buf.bytes.len() && self.buf.start > 0 {
+            self.buf.bytes.copy_within(self.buf.start..self.buf.end, 0);
+            self.buf.end -= self.buf.start;
+            self.buf.start = 0;
         }
-        if self.end == self.buf.len() && self.buf.len() < cap {
+        if self.buf.end == self.buf.bytes.len() && self.buf.bytes.len() < cap {
             // More than the buffer holds so far: grow it, up to the cap.
-            let grown = (self.buf.len() * 2).min(cap);
-            self.buf.resize(grown, 0);
+            let grown = (self.buf.bytes.len() * 2).min(cap);
+            self.buf.bytes.resize(grown, 0);
         }
-        if self.end == self.buf.len() {
+        if self.buf.end == self.buf.bytes.len() {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
         loop {
-            match t.read(&mut self.buf[self.end..]) {
+            match t.read(&mut self.buf.bytes[self.buf.end..]) {
                 Ok(n) => {
-                    self.end += n;
+                    self.buf.end += n;
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -152,20 +212,20 @@ impl Input {
         let mut scanned = 0;
         self.bytes_in = 0;
         loop {
-            if self.end > self.start {
-                let window = &self.buf[self.start..self.end];
+            if self.buf.end > self.buf.start {
+                let window = &self.buf.bytes[self.buf.start..self.buf.end];
                 if let Some(n) = request::find_head_end(window, scanned) {
-                    return Ok(Some(self.start + n));
+                    return Ok(Some(self.buf.start + n));
                 }
                 scanned = window.len();
                 let refused = match request::check_partial(window, &self.limits) {
                     Err(e) => Some(e),
-                    Ok(()) if self.start == 0 && self.end >= self.limit => Some(HttpError::HeadersTooLarge),
+                    Ok(()) if self.buf.start == 0 && self.buf.end >= self.limit => Some(HttpError::HeadersTooLarge),
                     Ok(()) => None,
                 };
                 if let Some(e) = refused {
                     // What came of a head that is refused counts as its bytes in.
-                    self.bytes_in = (self.end - self.start) as u64;
+                    self.bytes_in = (self.buf.end - self.buf.start) as u64;
                     return Err(HeadError::Http(e));
                 }
             }
@@ -180,8 +240,8 @@ impl Input {
 
     /// Counts `n` bytes taken from [`Input::unread`] (a request body's) as read.
     pub fn consume(&mut self, n: usize) {
-        debug_assert!(n <= self.end - self.start);
-        self.start += n;
+        debug_assert!(n <= self.buf.end - self.buf.start);
+        self.buf.start += n;
         self.bytes_in += n as u64;
     }
 
@@ -203,9 +263,9 @@ impl Input {
     pub fn try_proxy_header(&mut self, t: &mut impl Transport) -> Result<Option<proxy_protocol::Header>, ProxyFail> {
         let cap = self.limit.max(proxy_protocol::MAX_HEADER);
         loop {
-            match proxy_protocol::parse(&self.buf[self.start..self.end]) {
+            match proxy_protocol::parse(&self.buf.bytes[self.buf.start..self.buf.end]) {
                 Ok(Some((len, header))) => {
-                    self.start += len;
+                    self.buf.start += len;
                     return Ok(Some(header));
                 }
                 Ok(None) => {}
@@ -231,9 +291,9 @@ impl Input {
         }
         let cap = self.limit + DROP_MAX;
         loop {
-            let buffered = &self.buf[self.start..self.end];
+            let buffered = &self.buf.bytes[self.buf.start..self.buf.end];
             if let Some(n) = body::buffered_len(buffered, req.framing, max)? {
-                self.start += n;
+                self.buf.start += n;
                 self.bytes_in += n as u64;
                 return Ok(true);
             }
@@ -256,10 +316,10 @@ impl Input {
     /// writing). True when done with it: it closed, broke, or sent `LINGER_BYTES`
     /// in all (`drained` counts them).
     pub fn drain(&mut self, t: &mut impl Transport, drained: &mut usize) -> bool {
-        self.start = 0;
-        self.end = 0;
+        self.buf.start = 0;
+        self.buf.end = 0;
         loop {
-            match t.read(&mut self.buf[..]) {
+            match t.read(&mut self.buf.bytes[..]) {
                 Ok(0) => return true,
                 Ok(n) => {
                     *drained += n;
@@ -291,7 +351,7 @@ mod tests {
     fn one_request(stream: &[u8], piece: usize) -> Result<Vec<u8>, String> {
         let mut t = Memory::new(stream, piece);
         let mut input = Input::new(LIMITS);
-        input.begin(b"");
+        input.begin(Buffer::default());
         let end = loop {
             match input.try_head(&mut t).map_err(|e| format!("{e:?}"))? {
                 Some(end) => break end,
@@ -350,13 +410,13 @@ mod tests {
         let mut t = Memory::new(b"GET / HTTP/1.1\r\nHost: a\r\n", 4096);
         t.pieces.push_back(Vec::new());
         let mut input = Input::new(LIMITS);
-        input.begin(b"");
+        input.begin(Buffer::default());
         assert_eq!(input.try_head(&mut t), Ok(None), "half a head: not yet");
         assert_eq!(input.unread(), b"GET / HTTP/1.1\r\nHost: a\r\n", "kept for later");
         assert_eq!(input.try_head(&mut t), Err(HeadError::Quiet), "the client closed halfway");
         let long = [b"GET /".as_slice(), &[b'a'; 9000]].concat();
         let mut t = Memory::new(&long, 4096);
-        input.begin(b"");
+        input.begin(Buffer::default());
         let e = loop {
             match input.try_head(&mut t) {
                 Ok(None) => continue,
@@ -370,7 +430,7 @@ mod tests {
     #[test]
     fn a_held_connection_resumes_with_its_pending_bytes() {
         let mut input = Input::new(LIMITS);
-        input.begin(b"GET / HTTP/1.1\r\nHo");
+        input.begin(Buffer::holding(b"GET / HTTP/1.1\r\nHo".to_vec()));
         let mut t = Memory::new(b"st: a\r\n\r\n", 4096);
         let end = input.try_head(&mut t).unwrap().expect("whole now");
         assert_eq!(input.take_head(end), b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -385,7 +445,7 @@ mod tests {
             let stream = [&header[..], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"].concat();
             let mut t = Memory::new(&stream, piece);
             let mut input = Input::new(LIMITS);
-            input.begin(b"");
+            input.begin(Buffer::default());
             // Memory never blocks: the header is whole after one call.
             let got = input.try_proxy_header(&mut t).unwrap().expect("a whole header");
             assert_eq!(got.source, Some(peer));
@@ -400,12 +460,12 @@ mod tests {
         let mut t = Memory::new(&header[..9], 4096);
         t.pieces.push_back(Vec::new());
         let mut input = Input::new(LIMITS);
-        input.begin(b"");
+        input.begin(Buffer::default());
         assert_eq!(input.try_proxy_header(&mut t), Ok(None));
         assert_eq!(input.unread(), &header[..9]);
         assert_eq!(input.try_proxy_header(&mut t), Err(ProxyFail::Closed { partial: true }));
         let mut t = Memory::new(b"GET / HTTP/1.1\r\n\r\n", 4096);
-        input.begin(b"");
+        input.begin(Buffer::default());
         assert_eq!(input.try_proxy_header(&mut t), Err(ProxyFail::Invalid(ProxyError::BadSignature)));
     }
 
@@ -414,7 +474,7 @@ mod tests {
         let stream = b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok";
         let mut t = Memory::new(stream, 4096);
         let mut input = Input::new(LIMITS);
-        input.begin(b"");
+        input.begin(Buffer::default());
         let end = input.try_head(&mut t).unwrap().unwrap();
         let head = input.take_head(end).to_vec();
         let mut headers = [const { MaybeUninit::uninit() }; 100];

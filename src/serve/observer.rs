@@ -1,6 +1,7 @@
-//! The worker's view into a connection: what the HTTP code tells it (state changes
-//! for the scoreboard, progress for the watchdog) and asks it (must this worker stop
-//! keeping connections alive?), without knowing about processes.
+//! The worker's view into a connection: what the request cycle tells it (state
+//! changes for the scoreboard, progress for the watchdog, what the metrics count) and
+//! asks it (must this worker stop keeping connections alive?), without knowing about
+//! processes.
 
 use std::net::SocketAddr;
 
@@ -25,7 +26,12 @@ pub trait Observer {
     fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
-    /// A write has waited a slice on a client slow to read: the worker may let the
-    /// other connections it holds be served elsewhere meanwhile.
-    fn stalled(&mut self) {}
+}
+
+/// What the worker lends a turn on a connection: its observer, and what to do when a
+/// write to a slow reader has waited a slice (the worker hands its idle connections
+/// to others meanwhile).
+pub struct Hooks<'a> {
+    pub obs: &'a mut dyn Observer,
+    pub stalled: &'a mut dyn FnMut(),
 }

@@ -6,7 +6,7 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 use super::held::Conn;
-use super::observer::{ConnState, Observer};
+use super::observer::{ConnState, Hooks, Observer};
 use super::transport::{Pacer, Transport};
 use crate::config::Config;
 use crate::http::date::DateCache;
@@ -21,8 +21,6 @@ pub(super) struct Output {
     pub(super) logs: AccessLogs,
     pub(super) request_id: u64,
     pub(super) writer: HeadWriter,
-    /// A reply's own header lines, reused.
-    pub(super) extra: Vec<u8>,
 }
 
 /// Makes response heads and sends them with their bodies.
@@ -38,7 +36,9 @@ pub(super) struct HeadWriter {
 pub(super) enum Asked<'a> {
     /// A parsed request, served by vhost number `vhost`, from `client` (the peer,
     /// or the client a trusted forwarder named).
-    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr },
+    /// `cached`: a file was sent, from the worker's cache or not (the metrics count
+    /// which).
+    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr, cached: Option<bool> },
     /// A head refused before or while it was read: only its line is known.
     Refused { line: &'a [u8] },
 }
@@ -71,33 +71,33 @@ impl HeadWriter {
     /// the status wants none. `waiting` when the client has kept the worker waiting
     /// a slice (see [`Pacer`]).
     #[inline(always)]
-    pub(super) fn send(
+    fn send(
         &mut self,
         t: &mut impl Transport,
         mut reply: Reply<'_>,
         start: SystemTime,
-        how: Delivery,
+        mut how: Delivery,
         obs: &mut dyn Observer,
         waiting: &mut dyn FnMut(),
     ) -> Answer {
         obs.state(ConnState::Writing);
-        let body = std::mem::replace(&mut reply.body, Body::None);
+        let mut body = std::mem::replace(&mut reply.body, Body::None);
+        // A body of unknown length ends with the connection where it cannot be
+        // chunked (HTTP/1.0).
+        how.keep_alive &= how.http11 || body.length().is_some();
         let date = self.date.at(start);
         response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
         let send_body = !how.head_only && !response::bodiless(reply.status);
         // Both callbacks reach the observer; they never run at the same time.
         let obs = std::cell::RefCell::new(obs);
         let mut heartbeat = || obs.borrow_mut().heartbeat();
-        let mut stalled = || {
-            waiting();
-            obs.borrow_mut().stalled();
-        };
-        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, &mut stalled);
+        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, waiting);
         if !how.keep_alive {
             t.last_response();
         }
-        let sent = t.send(&self.head, send_body.then_some(&body), &mut pacer);
-        let body_bytes = if send_body { body.len() } else { 0 };
+        let chunked = how.http11 && body.length().is_none();
+        let sent = t.send(&self.head, send_body.then_some(&mut body), chunked, &mut pacer);
+        let body_bytes = if send_body { body.sent() } else { 0 };
         let duration = start.elapsed().unwrap_or_default();
         Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start, duration }
     }
@@ -116,10 +116,60 @@ fn vhost_name(config: &Config, index: usize) -> &str {
 }
 
 impl Output {
+    /// The deliver stage: sends `reply` as `how` says. When the client has kept the
+    /// worker waiting a slice, the access-log records held back are written out (a
+    /// kill or crash while a slow client holds it would lose them) and the worker's
+    /// stall hook runs.
+    #[inline(always)]
+    pub(super) fn deliver(
+        &mut self,
+        t: &mut impl Transport,
+        reply: Reply<'_>,
+        start: SystemTime,
+        how: Delivery,
+        hooks: &mut Hooks<'_>,
+    ) -> Answer {
+        let logs = &mut self.logs;
+        let stalled = &mut *hooks.stalled;
+        let mut waiting = || {
+            logs.waiting();
+            stalled();
+        };
+        self.writer.send(t, reply, start, how, hooks.obs, &mut waiting)
+    }
+
+    /// The account stage: the metrics count the request (not the master's dummy
+    /// requests, which are not traffic), and its access-log record is made.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn account(
+        &mut self,
+        config: &Config,
+        conn: &Conn,
+        asked: &Asked<'_>,
+        answer: &Answer,
+        bytes_in: u64,
+        tls: Option<TlsFields<'_>>,
+        obs: &mut dyn Observer,
+    ) {
+        match *asked {
+            Asked::Request { req, kind, cached, .. } if !kind.internal => {
+                obs.served(&answer.outcome(req.method_str.as_bytes(), cached, false));
+            }
+            Asked::Request { .. } => {}
+            Asked::Refused { line } => {
+                let method = &line[..line.iter().position(|&b| b == b' ').unwrap_or(line.len())];
+                obs.served(&answer.outcome(method, None, true));
+            }
+        }
+        obs.state(ConnState::Logging);
+        self.log(config, conn, asked, answer, bytes_in, tls);
+    }
+
     /// Makes the access-log record of one request and hands it to the logs: the one
     /// place a record is made.
     #[inline(always)]
-    pub(super) fn log(
+    fn log(
         &mut self,
         config: &Config,
         conn: &Conn,
@@ -129,7 +179,7 @@ impl Output {
         tls: Option<TlsFields<'_>>,
     ) {
         let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
-            Asked::Request { req, vhost, kind, client } => {
+            Asked::Request { req, vhost, kind, client, .. } => {
                 let (path, query) = split_query(req.target);
                 (req.line, req.method_str.as_bytes(), path, query, req.protocol(), req.host, vhost, kind, client)
             }

@@ -19,7 +19,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
-use crate::http::response::Body;
+use crate::http::response::{Body, LAST_CHUNK, Streamed, chunk_line};
 use crate::listen::WAIT_SLICE;
 use crate::log::record::TlsFields;
 
@@ -29,9 +29,10 @@ pub trait Transport {
     /// `WouldBlock` nothing yet (the worker's event loop says when more comes).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
 
-    /// Sends a response: `head`, then `body` (None: the head alone), telling `pacer`
-    /// how each write went. Returns the response's bytes sent.
-    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64>;
+    /// Sends a response: `head`, then `body` (None: the head alone; a stream of
+    /// unknown length in chunks if `chunked`, else as it comes), telling `pacer` how
+    /// each write went. Returns the response's bytes sent.
+    fn send(&mut self, head: &[u8], body: Option<&mut Body>, chunked: bool, pacer: &mut Pacer<'_>) -> io::Result<u64>;
 
     /// The next response is the connection's last: a TLS session may end with it
     /// (its `close_notify` leaves in the response's last write).
@@ -137,8 +138,8 @@ impl Transport for &TcpStream {
     }
 
     #[inline(always)]
-    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
-        send(self, head, body, pacer)
+    fn send(&mut self, head: &[u8], body: Option<&mut Body>, chunked: bool, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+        send(self, head, body, chunked, pacer)
     }
 
     fn shutdown_write(&mut self) {
@@ -235,8 +236,8 @@ impl Transport for Memory {
         Ok(n)
     }
 
-    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
-        send(self, head, body, pacer)
+    fn send(&mut self, head: &[u8], body: Option<&mut Body>, chunked: bool, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+        send(self, head, body, chunked, pacer)
     }
 
     fn shutdown_write(&mut self) {
@@ -295,13 +296,24 @@ pub const SEND_CHUNK: usize = 256 * 1024;
 /// Sends head and body (None: the head only) with as few `writev` calls as the
 /// kernel allows, a file body with `sendfile`, telling `pacer` how each call went.
 /// Returns the bytes sent.
-pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+pub fn send(
+    t: &mut impl Stream,
+    head: &[u8],
+    body: Option<&mut Body>,
+    chunked: bool,
+    pacer: &mut Pacer<'_>,
+) -> io::Result<u64> {
     // One slice for the head and one for a body need no allocation; only multipart
     // bodies build a list.
     let mut pair = [IoSlice::new(head), IoSlice::new(&[])];
     let mut many: Vec<IoSlice<'_>>;
     let slices: &mut [IoSlice<'_>] = match body {
         None | Some(Body::None) => &mut pair[..1],
+        Some(Body::Stream(s)) => {
+            write_paced(t, head, pacer)?;
+            let framing = pump(s, chunked, &mut |bytes| write_paced(t, bytes, pacer))?;
+            return Ok(head.len() as u64 + s.sent + framing);
+        }
         Some(Body::File { file, start, end }) => {
             return t.send_head_and_file(head, file, *start, *end, SEND_CHUNK, pacer);
         }
@@ -360,6 +372,63 @@ pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&Body>, pacer: &mut P
     Ok(total)
 }
 
+/// Writes all of `bytes`, telling `pacer` how each write went.
+fn write_paced(t: &mut impl Stream, mut bytes: &[u8], pacer: &mut Pacer<'_>) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match t.write_vectored(&[IoSlice::new(bytes)]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                bytes = &bytes[n..];
+                pacer.sent();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => pacer.stalled(e)?,
+        }
+    }
+    Ok(())
+}
+
+/// Bytes read from a stream's source at a time (a TLS record's worth).
+const PUMP_PIECE: usize = 16 * 1024;
+
+/// Reads a streamed body to its end and hands it to `put` as it comes: each piece
+/// as a chunk when `chunked` (then the last chunk), else as it is. A body of a
+/// known length must be that long. Returns the bytes of framing added.
+pub fn pump(s: &mut Streamed, chunked: bool, put: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<u64> {
+    let mut piece = vec![0u8; PUMP_PIECE];
+    let mut framing = 0;
+    loop {
+        let n = match s.from.read(&mut piece) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        if chunked {
+            let mut line = [0u8; 18];
+            let line = chunk_line(n, &mut line);
+            put(line)?;
+            put(&piece[..n])?;
+            put(b"\r\n")?;
+            framing += line.len() as u64 + 2;
+        } else {
+            put(&piece[..n])?;
+        }
+        s.sent += n as u64;
+    }
+    if s.len.is_some_and(|len| len != s.sent) {
+        // The Content-Length sent promised otherwise: the response cannot be finished.
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    if chunked {
+        put(LAST_CHUNK)?;
+        framing += LAST_CHUNK.len() as u64;
+    }
+    Ok(framing)
+}
+
 /// A send failed because the file under the body got shorter: the kernel's copy
 /// from a mapping past the new end fails with `EFAULT`, `sendfile` reaches the end
 /// early (see `send_head_and_file`). Not a client going away.
@@ -400,9 +469,9 @@ mod tests {
         let file = std::rc::Rc::new(File::open(&p).unwrap());
         let mut t = Memory::default();
         let mut calls = 0;
-        let body = Body::File { file, start: 5, end: data.len() as u64 };
+        let mut body = Body::File { file, start: 5, end: data.len() as u64 };
         pace(&mut || calls += 1, &mut |p| {
-            let n = send(&mut t, b"HEAD", Some(&body), p).unwrap();
+            let n = send(&mut t, b"HEAD", Some(&mut body), false, p).unwrap();
             assert_eq!(n, 4 + data.len() as u64 - 5);
         });
         assert_eq!(&t.written[..4], b"HEAD");
@@ -410,11 +479,38 @@ mod tests {
         assert_eq!(calls, 3, "one progress per chunk");
 
         let mut t = Memory::default();
-        let big = Body::Owned(data.clone());
+        let mut big = Body::Owned(data.clone());
         pace(&mut || {}, &mut |p| {
-            assert_eq!(send(&mut t, b"H", Some(&big), p).unwrap(), 1 + data.len() as u64);
-            assert_eq!(send(&mut t, b"H", None, p).unwrap(), 1, "the head alone");
+            assert_eq!(send(&mut t, b"H", Some(&mut big), false, p).unwrap(), 1 + data.len() as u64);
+            assert_eq!(send(&mut t, b"H", None, false, p).unwrap(), 1, "the head alone");
         });
         assert_eq!(t.written.len(), 2 + data.len());
+    }
+
+    #[test]
+    fn a_stream_goes_out_in_chunks_or_as_it_comes() {
+        let data: Vec<u8> = (0..PUMP_PIECE + 5).map(|i| (i % 251) as u8).collect();
+        let mut beat = || {};
+        let mut wait = || {};
+        let mut pacer = Pacer::new(std::time::Duration::from_secs(60), &mut beat, &mut wait);
+        let mut t = Memory::default();
+        let mut body = Streamed::body(Box::new(std::io::Cursor::new(data.clone())), None);
+        let n = send(&mut t, b"H", Some(&mut body), true, &mut pacer).unwrap();
+        assert_eq!(n, t.written.len() as u64);
+        let mut want = b"H4000\r\n".to_vec();
+        want.extend_from_slice(&data[..PUMP_PIECE]);
+        want.extend_from_slice(b"\r\n5\r\n");
+        want.extend_from_slice(&data[PUMP_PIECE..]);
+        want.extend_from_slice(b"\r\n0\r\n\r\n");
+        assert!(t.written == want, "two chunks and the last");
+        assert_eq!(body.sent(), data.len() as u64, "the body's bytes, framing left out");
+
+        let mut t = Memory::default();
+        let mut body = Streamed::body(Box::new(std::io::Cursor::new(data.clone())), None);
+        send(&mut t, b"H", Some(&mut body), false, &mut pacer).unwrap();
+        assert!(t.written[1..] == data[..], "close-delimited: the bytes as they are");
+
+        let mut body = Streamed::body(Box::new(std::io::Cursor::new(data.clone())), Some(3));
+        assert!(send(&mut Memory::default(), b"H", Some(&mut body), false, &mut pacer).is_err(), "longer than said");
     }
 }

@@ -29,7 +29,7 @@ use rustls::{ServerConfig, ServerConnection};
 
 use crate::http::response::Body;
 use crate::log::record::TlsFields;
-use crate::serve::transport::{Pacer, Transport, read_now};
+use crate::serve::transport::{Pacer, Transport, pump, read_now};
 
 /// Plaintext bytes per record: TLS's largest, so a response goes out in as few
 /// records (and AEAD calls) as it can.
@@ -375,12 +375,20 @@ impl Transport for TlsStream<'_> {
         }
     }
 
-    fn send(&mut self, head: &[u8], body: Option<&Body>, pacer: &mut Pacer<'_>) -> io::Result<u64> {
+    fn send(
+        &mut self,
+        head: &[u8],
+        mut body: Option<&mut Body>,
+        chunked: bool,
+        pacer: &mut Pacer<'_>,
+    ) -> io::Result<u64> {
         self.stage.clear();
         self.stage.reserve(RECORD);
         self.put(head, pacer)?;
-        match body {
+        let mut framing = 0;
+        match body.as_deref_mut() {
             None | Some(Body::None) => {}
+            Some(Body::Stream(s)) => framing = pump(s, chunked, &mut |bytes| self.put(bytes, pacer))?,
             Some(Body::Owned(v)) => self.put(v, pacer)?,
             Some(Body::Mapped { map, start, end }) => self.put_mapped(&map[*start..*end], pacer)?,
             Some(Body::File { file, start, end }) => self.put_file(file, *start, *end, pacer)?,
@@ -398,7 +406,7 @@ impl Transport for TlsStream<'_> {
             self.conn.send_close_notify();
         }
         self.flush(pacer)?;
-        Ok(head.len() as u64 + body.map_or(0, Body::len))
+        Ok(head.len() as u64 + body.map_or(0, |b| b.sent()) + framing)
     }
 
     fn last_response(&mut self) {
@@ -512,7 +520,7 @@ mod tests {
             (b"<a>".to_vec(), ByteRange { start: 5, end: 9 }),
             (b"<b>".to_vec(), ByteRange { start: 70_000, end: 99_999 }),
         ];
-        let bodies = [
+        let mut bodies = [
             Body::Owned(b"owned".to_vec()),
             Body::Mapped { map: map.clone(), start: 10, end: 40_000 },
             Body::File { file, start: 3, end: 100_000 },
@@ -523,8 +531,8 @@ mod tests {
         {
             let mut beat = || beats += 1;
             let mut pacer = Pacer::new(Duration::from_secs(10), &mut beat, &mut wait);
-            for b in &bodies {
-                let n = t.send(b"HEAD\r\n", Some(b), &mut pacer).unwrap();
+            for b in &mut bodies {
+                let n = t.send(b"HEAD\r\n", Some(b), false, &mut pacer).unwrap();
                 assert_eq!(n, 6 + b.len());
             }
         }
@@ -542,7 +550,7 @@ mod tests {
                     want.extend_from_slice(&data[70_000..]);
                     want.extend_from_slice(b"<end>");
                 }
-                Body::None => {}
+                Body::None | Body::Stream(_) => {}
             }
         }
         drop(t);

@@ -31,10 +31,8 @@
 //! between requests after a second's grace, so no connection is ever closed under a
 //! request on its way. Then the worker exits.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -46,6 +44,7 @@ use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next};
+use crate::serve::observer::Hooks;
 
 /// Event tags above any index into the connection table.
 const LISTENER: u64 = 1 << 62;
@@ -89,10 +88,9 @@ pub(super) struct Loop<'a, 'c> {
     tls: Option<Arc<rustls::ServerConfig>>,
     server: &'a mut Server<'c>,
     obs: &'a mut SlotObserver<'a>,
-    /// Shared with the observer, which hands the idle connections over when a write
-    /// stalls. Borrowed only between requests: a connection being served is taken
-    /// out of the table for that time.
-    parked: Rc<RefCell<Parked>>,
+    /// The connections it holds. One being served is out of the table for that
+    /// time, so a write that stalls can hand the others over ([`Loop::turn`]).
+    parked: Parked,
     listening: bool,
     adopting: bool,
     /// The most connections it holds (`workers.max_connections`, within the
@@ -117,13 +115,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
-        let parked = Rc::new(RefCell::new(Parked {
-            epoll,
-            table: Table::default(),
-            ready: VecDeque::new(),
-            scratch: Vec::new(),
-        }));
-        obs.parked = Some(parked.clone());
+        let parked = Parked { epoll, table: Table::default(), ready: VecDeque::new(), scratch: Vec::new() };
         let mut l = Loop {
             ctx,
             tls,
@@ -143,7 +135,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         l.listen(true)?;
         if let Some(h) = ctx.handover {
             let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
-            l.parked.borrow().epoll.add(h.fd(), ev)?;
+            l.parked.epoll.add(h.fd(), ev)?;
             l.adopting = true;
         }
         Ok(l)
@@ -156,7 +148,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             return;
         }
         let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
-        let epoll = &self.parked.borrow().epoll;
+        let epoll = &self.parked.epoll;
         let done = if on { epoll.add(h.fd(), ev) } else { epoll.delete(h.fd()) };
         if done.is_ok() {
             self.adopting = on;
@@ -169,7 +161,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         if on == self.listening {
             return Ok(());
         }
-        let epoll = &self.parked.borrow().epoll;
+        let epoll = &self.parked.epoll;
         for (i, l) in self.ctx.listeners.list.iter().enumerate() {
             if on {
                 let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, LISTENER + i as u64);
@@ -189,13 +181,13 @@ impl<'a, 'c> Loop<'a, 'c> {
             if self.leaving.is_none() && self.obs.slot.state() != State::Ready {
                 self.obs.slot.set_state(State::Ready);
             }
-            let wait = if self.parked.borrow().ready.is_empty() {
+            let wait = if self.parked.ready.is_empty() {
                 self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
             } else {
                 0
             };
             let timeout = EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO);
-            let waited = self.parked.borrow().epoll.wait(&mut events, timeout);
+            let waited = self.parked.epoll.wait(&mut events, timeout);
             let n = match waited {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => 0,
@@ -220,9 +212,9 @@ impl<'a, 'c> Loop<'a, 'c> {
                 }
             }
             // Pipelined requests already buffered: one burst each, in turn.
-            let turns = self.parked.borrow().ready.len();
+            let turns = self.parked.ready.len();
             for _ in 0..turns {
-                let next = self.parked.borrow_mut().ready.pop_front();
+                let next = self.parked.ready.pop_front();
                 let Some(i) = next else { break };
                 self.serve(i);
             }
@@ -245,13 +237,13 @@ impl<'a, 'c> Loop<'a, 'c> {
             }
             if self.leaving.is_some() && now >= self.close_idle_at && self.close_idle_at != 0 {
                 self.close_idle_at = 0;
-                let closed = self.parked.borrow_mut().close_idle();
+                let closed = self.parked.close_idle();
                 if closed > 0 {
                     log::debug!("leaving: closed {closed} idle connections");
                     self.publish();
                 }
             }
-            if self.leaving.is_some() && self.parked.borrow().table.len == 0 {
+            if self.leaving.is_some() && self.parked.table.len == 0 {
                 return match self.leaving {
                     Some(Leaving::Recycle) => ChildExit::Recycle,
                     _ => ChildExit::Retired,
@@ -299,8 +291,8 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.connections.fetch_add(1, Relaxed);
         let port = l.bound.port();
         let held = match (&self.tls, l.tls) {
-            (_, false) => Held::new(stream, peer, port),
-            (Some(tls), true) => match Held::new_tls(stream, peer, port, tls) {
+            (_, false) => Held::new(stream, peer, port, l.proxy_protocol),
+            (Some(tls), true) => match Held::new_tls(stream, peer, port, l.proxy_protocol, tls) {
                 Ok(h) => h,
                 Err(e) => {
                     log::warn!("cannot start a TLS session: {e}");
@@ -312,8 +304,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             // plain text.
             (None, true) => return Ok(()),
         };
-        self.take(if l.proxy_protocol { held.expect_proxy_header() } else { held });
-        if self.parked.borrow().table.len >= SPREAD_FROM && self.listening {
+        self.take(held);
+        if self.parked.table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
             // last on the listeners' queues.
             let _ = self.listen(false);
@@ -349,7 +341,6 @@ impl<'a, 'c> Loop<'a, 'c> {
                     balancer: meta.balancer,
                     local_port: meta.local_port,
                     requests: meta.requests,
-                    internal: false,
                 };
                 let held = Held::resume(std::net::TcpStream::from(fd), conn, meta.pending, meta.waited_ms);
                 self.take(held);
@@ -361,26 +352,22 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Serves what a new or adopted connection has, then keeps it if it stays.
     fn take(&mut self, mut held: Held) {
-        self.server.sync_logs();
-        let next = self.server.serve_ready(&mut held, self.obs);
+        let next = self.turn(&mut held, false);
         if next == Next::Close {
             return;
         }
-        let fd = held.stream.as_raw_fd();
-        {
-            let mut guard = self.parked.borrow_mut();
-            let p = &mut *guard;
-            let i = p.table.insert(held);
-            let h = p.table.get(i).expect("just inserted");
-            // The tag is the table index, the connection's until it leaves the table.
-            if let Err(e) = p.epoll.add(h.stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
-                log::warn!("cannot watch connection {fd}: {e}");
-                p.table.remove(i);
-                return;
-            }
-            if next == Next::Again {
-                p.ready.push_back(i);
-            }
+        let fd = held.stream().as_raw_fd();
+        let p = &mut self.parked;
+        let i = p.table.insert(held);
+        let h = p.table.get(i).expect("just inserted");
+        // The tag is the table index, the connection's until it leaves the table.
+        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
+            log::warn!("cannot watch connection {fd}: {e}");
+            p.table.remove(i);
+            return;
+        }
+        if next == Next::Again {
+            p.ready.push_back(i);
         }
         self.publish();
     }
@@ -388,18 +375,33 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// A held connection has input (or was left with a whole request buffered). It
     /// is out of the table while it is served.
     fn serve(&mut self, i: usize) {
-        let taken = self.parked.borrow_mut().table.take_out(i);
-        let Some(mut h) = taken else { return };
-        self.server.sync_logs();
-        let next = self.server.serve_ready(&mut h, self.obs);
+        let Some(mut h) = self.parked.table.take_out(i) else { return };
+        let next = self.turn(&mut h, false);
         self.settle(i, h, next);
+    }
+
+    /// One turn on a connection out of the table: what it has is served, or (`expired`)
+    /// its wait has run out. A write that waits on a slow reader hands the idle
+    /// connections this worker holds to the others meanwhile (not while it leaves: it
+    /// finishes them itself), so their next requests do not wait for it.
+    fn turn(&mut self, h: &mut Held, expired: bool) -> Next {
+        let Loop { server, obs, parked, ctx, .. } = self;
+        server.sync_logs();
+        let (slot, retiring) = (obs.slot, obs.retiring);
+        let mut stalled = || {
+            if !retiring {
+                parked.relieve(ctx, slot);
+            }
+        };
+        let mut hooks = Hooks { obs: &mut **obs, stalled: &mut stalled };
+        if expired { server.expire(h, &mut hooks) } else { server.serve_ready(h, &mut hooks) }
     }
 
     /// Puts a connection back after it was served, or lets it go.
     fn settle(&mut self, i: usize, h: Held, next: Next) {
-        let mut p = self.parked.borrow_mut();
+        let p = &mut self.parked;
         match next {
-            Next::Park => p.table.put_back(i, h),
+            Next::Park | Next::Linger => p.table.put_back(i, h),
             Next::Again => {
                 p.table.put_back(i, h);
                 if !p.ready.contains(&i) {
@@ -411,7 +413,6 @@ impl<'a, 'c> Loop<'a, 'c> {
                 drop(h);
                 p.table.release(i);
                 p.ready.retain(|&r| r != i);
-                drop(p);
                 self.publish();
             }
         }
@@ -421,17 +422,14 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// `header_timeout`, lingering closes past their moment.
     fn sweep(&mut self, now: u64) {
         let http = &self.ctx.config.http;
-        let slots = self.parked.borrow().table.slots.len();
+        let slots = self.parked.table.slots.len();
         for i in 0..slots {
-            let due = {
-                let mut p = self.parked.borrow_mut();
-                match p.table.get(i) {
-                    Some(h) if h.deadline_ms(http) <= now => p.table.take_out(i),
-                    _ => None,
-                }
+            let due = match self.parked.table.get(i) {
+                Some(h) => h.deadline_ms(http) <= now,
+                None => false,
             };
-            let Some(mut h) = due else { continue };
-            let next = self.server.expire(&mut h, self.obs);
+            let Some(mut h) = due.then(|| self.parked.table.take_out(i)).flatten() else { continue };
+            let next = self.turn(&mut h, true);
             self.settle(i, h, next);
         }
     }
@@ -439,7 +437,7 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// Tells the scoreboard what this worker holds (the status page's async
     /// connections), and stops or resumes taking connections at its cap.
     fn publish(&mut self) {
-        let len = self.parked.borrow().table.len;
+        let len = self.parked.table.len;
         if self.leaving.is_none() {
             let full = len >= self.cap;
             // Resume a little below the cap, not at every close.
@@ -454,7 +452,7 @@ impl<'a, 'c> Loop<'a, 'c> {
                 }
             }
         }
-        publish_counts(self.obs.slot, &self.parked.borrow());
+        publish_counts(self.obs.slot, &self.parked);
     }
 
     /// `quiet`: nothing happened for a while, so the pipe of death is read even with
@@ -480,7 +478,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.full.store(0, Relaxed);
         self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
         let Some(handover) = handover_open(self.ctx) else { return };
-        let (sent, kept) = self.parked.borrow_mut().hand_over(handover);
+        let (sent, kept) = self.parked.hand_over(handover);
         if sent + kept > 0 {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }

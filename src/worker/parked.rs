@@ -74,17 +74,29 @@ impl Table {
 }
 
 impl Parked {
-    /// Connections waiting for a request, and lingering closes.
+    /// Connections kept alive (held between requests: waiting for a request, or
+    /// for the rest of one), and lingering closes.
     pub(super) fn counts(&self) -> (u32, u32) {
-        let (mut waiting, mut closing) = (0, 0);
+        let (mut keepalive, mut closing) = (0, 0);
         for h in self.table.slots.iter().flatten() {
             if h.lingering() {
                 closing += 1;
             } else {
-                waiting += 1;
+                keepalive += 1;
             }
         }
-        (waiting, closing)
+        (keepalive, closing)
+    }
+
+    /// A write has waited on a slow reader: the idle connections go to workers that
+    /// are free meanwhile, if a worker of this generation stays to adopt them.
+    pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot) {
+        let Some(handover) = handover_open(ctx) else { return };
+        let (sent, _) = self.hand_over(handover);
+        if sent > 0 {
+            log::debug!("a slow client holds this worker: handed {sent} idle connections to others");
+            publish_counts(slot, self);
+        }
     }
 
     /// Sends every connection it can to the workers that stay (all but lingering
@@ -93,29 +105,22 @@ impl Parked {
         let (mut sent, mut kept) = (0, 0);
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.slots[i].as_ref() else { continue };
-            // A connection still owing its PROXY header finishes it here (within
-            // header_timeout), so the header's client always travels with it.
-            // A TLS session cannot cross (its state is this process's): the
-            // connection is finished here, like one the queue has no room for.
-            if h.lingering()
-                || !h.can_hand_over()
-                || h.awaiting_proxy_header()
-                || h.pending().len() > handover::MAX_PENDING
-            {
+            if !h.can_hand_over(handover::MAX_PENDING) {
                 kept += 1;
                 continue;
             }
             // Out of this worker's set first, so it never reports the socket again.
-            let _ = self.epoll.delete(h.stream.as_fd());
+            let _ = self.epoll.delete(h.stream().as_fd());
+            let conn = h.conn();
             let meta = handover::Meta {
-                peer: h.conn.peer,
-                balancer: h.conn.balancer,
-                local_port: h.conn.local_port,
-                requests: h.conn.requests,
+                peer: conn.peer,
+                balancer: conn.balancer,
+                local_port: conn.local_port,
+                requests: conn.requests,
                 waited_ms: h.waited_ms(),
                 pending: h.pending().to_vec(),
             };
-            match handover.send(h.stream.as_fd(), &meta, &mut self.scratch) {
+            match handover.send(h.stream().as_fd(), &meta, &mut self.scratch) {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
@@ -123,7 +128,7 @@ impl Parked {
                 }
                 Err(e) => {
                     let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-                    let _ = self.epoll.add(h.stream.as_fd(), ev);
+                    let _ = self.epoll.add(h.stream().as_fd(), ev);
                     kept += 1;
                     if e.kind() != std::io::ErrorKind::WouldBlock {
                         log::warn!("handover: {e}");
@@ -140,7 +145,7 @@ impl Parked {
         let mut closed = 0;
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.slots[i].as_ref() else { continue };
-            if h.between_requests() {
+            if h.idle() {
                 self.table.remove(i);
                 self.ready.retain(|&r| r != i);
                 closed += 1;
@@ -161,7 +166,7 @@ pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
 /// Writes what a worker holds into its scoreboard slot (the status page's async
 /// connections).
 pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
-    let (waiting, closing) = parked.counts();
-    slot.conns_waiting.store(waiting, Relaxed);
+    let (keepalive, closing) = parked.counts();
+    slot.conns_keepalive.store(keepalive, Relaxed);
     slot.conns_closing.store(closing, Relaxed);
 }

@@ -1,0 +1,126 @@
+//! The request body, in the request cycle's read stage. A location that reads
+//! bodies (scripts, the echo: [`crate::handlers::Handler::reads_body`]) gets its
+//! request's body whole, read by the event loop ([`crate::gateway::incoming`]): what
+//! has arrived is taken at once; for the rest the connection waits in the worker's
+//! set in its `Body` phase, holding no worker, and once the body is whole its request
+//! is served again, with it. Other locations need no body: one that is all there is
+//! dropped, one that is not is never waited for (the answer closes the connection).
+
+use std::net::SocketAddr;
+
+use super::input::Input;
+use super::transport::{Pacer, Transport};
+use crate::config::Http;
+use crate::gateway::incoming::{BodyError, Incoming, Keep, RequestBody};
+use crate::http::request::{Framing, HttpError, Request};
+
+/// The bodies the cycle holds for the request being served.
+#[derive(Default)]
+pub(super) struct Bodies {
+    /// The current request's body, whole (what its handler reads).
+    pub(super) current: Option<RequestBody>,
+    /// One just begun that must wait in the set: it goes into the connection's phase.
+    pub(super) started: Option<Box<Incoming>>,
+    /// One that became whole in the set, for its request's second turn.
+    pub(super) finished: Option<RequestBody>,
+    /// The folder for body files was made (once per worker).
+    dir_ready: bool,
+}
+
+/// What the read stage found of a request's body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BodyState {
+    /// Read whole, or dropped, or none: the next request starts where it should.
+    Done,
+    /// Not all there and not waited for: the connection closes after the answer.
+    NotThere,
+    /// Read by the event loop: the connection waits for the rest in the set.
+    Waits,
+}
+
+impl Bodies {
+    /// Finds the body of `req` (whose head is `head`): read whole for a location that
+    /// `reads` it, else dropped if it is all there.
+    pub(super) fn read(
+        &mut self,
+        input: &mut Input,
+        t: &mut impl Transport,
+        (req, head): (&Request<'_>, &[u8]),
+        reads: bool,
+        http: &Http,
+        peer: SocketAddr,
+    ) -> Result<BodyState, HttpError> {
+        self.current = self.finished.take();
+        if !reads || req.framing == Framing::None {
+            let all_there = input.drop_body(t, req, http.max_body_size)?;
+            return Ok(if all_there { BodyState::Done } else { BodyState::NotThere });
+        }
+        if self.current.is_some() {
+            return Ok(BodyState::Done);
+        }
+        let keep = Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone() };
+        if !self.dir_ready {
+            self.dir_ready = prepare_body_dir(&http.body_temp_dir);
+        }
+        let mut incoming = Incoming::new(head.to_vec(), req.framing, keep)?;
+        if req.expect_continue && req.http11 && !input.has_unread() {
+            let (mut beat, mut wait) = (|| {}, || {});
+            let mut pacer = Pacer::new(http.send_timeout, &mut beat, &mut wait);
+            let _ = t.send(b"HTTP/1.1 100 Continue\r\n\r\n", None, false, &mut pacer);
+        }
+        match take_body(input, t, &mut incoming) {
+            Ok(true) => {
+                self.current = Some(incoming.into_body());
+                Ok(BodyState::Done)
+            }
+            Ok(false) => {
+                self.started = Some(Box::new(incoming));
+                Ok(BodyState::Waits)
+            }
+            Err(e) => Err(refusal(&e, peer)),
+        }
+    }
+}
+
+/// Takes what has arrived of a request body: true once it is whole (what followed
+/// it stays in `input`), false when the rest must be waited for.
+pub(super) fn take_body(input: &mut Input, t: &mut impl Transport, incoming: &mut Incoming) -> Result<bool, BodyError> {
+    loop {
+        let used = incoming.take(input.unread())?;
+        input.consume(used);
+        if incoming.done() {
+            return Ok(true);
+        }
+        match input.read_more(t) {
+            Ok(0) => return Err(BodyError::Closed),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(_) => return Err(BodyError::Closed),
+        }
+    }
+}
+
+/// The answer to a body that could not be read, said in the error log when it is
+/// the server's fault.
+pub(super) fn refusal(e: &BodyError, peer: SocketAddr) -> HttpError {
+    match e {
+        BodyError::Http(h) => *h,
+        BodyError::Closed => HttpError::BadRequest("the request body ended early"),
+        BodyError::Io(io) => {
+            log::error!("{peer}: keeping a request body failed: {io}");
+            HttpError::Internal
+        }
+    }
+}
+
+/// Makes the folder for request-body files (once per worker); says so in the error
+/// log when it cannot.
+fn prepare_body_dir(dir: &std::path::Path) -> bool {
+    match crate::gateway::incoming::prepare_dir(dir) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("body_temp_dir {}: {e}", dir.display());
+            false
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! One request, by its stages: read, route, admit, answer, decorate, deliver,
+//! account. `Server::serve_request` calls them in that order and fits a screen; a
+//! request refused before it could be routed (`Server::refuse`) joins the same
+//! deliver and account tail.
+//!
+//! - **read**: parse the head ([`request::parse`]), find the request's client (a
+//!   trusted forwarder's header, or the connection's peer), and find its body in
+//!   what has arrived without waiting ([`Input::read_body`]).
+//! - **route**: pick the vhost by Host, then what answers there by location
+//!   ([`Site::place`]); a plain request to a vhost that wants HTTPS, `OPTIONS *`
+//!   and a path that cannot be cleaned are answered here, without a handler.
+//! - **admit**: the gate before any handler: who may ask (the location's rules,
+//!   [`crate::rules::Gate`]), then the methods its handler answers.
+//! - **answer**: the handler fills the [`Reply`] from the [`Ask`].
+//! - **decorate**: what every answer of the vhost gets whatever answered it
+//!   ([`decorate::decorate`]: error pages, HSTS).
+//! - **deliver**: keep alive or not, the head and the body sent (`output`).
+//! - **account**: the metrics (through the [`Observer`]) and one access-log record.
+
+use std::mem::MaybeUninit;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::time::SystemTime;
+
+use super::body::BodyState;
+use super::connection::Server;
+use super::decorate;
+use super::held::{Conn, Next};
+use super::input::Input;
+use super::observer::{ConnState, Hooks, Observer};
+use super::output::{Answer, Asked, Delivery, Kind};
+use super::transport::{self, Transport};
+use crate::config::{Config, Http};
+use crate::dummy;
+use crate::handlers::{self, Ask, Handler, Link};
+use crate::http::forwarded;
+use crate::http::path::{self, CleanPath, PathError};
+use crate::http::request::{self, Framing, HttpError, Method, Request};
+use crate::http::response::{ALLOW, Body, Reply};
+use crate::site::{Place, Site};
+
+/// Header slots on the stack: the default `http.max_headers`.
+const FEW_HEADERS: usize = 100;
+
+/// Room for a request's headers: the default 100 on the stack; a config allowing
+/// more allocates per request. (A 1000-entry array, 32 KiB, kept eight stack pages
+/// dirty in every worker.)
+struct HeaderSlots<'h> {
+    few: [MaybeUninit<httparse::Header<'h>>; FEW_HEADERS],
+    many: Vec<MaybeUninit<httparse::Header<'h>>>,
+}
+
+impl<'h> HeaderSlots<'h> {
+    fn new() -> Self {
+        HeaderSlots { few: [const { MaybeUninit::uninit() }; FEW_HEADERS], many: Vec::new() }
+    }
+
+    fn get(&mut self, max: usize) -> &mut [MaybeUninit<httparse::Header<'h>>] {
+        if max <= FEW_HEADERS {
+            return &mut self.few;
+        }
+        // The config caps max_headers at `request::MAX_HEADERS`.
+        self.many = std::iter::repeat_with(MaybeUninit::uninit).take(max).collect();
+        &mut self.many
+    }
+}
+
+/// Where the route stage sends a request: the vhost (by index), and the handler with
+/// what it is asked, unless the route answered already.
+struct Route<'s, 'p> {
+    vhost: usize,
+    to: Option<(&'s Place<'s>, CleanPath<'p>, Option<&'p [u8]>)>,
+    kind: Kind,
+}
+
+impl Server<'_> {
+    /// Answers the request whose head is buffered up to `head_end`. [`Next::Park`]:
+    /// the connection stays open for another.
+    // The stages are functions of their own for the reader, and one function in the
+    // machine code (`inline`): out of line they cost about 100 more instructions per
+    // kept-alive request (callgrind).
+    #[inline(always)]
+    pub(super) fn serve_request(
+        &mut self,
+        t: &mut impl Transport,
+        socket: &TcpStream,
+        conn: &mut Conn,
+        head_end: usize,
+        hooks: &mut Hooks<'_>,
+    ) -> Next {
+        hooks.obs.state(ConnState::Reading);
+        // One clock for the Date header, the log's time stamp and the time taken.
+        let start = SystemTime::now();
+        // read
+        self.req_head.clear();
+        self.req_head.extend_from_slice(self.input.take_head(head_end));
+        request::serve_later_minor_as_11(&mut self.req_head);
+        let mut slots = HeaderSlots::new();
+        let req = match request::parse(&self.req_head, slots.get(self.limits.max_headers), &self.limits) {
+            Ok(r) => r,
+            Err(e) => return self.refuse(t, conn, e, hooks),
+        };
+        let reads = req.framing != Framing::None && reads_body(&self.sites, self.config, &req);
+        let body =
+            match self.bodies.read(&mut self.input, t, (&req, &self.req_head), reads, &self.config.http, conn.peer) {
+                // The rest of the body is read by the event loop; the request is served
+                // again once it is whole.
+                Ok(BodyState::Waits) => return Next::Park,
+                Ok(body) => body,
+                Err(e) => return self.refuse(t, conn, e, hooks),
+            };
+        let client = self.client(&req, conn.peer);
+        hooks.obs.request(req.line, client);
+        conn.requests += 1;
+        // route
+        let (tls, sni) = t.tls().map_or((false, None), |f| (true, f.sni));
+        let mut reply = Reply::new(&mut self.extra);
+        let https_port = if tls { None } else { self.https_port };
+        let mut rooted = Vec::new();
+        let route = route(&self.sites, self.config, &req, (https_port, sni), &self.token, &mut rooted, &mut reply);
+        if let Some((place, path, query)) = &route.to {
+            // A script that keeps the worker waits as a write to a slow reader does.
+            let stalled = std::cell::RefCell::new(&mut *hooks.stalled);
+            let waiting = || (stalled.borrow_mut())();
+            let link = Link {
+                peer: if client.ip() == conn.peer.ip() { conn.peer } else { client },
+                local_port: conn.local_port,
+                https: tls,
+                socket: socket.as_fd(),
+                body: self.bodies.current.as_ref(),
+                waiting: &waiting,
+            };
+            let ask = Ask { req: &req, path, query: *query, client: client.ip(), link };
+            // admit, answer
+            if admit(place, &ask, &mut reply) {
+                place.handler.serve(&ask, &mut reply);
+            }
+        }
+        // decorate
+        decorate::decorate(&self.sites[route.vhost], tls, &mut reply);
+        // deliver
+        let keep_alive = req.keep_alive
+            && body == BodyState::Done
+            && !reply.close
+            && may_keep_alive(&self.config.http, conn, hooks.obs);
+        let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
+        let cached = reply.cached;
+        let answer = self.out.deliver(t, reply, start, how, hooks);
+        if let Err(e) = &answer.sent
+            && transport::file_shrank(e)
+        {
+            file_shrank(&self.sites[route.vhost], req.target, e);
+        }
+        // account
+        let asked = Asked::Request { req: &req, vhost: route.vhost, kind: route.kind, client: client.ip(), cached };
+        self.out.account(self.config, conn, &asked, &answer, self.input.bytes_in(), t.tls(), hooks.obs);
+        after(&self.input, t, &answer, body == BodyState::Done, hooks.obs)
+    }
+
+    /// Answers a request that cannot be served (its line is in `req_head`) with the
+    /// error's status, by the same deliver and account stages; the connection
+    /// lingers, so the client sees the answer.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse(&mut self, t: &mut impl Transport, conn: &Conn, e: HttpError, hooks: &mut Hooks<'_>) -> Next {
+        let start = SystemTime::now();
+        let line = request::request_line(&self.req_head);
+        let mut reply = Reply::new(&mut self.extra);
+        reply.error(e.status(), &e.to_string());
+        // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
+        let how = Delivery { http11: true, keep_alive: false, head_only: line.starts_with(b"HEAD ") };
+        let answer = self.out.deliver(t, reply, start, how, hooks);
+        self.out.account(
+            self.config,
+            conn,
+            &Asked::Refused { line },
+            &answer,
+            self.input.bytes_in(),
+            t.tls(),
+            hooks.obs,
+        );
+        hooks.obs.state(ConnState::Closing);
+        Next::Linger
+    }
+
+    /// The request's client: the one a trusted forwarder names (for this request
+    /// only), else the peer (or the client its PROXY header named).
+    fn client(&self, req: &Request<'_>, peer: SocketAddr) -> SocketAddr {
+        if self.config.trusted_proxies.is_empty() {
+            return peer;
+        }
+        let header = self.config.forwarded_header;
+        req.header_list(header.name())
+            .and_then(|v| forwarded::client(peer.ip(), &self.config.trusted_proxies, header, &v))
+            .map_or(peer, |ip| SocketAddr::new(ip, 0))
+    }
+}
+
+/// Whether the location `req` asks for reads request bodies (runs scripts, echoes).
+fn reads_body(sites: &[Site<'_>], config: &Config, req: &Request<'_>) -> bool {
+    let Ok((clean, _)) = path::clean(req.target) else { return false };
+    sites[config.vhost_for(req.host)].place(&clean.bytes).handler.reads_body()
+}
+
+/// What becomes of the connection after an answer: kept alive ([`Next::Park`]),
+/// closed at once, or a lingering close when input is still unread (only unread input
+/// can turn our close into a reset that destroys the response; nginx's
+/// `lingering_close on`).
+fn after(input: &Input, t: &mut impl Transport, answer: &Answer, body_done: bool, obs: &mut dyn Observer) -> Next {
+    if answer.sent.is_err() {
+        return Next::Close;
+    }
+    if answer.keep_alive {
+        return Next::Park;
+    }
+    obs.state(ConnState::Closing);
+    if !body_done || input.has_unread() || t.buffered() { Next::Linger } else { Next::Close }
+}
+
+/// The admit stage, the gate before any handler: the location's rules (who may ask:
+/// `allow`; [`crate::rules::Gate`]), then the methods its handler answers.
+#[inline(always)]
+fn admit(place: &Place<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+    place.gate.admit(ask, reply) && place.handler.methods().admit(ask.req.method, reply)
+}
+
+/// Whether the server lets a connection take another request: keep-alive on, not
+/// at `max_keepalive_requests`, and the worker not leaving.
+fn may_keep_alive(http: &Http, conn: &Conn, obs: &mut dyn Observer) -> bool {
+    http.keepalive
+        && !obs.must_close()
+        && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests)
+}
+
+/// A file got shorter while it was sent: the response was cut, and the vhost's
+/// cached files are looked at again.
+#[cold]
+fn file_shrank(site: &Site<'_>, target: &[u8], e: &std::io::Error) {
+    site.files_changed();
+    let mut escaped = Vec::new();
+    crate::log::format::escape_into(&mut escaped, target);
+    log::warn!(
+        "{}: the file shrank while it was sent ({e}); the response was cut short, and the cached files are looked at again",
+        String::from_utf8_lossy(&escaped)
+    );
+}
+
+/// The route stage: the vhost, then what answers the request there. An ACME CA's
+/// HTTP-01 request for a token under way is answered first. Over TLS, a Host
+/// that picks another vhost than the connection's TLS name (`sni`) is answered 421
+/// (RFC 9110 §15.5.20), as Apache does: the certificate the client checked was
+/// chosen for that name, and names that pick the same vhost agree. A plain request
+/// (`https_port`: where HTTPS is served) to a vhost with `https_redirect` is
+/// redirected; `OPTIONS *` gets the server's methods (and the master's dummy
+/// request, recognised by its per-boot token, is marked internal); a path that
+/// cannot be cleaned is refused. `rooted` holds the path of an absolute-form target
+/// with none ("http://host?q" arrives as "?q": its path is "/").
+fn route<'s, 'p>(
+    sites: &'s [Site<'s>],
+    config: &Config,
+    req: &'p Request<'p>,
+    (https_port, sni): (Option<u16>, Option<&str>),
+    token: &str,
+    rooted: &'p mut Vec<u8>,
+    reply: &mut Reply<'_>,
+) -> Route<'s, 'p> {
+    let vhost = config.vhost_for(req.host);
+    let mut route = Route { vhost, to: None, kind: Kind::default() };
+    // An ACME CA asking for an HTTP-01 token under way ([`crate::acme::http01`]):
+    // answered before any redirect or location.
+    if req.target.starts_with(crate::acme::http01::PREFIX)
+        && let Some(key_authorization) = crate::acme::http01::answer(req.target)
+    {
+        reply.header("Content-Type", "application/octet-stream");
+        reply.body = Body::Owned(key_authorization);
+        return route;
+    }
+    if let Some(sni) = sni
+        && let by_name = config.vhost_for(Some(sni.as_bytes()))
+        && by_name != vhost
+    {
+        reply.error(421, "This connection was made for another host; open a new one for this host.");
+        route.vhost = by_name;
+        return route;
+    }
+    if req.target == b"*" {
+        route.kind.internal = dummy::is_internal(req.header(dummy::INTERNAL_HEADER), token);
+        reply.header("Allow", ALLOW);
+        reply.body = Body::Owned(Vec::new());
+        return route;
+    }
+    if let Some(port) = https_port
+        && let Some(code) = config.vhosts[vhost].https_redirect
+    {
+        let name = config.vhosts[vhost].server_names.first().map_or("", String::as_str);
+        let location = crate::http::https::location(req.host, name, port, req.target);
+        reply.error(code, "This site is served over HTTPS.");
+        reply.header("Location", String::from_utf8_lossy(&location));
+        return route;
+    }
+    let target: &'p [u8] = if req.target.first() == Some(&b'?') {
+        rooted.push(b'/');
+        rooted.extend_from_slice(req.target);
+        rooted
+    } else {
+        req.target
+    };
+    match path::clean(target) {
+        Ok((clean, query)) => {
+            let place = sites[vhost].place(&clean.bytes);
+            route.kind.health = matches!(place.handler, Handler::Health(_));
+            route.to = Some((place, clean, query));
+        }
+        // Without a path no handler is reached; a method none of them answers is the
+        // first thing wrong (`CONNECT host:443`).
+        Err(_) if req.method == Method::OtherKnown => handlers::not_allowed(reply),
+        // Apache's AllowEncodedSlashes Off answers 404: no file name holds a '/'.
+        Err(PathError::EncodedSlash) => {
+            reply.error(404, "The requested resource was not found.");
+        }
+        Err(e) => {
+            reply.error(400, &format!("Bad request path: {e}."));
+        }
+    }
+    route
+}
