@@ -168,6 +168,7 @@ impl<'c> Server<'c> {
 
     /// The heads of a connection past its PROXY header, over the transport its
     /// layer makes.
+    #[inline(always)]
     fn serve_heads(&mut self, h: &mut Held, hooks: &mut Hooks<'_>) -> Next {
         let socket = &h.stream;
         match &mut h.layer {
@@ -228,7 +229,9 @@ impl<'c> Server<'c> {
         wrong_port: bool,
         hooks: &mut Hooks<'_>,
     ) -> Next {
-        if let Some(next) = self.body_came(t, conn, wait, hooks) {
+        if matches!(wait.phase, Phase::Body(_))
+            && let Some(next) = self.body_came(t, conn, wait, hooks)
+        {
             return next;
         }
         for _ in 0..BURST {
@@ -266,6 +269,8 @@ impl<'c> Server<'c> {
     /// head is put back in front of what followed, to be served again with its body)
     /// or when the connection was not waiting for one, else what the worker does with
     /// the connection.
+    #[cold]
+    #[inline(never)]
     fn body_came(
         &mut self,
         t: &mut impl Transport,

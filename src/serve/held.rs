@@ -109,6 +109,7 @@ impl Wait {
     /// Moves to `phase`. The clock starts again when a wait of another kind begins:
     /// idle after an answer, a head on an idle connection, a lingering close. The
     /// first head keeps the accept's moment through the PROXY header and handshake.
+    #[inline]
     pub(super) fn enter(&mut self, phase: Phase) {
         let restart =
             matches!((&self.phase, &phase), (_, Phase::Idle | Phase::Lingering { .. }) | (Phase::Idle, Phase::Head(_)));
