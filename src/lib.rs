@@ -83,7 +83,12 @@
 //! - [`rules`] holds the per-location rules (address lists, Basic auth, `return`,
 //!   headers and caching, compressed answers): the keys any location may have
 //!   whatever its kind, and a `[[vhost]]` as their default, each resolved when the
-//!   config is read; what a request must pass is its location's [`rules::Gate`].
+//!   config is read; what a request must pass is its location's [`rules::Gate`],
+//!   what its answer gets added its [`rules::Decor`] ([`rules::apply`]), and what a
+//!   files location does with its files its [`rules::FileRules`] (`try_files`,
+//!   precompressed siblings, compression on the fly kept per file version). The
+//!   master reads the htpasswd files with the config and reads it again when one
+//!   changes ([`rules::htpasswd::Watch`]).
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs) each worker builds, the

@@ -13,13 +13,13 @@ use std::path::Path;
 use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
+use crate::handlers::Handler;
 use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;
-use crate::handlers::{Ask, Handler};
 use crate::http::response::Reply;
 use crate::kinds::Build;
 use crate::location::Routes;
-use crate::rules::Gate;
+use crate::rules::{Decor, Gate, Rules};
 
 /// One vhost, ready to serve.
 pub struct Site<'c> {
@@ -37,15 +37,17 @@ pub struct Site<'c> {
 pub struct Place<'c> {
     pub gate: Gate,
     pub handler: Handler<'c>,
+    /// What the rules add to its answers.
+    pub decor: Decor,
 }
 
-impl Place<'_> {
-    /// The rules' gate, then the handler.
-    #[inline]
-    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        if self.gate.admit(ask, reply) {
-            self.handler.serve(ask, reply);
+impl<'c> Place<'c> {
+    /// A place answered by `handler` under the rules in force `rules`.
+    fn new(rules: &Rules, mut handler: Handler<'c>) -> Place<'c> {
+        if let Handler::Files(files) = &mut handler {
+            files.rules = rules.files();
         }
+        Place { gate: rules.gate(), handler, decor: rules.decor() }
     }
 }
 
@@ -97,13 +99,14 @@ impl<'c> Site<'c> {
             server_name: vhost.server_names.first().map_or("localhost", String::as_str),
             open: &mut open,
         };
-        let files = Place { gate: vhost.rules.gate(), handler: vhost.files.build("", &mut b)? };
+        let files = Place::new(&vhost.rules, vhost.files.build("", &mut b)?);
         let at = vhost.locations.map(|l| {
-            let mut gate = l.rules.over(&l.kind.rules(config)).over(&vhost.rules).gate();
+            let rules = l.rules.over(&l.kind.rules(config)).over(&vhost.rules);
+            let mut place = Place::new(&rules, l.kind.build(l.pattern.text(), &mut b)?);
             if l.kind.by_name_only() {
-                gate = gate.only_for_names(&vhost.server_names);
+                place.gate = place.gate.only_for_names(&vhost.server_names);
             }
-            Ok::<_, io::Error>(Place { gate, handler: l.kind.build(l.pattern.text(), &mut b)? })
+            Ok::<_, io::Error>(place)
         })?;
         Ok(Site { vhost, files, at, roots: site_roots.into_inner() })
     }

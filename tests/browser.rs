@@ -296,3 +296,44 @@ fn status_page_listing_and_error_page_in_chromium() {
     }
     assert_eq!(b.violations(), json!([]));
 }
+
+/// A page whose Content-Security-Policy comes from a `headers` rule and whose
+/// script and stylesheet come compressed (on the fly, and a precompressed sibling):
+/// Chromium runs the script from the page's origin, applies the stylesheet, refuses
+/// the inline script the policy forbids, and decodes what it was sent.
+#[test]
+fn a_page_with_a_csp_from_headers_and_compressed_assets_in_chromium() {
+    let (Some(chromium), Some(gzip)) = (need_tool("chromium"), need_tool("gzip")) else { return };
+    let site = Site::new();
+    site.config(
+        "",
+        "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nprefix = \"/app/\"\ncompress = true\nprecompressed = [\"gzip\"]\n\
+         headers = { \"Content-Security-Policy\" = \"default-src 'self'\", \"X-Content-Type-Options\" = \"nosniff\" }\n",
+    );
+    let filler: String = (0..400).map(|i| format!("/* line {i} of a script that compresses well */\n")).collect();
+    site.write(
+        "htdocs/app/index.html",
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><link rel=\"stylesheet\" href=\"app.css\">\n\
+         <script src=\"app.js\"></script></head>\n<body><h1 id=\"title\">waiting</h1>\n\
+         <script>window.inlineRan = true;</script></body></html>\n",
+    );
+    site.write("htdocs/app/app.js", format!("{filler}document.addEventListener('DOMContentLoaded', () => {{ document.getElementById('title').textContent = 'ran'; }});\n"));
+    let css: String = (0..300).map(|i| format!(".unused-{i} {{ color: #123456; }}\n")).collect();
+    site.write("htdocs/app/app.css", format!("{css}h1 {{ color: rgb(0, 128, 0); }}\n"));
+    let o = std::process::Command::new(gzip).args(["-k", "-f"]).arg(site.path("htdocs/app/app.css")).output().unwrap();
+    assert!(o.status.success());
+    let p = Pika::start(&site, "-X");
+    let mut b = Browser::start(&chromium);
+    b.open(&format!("http://localhost:{}/app/", p.addr.port()));
+    b.wait_for("the script to run", "document.getElementById('title').textContent === 'ran'");
+    assert_eq!(b.eval("getComputedStyle(document.getElementById('title')).color"), Ok(json!("rgb(0, 128, 0)")));
+    assert_eq!(b.eval("window.inlineRan === undefined"), Ok(json!(true)), "the policy refuses inline scripts");
+    let violations = b.violations().to_string();
+    assert!(violations.contains("script-src"), "{violations}");
+    // Both assets came compressed (fewer bytes on the wire than decoded).
+    let sizes = "performance.getEntriesByType('resource').filter(e => e.name.includes('/app/app.')).map(e => [e.name.split('/').pop(), e.encodedBodySize < e.decodedBodySize])";
+    let got = b.eval(&format!("JSON.stringify({sizes}.sort())")).unwrap();
+    assert_eq!(got, json!("[[\"app.css\",true],[\"app.js\",true]]"), "compressed on the wire");
+    b.screenshot("rules-csp-compressed");
+}

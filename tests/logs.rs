@@ -605,7 +605,7 @@ fn json_logs_are_read_by_jq_across_rotations_and_filters() {
     let text: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
     let keys = jq_lines("keys_unsorted | join(\",\")", &files);
     assert_eq!(keys.len(), text.lines().count(), "one object per line");
-    let want = "time,client,request,method,path,query,protocol,status,bytes,bytes_sent,referer,user_agent,\
+    let want = "time,client,user,request,method,path,query,protocol,status,bytes,bytes_sent,referer,user_agent,\
                 duration_us,vhost,host,request_id,tls";
     assert!(keys.iter().all(|k| k == want), "{keys:?}");
     let mut paths = jq_lines(

@@ -25,6 +25,7 @@ mod modules;
 mod package;
 mod path_props;
 mod prefork;
+mod rules;
 mod systemd;
 mod tls;
 mod upgrade;

@@ -407,6 +407,15 @@ impl Ctx<'_> {
                 let mut vhost = s.ctx.vhost(v, root, tls_listener.is_some(), acme)?;
                 vhost.source = s.file.map(Path::to_path_buf);
                 s.ctx.locations(&v.location, &mut vhost, root, status, notes)?;
+                // What the htpasswd files' lines call for (a weak hash), once a file.
+                let all = std::iter::once(&vhost.rules).chain(vhost.locations.list.iter().map(|l| &l.rules));
+                for auth in all.filter_map(|r| r.auth.clone().flatten()) {
+                    for n in &auth.notes {
+                        if !notes.contains(n) {
+                            notes.push(n.clone());
+                        }
+                    }
+                }
                 for a in &v.access_log {
                     vhost_logs.push(s.ctx.access_log(a, root, Some(vhosts.len()), s.file)?);
                 }
@@ -501,6 +510,21 @@ impl Config {
     pub fn certificate_expiries(&self, now: i64) -> Vec<crate::tls::expiry::Expiry> {
         let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?, v.acme)));
         crate::tls::expiry::list(certs, now)
+    }
+
+    /// Every htpasswd file the config read (once each), with its stamp then: what
+    /// the master watches for a change ([`crate::rules::htpasswd::Watch`]).
+    pub fn auth_files(&self) -> Vec<(PathBuf, Option<crate::rules::htpasswd::Stamp>)> {
+        let mut out: Vec<(PathBuf, Option<crate::rules::htpasswd::Stamp>)> = Vec::new();
+        for v in &self.vhosts {
+            let all = std::iter::once(&v.rules).chain(v.locations.list.iter().map(|l| &l.rules));
+            for a in all.filter_map(|r| r.auth.clone().flatten()) {
+                if !out.iter().any(|(p, _)| *p == a.file) {
+                    out.push((a.file.clone(), a.stamp));
+                }
+            }
+        }
+        out
     }
 
     /// The logs pika rotates by itself: access logs with a `rotate`, then the error

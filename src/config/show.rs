@@ -548,6 +548,7 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             std::fs::create_dir_all(d.join(sub)).unwrap();
         }
         crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(&d.join("conf"), "c");
+        std::fs::write(d.join("conf/htpasswd"), "a:$apr1$Thr.YsdQ$eJzB/UpeuFpmhIJBAJpcJ.\n").unwrap();
         let text = r#"
 include = []
 [server]
@@ -567,6 +568,20 @@ tls_key = "conf/c.key"
 https_redirect = 301
 hsts = "max-age=1"
 allow = ["10.0.0.0/8"]
+return = 410
+deny = ["192.0.2.0/24"]
+auth_file = "conf/htpasswd"
+auth_realm = "Staff"
+satisfy = "any"
+try_files = ["$uri", "$uri/", "/b/index.html"]
+headers = { "X-A" = "1" }
+headers_always = true
+expires = { "image/*" = "30d", "*" = "1h" }
+charset = "utf-8"
+precompressed = ["br", "gzip"]
+compress = true
+compress_types = ["text/*"]
+compress_min_size = 100
 [vhost.error_pages]
 404 = "/404.html"
 [[vhost.access_log]]
@@ -581,6 +596,22 @@ alias = "core"
 index = ["x.html"]
 autoindex = true
 max_ranges = 0
+deny = ["192.0.2.0/24"]
+auth_file = "conf/htpasswd"
+auth_realm = "Staff"
+satisfy = "any"
+try_files = ["$uri", "$uri/", "/b/index.html"]
+headers = { "X-A" = "1" }
+headers_always = true
+expires = { "image/*" = "30d", "*" = "1h" }
+charset = "utf-8"
+precompressed = ["br", "gzip"]
+compress = true
+compress_types = ["text/*"]
+compress_min_size = 100
+[[vhost.location]]
+regex = '^/o/(\w+)$'
+return = { status = 301, to = "/n/$1" }
 [[vhost.location]]
 regex = "^/c"
 status = true

@@ -131,7 +131,7 @@ impl Ctx<'_> {
         let doc_root = std::fs::canonicalize(&doc_root).unwrap_or(doc_root);
         let mut rest = v.rest.clone();
         let files = files::read_vhost(&mut rest, self, doc_root.clone())?;
-        let rules = Rules::read(&mut rest, self)?;
+        let rules = Rules::read(&mut rest, self, &rules::Reading { root, regex: None })?;
         let known: Vec<&str> =
             super::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
         rest.finish(self, &known)?;
@@ -222,7 +222,16 @@ impl Ctx<'_> {
             at: l.span(),
         };
         let kind = Kind::read(&mut keys, &reading)?;
-        let rules = Rules::read(&mut keys, self)?;
+        let regex = match &pattern {
+            Pattern::Regex(r) => Some(r),
+            _ => None,
+        };
+        let rules = Rules::read(&mut keys, self, &rules::Reading { root, regex })?;
+        if let Some(key) = rules.files_only()
+            && !matches!(kind, Kind::Files(_))
+        {
+            return Err(self.spanned(l, format!("{key} needs a location that serves files")));
+        }
         let known: Vec<&str> =
             PATTERN_KEYS.iter().copied().chain(crate::kinds::keys()).chain(rules::KEYS.iter().copied()).collect();
         keys.finish(self, &known)?;
@@ -344,7 +353,7 @@ mod tests {
         assert_eq!(Rules::default().over(&status).over(&c.vhosts[0].rules).access, cidrs(&["127.0.0.0/8", "::1"]));
         assert_eq!(l[1].rules.over(&l[1].kind.rules(&c)).over(&c.vhosts[0].rules).access, cidrs(&["10.0.0.0/8"]));
         let e = parse(&v.replace("192.0.2.0/24", "192.0.2.0/33"), "").unwrap_err();
-        assert!(e.contains("bad address range \"192.0.2.0/33\""), "{e}");
+        assert!(e.contains("allow: \"192.0.2.0/33\" is not \"all\", an address or a CIDR range"), "{e}");
         let e = parse(&v.replace("allow = [\"10", "allow = 1\nx = [\"10"), "").unwrap_err();
         assert!(e.contains(":9: allow: invalid type: integer `1`, expected a sequence"), "{e}");
     }

@@ -68,6 +68,10 @@ pub struct Entry {
     checked: Cell<Option<Instant>>,
     /// The header lines of a whole-file (or one-range) answer, made on the first one.
     file_headers: OnceCell<Box<[u8]>>,
+    /// The file compressed on the fly, by coding (`rules::encoding::Coding::index`),
+    /// made on the first request that asks: one compression per file version and
+    /// worker, within the worker's bound (`rules::compress::MAX_KEPT`).
+    pub coded: std::cell::RefCell<[Option<Rc<crate::rules::compress::Kept>>; 3]>,
 }
 
 impl Entry {
@@ -98,6 +102,7 @@ impl Entry {
             mode: meta.mode(),
             checked: Cell::new(Some(Instant::now())),
             file_headers: OnceCell::new(),
+            coded: Default::default(),
         })
     }
 

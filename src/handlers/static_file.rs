@@ -23,6 +23,9 @@ use crate::http::path::{CleanPath, encode_path};
 use crate::http::range::{self, RangeOutcome};
 use crate::http::request::{Method, Request};
 use crate::http::response::{Body, Reply};
+use crate::rules::FileRules;
+use crate::rules::compress::{self, Kept};
+use crate::rules::encoding::{self, Coding};
 use crate::sys::{self, Symlinks};
 
 /// A directory files are served from: an open descriptor on it, and the files
@@ -101,13 +104,38 @@ pub struct StaticFiles<'c> {
     pub serve_hidden: bool,
     pub mime: &'c MimeTypes,
     pub max_ranges: usize,
+    /// The location's rules for its files: `try_files`, `precompressed`, `compress`.
+    pub rules: FileRules,
+}
+
+/// How a file goes out when a coding is chosen.
+enum Coded {
+    /// A precompressed sibling (`app.js.br`), no older than the file.
+    Sibling(Coding, Rc<Entry>),
+    /// Compressed on the fly: the worker's kept copy, or one made for this answer.
+    Fly(Coding, Rc<Kept>),
+    Once(Coding, Vec<u8>),
 }
 
 impl StaticFiles<'_> {
     /// Serves a GET or HEAD from the root (the gate answers the other methods:
     /// [`super::gate`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        let path = ask.path;
+        let tried;
+        let path = if self.rules.try_files.is_empty() {
+            ask.path
+        } else {
+            match self.try_files(ask.path) {
+                Ok(p) => {
+                    tried = p;
+                    &tried
+                }
+                Err(status) => {
+                    reply.error(status, "The requested resource was not found.");
+                    return;
+                }
+            }
+        };
         if !self.serve_hidden && path.is_hidden() {
             reply.error(404, "The requested resource was not found.");
             return;
@@ -120,13 +148,51 @@ impl StaticFiles<'_> {
             Ok(Found::File(entry, cached)) => {
                 let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
                 reply.cached = Some(cached);
-                self.answer_file(ask.req, &entry, name, reply);
+                self.answer_file(ask.req, &entry, rel, name, reply);
             }
-            Ok(Found::Dir(dir)) => self.directory(ask, dir, rel, reply),
+            Ok(Found::Dir(dir)) => self.directory(ask, path, dir, rel, reply),
             Ok(Found::Other) => {
                 reply.error(403, "This resource cannot be served.");
             }
             Err(e) => open_error(e, reply),
+        }
+    }
+
+    /// `try_files`: the first entry that names a file (or, ending in `/`, a
+    /// directory) under the root, `$uri` standing for the request's path; else the
+    /// last entry, a path served whatever happens or a status (`=404`).
+    fn try_files(&self, path: &CleanPath<'_>) -> Result<CleanPath<'static>, u16> {
+        let (last, tried) = self.rules.try_files.split_last().expect("checked when the config was read");
+        for t in tried {
+            let mut p = Vec::with_capacity(t.len() + path.bytes.len());
+            let mut rest = t.as_bytes();
+            while let Some(at) = rest.windows(4).position(|w| w == b"$uri") {
+                p.extend_from_slice(&rest[..at]);
+                p.extend_from_slice(&path.bytes);
+                rest = &rest[at + 4..];
+            }
+            p.extend_from_slice(rest);
+            // "$uri/" of "/a/" is "/a/", not "/a//".
+            while let Some(at) = p.windows(2).position(|w| w == b"//") {
+                p.remove(at);
+            }
+            let candidate = CleanPath { bytes: std::borrow::Cow::Owned(p) };
+            if !self.serve_hidden && candidate.is_hidden() {
+                continue;
+            }
+            let Some(rel) = self.under_root(&candidate) else { continue };
+            let found = match self.root.lookup(rel) {
+                Ok(Found::File(..)) => !candidate.ends_with_slash(),
+                Ok(Found::Dir(_)) => candidate.ends_with_slash(),
+                _ => false,
+            };
+            if found {
+                return Ok(candidate);
+            }
+        }
+        match last.strip_prefix('=') {
+            Some(code) => Err(code.parse().unwrap_or(404)),
+            None => Ok(CleanPath { bytes: std::borrow::Cow::Owned(last.as_bytes().to_vec()) }),
         }
     }
 
@@ -148,8 +214,8 @@ impl StaticFiles<'_> {
 
     /// A directory: redirect to add the slash, else the first index file, else a
     /// listing. `rel`: where it is under the root.
-    fn directory(&self, ask: &Ask<'_>, dir: File, rel: &Path, reply: &mut Reply<'_>) {
-        let (path, query) = (ask.path, ask.query);
+    fn directory(&self, ask: &Ask<'_>, path: &CleanPath<'_>, dir: File, rel: &Path, reply: &mut Reply<'_>) {
+        let query = ask.query;
         if !path.ends_with_slash() {
             let mut location = encode_path(&path.bytes);
             location.push('/');
@@ -162,9 +228,10 @@ impl StaticFiles<'_> {
             return;
         }
         for index in self.index {
-            if let Ok(Found::File(entry, cached)) = self.root.lookup(&rel.join(index)) {
+            let file = rel.join(index);
+            if let Ok(Found::File(entry, cached)) = self.root.lookup(&file) {
                 reply.cached = Some(cached);
-                return self.answer_file(ask.req, &entry, index.as_bytes(), reply);
+                return self.answer_file(ask.req, &entry, &file, index.as_bytes(), reply);
             }
         }
         if self.autoindex {
@@ -174,9 +241,97 @@ impl StaticFiles<'_> {
         }
     }
 
-    /// A regular file: validators, preconditions, ranges, then the mapped body. `name`
-    /// (the last segment of the path it was reached by) gives its content type.
-    fn answer_file(&self, req: &Request<'_>, entry: &Entry, name: &[u8], reply: &mut Reply<'_>) {
+    /// A regular file (at `rel` under the root): in a coding the client accepts when
+    /// the location has one for it, else as it is. `name` (the last segment of the
+    /// path it was reached by) gives its content type.
+    fn answer_file(&self, req: &Request<'_>, entry: &Entry, rel: &Path, name: &[u8], reply: &mut Reply<'_>) {
+        let rules = &self.rules;
+        if rules.precompressed.is_empty() && rules.compress.is_empty() {
+            return self.answer_plain(req, entry, name, None, reply);
+        }
+        let content_type = self.mime.lookup(name);
+        let fly = !rules.compress.is_empty()
+            && entry.len >= rules.compress_min_size
+            && entry.len <= super::file_cache::MAX_CACHED_FILE
+            && compress::compressible(content_type, &rules.compress_types);
+        if !fly && rules.precompressed.is_empty() {
+            return self.answer_plain(req, entry, name, None, reply);
+        }
+        match self.coded(req, entry, rel, fly) {
+            Some(Coded::Sibling(c, sibling)) => self.answer_plain(req, &sibling, name, Some(c), reply),
+            Some(Coded::Fly(c, kept)) => answer_coded(req, entry, content_type, c, &kept.bytes, reply),
+            Some(Coded::Once(c, bytes)) => answer_coded(req, entry, content_type, c, &bytes, reply),
+            None => {
+                self.answer_plain(req, entry, name, None, reply);
+                if reply.status != 412 && reply.status != 416 {
+                    reply.header("Vary", "Accept-Encoding");
+                }
+            }
+        }
+    }
+
+    /// The coding a file goes out in, if any: a precompressed sibling first (the
+    /// client's preference among the siblings there), else a copy compressed on the
+    /// fly (`fly`: the file may be; never for a range of it).
+    fn coded(&self, req: &Request<'_>, entry: &Entry, rel: &Path, fly: bool) -> Option<Coded> {
+        let accept = req.header("accept-encoding")?;
+        let rules = &self.rules;
+        if !rules.precompressed.is_empty() {
+            // Only the siblings that exist (and are not older than the file) are offered.
+            let mut there: Vec<(Coding, Rc<Entry>)> = Vec::new();
+            for &c in &rules.precompressed {
+                let mut name = rel.as_os_str().to_os_string();
+                name.push(c.suffix());
+                if let Ok(Found::File(sibling, _)) = self.root.lookup(Path::new(&name))
+                    && sibling.mtime >= entry.mtime
+                {
+                    there.push((c, sibling));
+                }
+            }
+            let offered: Vec<Coding> = there.iter().map(|(c, _)| *c).collect();
+            if let Some(c) = encoding::choose(Some(accept), &offered) {
+                let sibling = there.into_iter().find(|(s, _)| *s == c).map(|(_, e)| e)?;
+                return Some(Coded::Sibling(c, sibling));
+            }
+        }
+        if !fly || req.header("range").is_some() {
+            return None;
+        }
+        let c = encoding::choose(Some(accept), &rules.compress)?;
+        if let Some(kept) = &entry.coded.borrow()[c.index()] {
+            return Some(Coded::Fly(c, kept.clone()));
+        }
+        // A file sent with sendfile has no mapping of its own: one is made for this
+        // compression, once per file version (the copy is kept).
+        let bytes = match entry.whole_mapping() {
+            Ok(map) => compress::compress(c, &map[..]),
+            Err(_) if entry.len == 0 => compress::compress(c, b""),
+            Err(e) => {
+                log::info!("a {}-byte file sent uncompressed: cannot map it ({e})", entry.len);
+                return None;
+            }
+        };
+        match Kept::new(bytes) {
+            Ok(kept) => {
+                let kept = Rc::new(kept);
+                entry.coded.borrow_mut()[c.index()] = Some(kept.clone());
+                Some(Coded::Fly(c, kept))
+            }
+            Err(bytes) => Some(Coded::Once(c, bytes)),
+        }
+    }
+
+    /// A file's bytes as they are on disk: validators, preconditions, ranges, then
+    /// the mapped body. `coding`: the file is a precompressed sibling in that coding
+    /// (its own validators and ranges; the content type of `name`, the original).
+    fn answer_plain(
+        &self,
+        req: &Request<'_>,
+        entry: &Entry,
+        name: &[u8],
+        coding: Option<Coding>,
+        reply: &mut Reply<'_>,
+    ) {
         let (len, mtime, etag, last_modified) = (entry.len, entry.mtime, &entry.etag, &entry.last_modified);
         let if_match = req.header_list("if-match");
         let if_none_match = req.header_list("if-none-match");
@@ -191,6 +346,9 @@ impl StaticFiles<'_> {
             Precondition::NotModified => {
                 reply.status = 304;
                 reply.header("ETag", etag).header("Last-Modified", last_modified);
+                if coding.is_some() {
+                    reply.header("Vary", "Accept-Encoding");
+                }
                 reply.body = Body::None;
                 return;
             }
@@ -218,13 +376,13 @@ impl StaticFiles<'_> {
         let rs = match ranges {
             RangeOutcome::Partial(rs) if len > 0 => rs,
             // The whole file (and an empty one): the entry's ready-made header lines.
-            _ => return whole(entry, content_type, reply),
+            _ => return whole(entry, content_type, coding, reply),
         };
         match rs[..] {
             // One range: the same lines, and where the part sits.
             [r] => {
                 reply.status = 206;
-                reply.headers.extend_from_slice(entry.file_headers(content_type));
+                whole_file_headers(entry, content_type, coding, reply);
                 reply.header("Content-Range", range::content_range(&r, len));
                 reply.body = entry.slice(r.start, r.end + 1);
             }
@@ -236,7 +394,7 @@ impl StaticFiles<'_> {
                     Ok(map) => map,
                     Err(e) => {
                         log::info!("ranges of a {len}-byte file sent as the whole file: cannot map it ({e})");
-                        return whole(entry, content_type, reply);
+                        return whole(entry, content_type, coding, reply);
                     }
                 };
                 reply.status = 206;
@@ -255,11 +413,81 @@ impl StaticFiles<'_> {
                         (head.into_bytes(), *r)
                     })
                     .collect();
+                if let Some(c) = coding {
+                    reply.header("Content-Encoding", c.token()).header("Vary", "Accept-Encoding");
+                }
                 reply.header("Content-Type", format!("multipart/byteranges; boundary={boundary}"));
                 reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
             }
         }
     }
+}
+
+/// The header lines of a whole file or one range of it: the entry's ready-made
+/// ones, or for a precompressed sibling its validators with the original's type and
+/// its coding (not cached on the entry: the sibling may be asked for by its own name).
+fn whole_file_headers<'t>(
+    entry: &Entry,
+    content_type: impl FnOnce() -> &'t str,
+    coding: Option<Coding>,
+    reply: &mut Reply<'_>,
+) {
+    match coding {
+        None => reply.headers.extend_from_slice(entry.file_headers(content_type)),
+        Some(c) => {
+            reply
+                .header("Last-Modified", &entry.last_modified)
+                .header("ETag", &entry.etag)
+                .header("Accept-Ranges", "bytes")
+                .header("Content-Type", content_type())
+                .header("Content-Encoding", c.token())
+                .header("Vary", "Accept-Encoding");
+        }
+    }
+}
+
+/// A file compressed on the fly: its own ETag per coding, preconditions, the whole
+/// compressed body (a range is never asked of it: a Range request gets the file as
+/// it is).
+fn answer_coded(
+    req: &Request<'_>,
+    entry: &Entry,
+    content_type: &str,
+    coding: Coding,
+    bytes: &[u8],
+    reply: &mut Reply<'_>,
+) {
+    let etag = compress::coded_etag(&entry.etag, coding);
+    let if_match = req.header_list("if-match");
+    let if_none_match = req.header_list("if-none-match");
+    let conds = Conditions {
+        if_match: if_match.as_deref(),
+        if_none_match: if_none_match.as_deref(),
+        if_modified_since: req.header("if-modified-since"),
+        if_unmodified_since: req.header("if-unmodified-since"),
+    };
+    match conditional::evaluate(&conds, &etag, entry.mtime, true) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            reply.status = 304;
+            reply.header("ETag", &etag).header("Last-Modified", &entry.last_modified).header("Vary", "Accept-Encoding");
+            reply.body = Body::None;
+            return;
+        }
+        Precondition::Failed => {
+            reply.error(412, "A precondition in the request did not hold.");
+            return;
+        }
+    }
+    reply
+        .header("Last-Modified", &entry.last_modified)
+        .header("ETag", &etag)
+        .header("Content-Type", content_type)
+        .header("Content-Encoding", coding.token())
+        .header("Vary", "Accept-Encoding");
+    // A copy per answer (a few KiB: the compressed size), which the transports send
+    // like any body pika makes.
+    reply.body = Body::Owned(bytes.to_vec());
 }
 
 fn open_error(e: io::Error, reply: &mut Reply<'_>) {
@@ -296,8 +524,8 @@ fn encode_query(q: &[u8]) -> String {
 }
 
 /// The whole file, with the entry's ready-made header lines.
-fn whole<'t>(entry: &Entry, content_type: impl FnOnce() -> &'t str, reply: &mut Reply<'_>) {
-    reply.headers.extend_from_slice(entry.file_headers(content_type));
+fn whole<'t>(entry: &Entry, content_type: impl FnOnce() -> &'t str, coding: Option<Coding>, reply: &mut Reply<'_>) {
+    whole_file_headers(entry, content_type, coding, reply);
     reply.body = entry.slice(0, entry.len);
 }
 

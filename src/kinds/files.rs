@@ -116,6 +116,8 @@ impl Files {
             serve_hidden: b.serve_hidden,
             mime: &b.config.mime,
             max_ranges: self.max_ranges.unwrap_or(b.config.http.max_ranges),
+            // Set by the site, from the rules in force at the location.
+            rules: Default::default(),
         }))
     }
 }

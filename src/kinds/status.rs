@@ -19,7 +19,7 @@ pub(super) fn show(t: &mut Toml) {
 /// Its rules unless its location sets them: `[status] allow`.
 pub(super) fn rules(config: &Config) -> Rules {
     let allow: Vec<Who> = config.status.allow.iter().map(|c| Who::Range(*c)).collect();
-    Rules { access: Some(Access::new(&allow, &[], true)) }
+    Rules { access: Some(Access::new(&allow, &[], true)), ..Rules::default() }
 }
 
 pub(super) fn build<'c>(b: &Build<'c, '_>) -> Handler<'c> {

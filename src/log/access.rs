@@ -316,6 +316,7 @@ mod tests {
         Record {
             client: "127.0.0.1".parse().unwrap(),
             peer: "127.0.0.1".parse().unwrap(),
+            user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",
             method: b"GET",

@@ -134,6 +134,7 @@ mod tests {
         Record {
             client: "10.1.2.3".parse().unwrap(),
             peer: "10.1.2.3".parse().unwrap(),
+            user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",
             method: b"GET",

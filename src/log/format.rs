@@ -22,7 +22,8 @@ enum Token {
     Literal(String),
     RemoteHost, // %h, %a
     PeerIp,     // %{c}a: the socket's peer (a balancer that named the client)
-    Dash,       // %l, %u: no identd, no auth
+    Dash,       // %l: no identd
+    User,       // %u: the Basic auth user, else -
     Time,       // %t
     TimeFormat(TimeFmt),
     RequestLine,  // %r
@@ -128,7 +129,8 @@ impl LogFormat {
                 }
                 ('a', Some(c)) if c == "c" => Token::PeerIp,
                 ('h' | 'a', _) => Token::RemoteHost,
-                ('l' | 'u', None) => Token::Dash,
+                ('l', None) => Token::Dash,
+                ('u', None) => Token::User,
                 ('t', None) => Token::Time,
                 ('t', Some(f)) => Token::TimeFormat(time_fmt(&f)),
                 ('r', None) => Token::RequestLine,
@@ -225,6 +227,10 @@ impl LogFormat {
                 Token::RemoteHost => text::push_ip(out, r.client),
                 Token::PeerIp => text::push_ip(out, r.peer),
                 Token::Dash => out.push(b'-'),
+                Token::User => match r.user {
+                    Some(u) if !u.is_empty() => escape_into(out, u.as_bytes()),
+                    _ => out.push(b'-'),
+                },
                 Token::Time => out.extend_from_slice(clf_time.as_bytes()),
                 Token::TimeFormat(f) => render_time(f, r.start, out),
                 Token::RequestLine => escape_into(out, r.request_line),
@@ -387,6 +393,7 @@ pub(crate) mod tests {
         Record {
             client: "::ffff:127.0.0.1".parse().unwrap(),
             peer: "::ffff:127.0.0.1".parse().unwrap(),
+            user: None,
             local_port: 8080,
             request_line: b"GET /a%20b?x=1 HTTP/1.1",
             method: b"GET",

@@ -1,8 +1,8 @@
 //! `format = "json"`: one JSON object per line, for log pipelines (jq, Loki, Vector,
 //! Elasticsearch) that would otherwise parse Apache's text with a regular expression.
 //!
-//! The object has the fields of `combined` (without `%l` and `%u`, always `-` here:
-//! no identd, no authentication) plus what an operator asks a JSON log for: the time
+//! The object has the fields of `combined` (without `%l`, always `-` here: no identd;
+//! `%u` is `user`, the Basic auth user or `null`) plus what an operator asks a JSON log for: the time
 //! taken, the vhost, the bytes sent in all, the request id, the TLS details. Every
 //! key is always there, `null` when the request had no such thing (no query, no
 //! Referer). Client bytes are escaped per JSON: UTF-8 passes through, `"` `\` and
@@ -37,6 +37,7 @@ pub(crate) fn render(r: &Record<'_>, out: &mut Vec<u8>, escape: &dyn Fn(&mut Vec
     out.extend_from_slice(b"\",\"client\":\"");
     text::push_ip(out, r.client);
     out.push(b'"');
+    string(out, ",\"user\":", r.user.map(str::as_bytes));
     string(out, ",\"request\":", Some(r.request_line));
     string(out, ",\"method\":", Some(r.method));
     string(out, ",\"path\":", Some(r.path));
@@ -221,7 +222,7 @@ mod tests {
         let h = |n: &str| (n == "User-Agent").then_some(&b"curl/8 \"x\"\n"[..]);
         assert_eq!(
             line(&record(&h), 4096),
-            "{\"time\":\"2023-11-14T22:13:20.123Z\",\"client\":\"127.0.0.1\",\"request\":\"GET /a%20b?x=1 HTTP/1.1\",\
+            "{\"time\":\"2023-11-14T22:13:20.123Z\",\"client\":\"127.0.0.1\",\"user\":null,\"request\":\"GET /a%20b?x=1 HTTP/1.1\",\
              \"method\":\"GET\",\"path\":\"/a b\",\"query\":\"x=1\",\"protocol\":\"HTTP/1.1\",\"status\":200,\
              \"bytes\":1234,\"bytes_sent\":1400,\"referer\":null,\"user_agent\":\"curl/8 \\\"x\\\"\\n\",\
              \"duration_us\":1500,\"vhost\":\"example.com\",\"host\":\"Example.com:8080\",\

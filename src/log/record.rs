@@ -11,6 +11,9 @@ pub struct Record<'a> {
     pub client: IpAddr,
     /// The socket's peer (`%{c}a`): the balancer when one named the client.
     pub peer: IpAddr,
+    /// The user a Basic `Authorization` header names, where the location asks for a
+    /// password (`%u`; as Apache's, it may name a user who failed: see the status).
+    pub user: Option<&'a str>,
     pub local_port: u16,
     pub request_line: &'a [u8],
     pub method: &'a [u8],

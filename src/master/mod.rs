@@ -111,6 +111,9 @@ pub struct Master {
     tickets: TicketKeys,
     /// When the certificates are next looked at for expiry (Unix seconds).
     next_cert_check: i64,
+    /// The htpasswd files the config read: one that changes is a reason to read the
+    /// config again (as HUP does).
+    auth_files: crate::rules::htpasswd::Watch,
     signals: Signals,
     logs: AccessLogs,
     rotations: Schedule,
@@ -174,6 +177,7 @@ impl Master {
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
+        let auth_files = crate::rules::htpasswd::Watch::new(config.auth_files(), config.http.file_check_interval);
         let mut master = Master {
             rotations,
             upgrade: Upgrades::new(&config.pid_file),
@@ -190,6 +194,7 @@ impl Master {
             token,
             tickets,
             next_cert_check: 0,
+            auth_files,
             signals,
             logs,
             children: HashMap::new(),
@@ -301,6 +306,16 @@ impl Master {
         self.tickets.advance(unix_now() as u64);
         self.check_certificates();
         self.acme_tick();
+        self.check_auth_files();
+    }
+
+    /// An htpasswd file changed (looked at once per `file_check_interval`): the
+    /// config is read again, its users with it, as on HUP.
+    fn check_auth_files(&mut self) {
+        if let Some(file) = self.auth_files.changed(Instant::now()) {
+            log::info!("auth_file {} changed: reading the config again", file.display());
+            self.reload();
+        }
     }
 
     /// Once a day (and after each reload): certificates close to expiry are said in

@@ -91,22 +91,50 @@ impl Access {
 
 /// The key of the list of who may ask.
 pub const ALLOW: &str = "allow";
+/// The key of the list of who may not.
+pub const DENY: &str = "deny";
 
-/// The address rules of a location's or a vhost's table, if it sets any.
+/// The address rules of a location's or a vhost's table, if it sets any: `allow`
+/// and `deny`, tried in the order they are written.
 pub(crate) fn read(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Access>, ConfigError> {
-    let Some(list) = keys.take::<Vec<String>>(ctx, ALLOW)? else { return Ok(None) };
-    let allow = list
-        .get_ref()
-        .iter()
-        .map(|a| Who::parse(a).ok_or_else(|| ctx.spanned(&list, format!("bad address range {a:?}"))))
-        .collect::<Result<Vec<Who>, _>>()?;
-    Ok(Some(Access::new(&allow, &[], true)))
+    let list = |keys: &mut Keys, key: &str| -> Result<Option<(usize, Vec<Who>)>, ConfigError> {
+        let Some(list) = keys.take::<Vec<String>>(ctx, key)? else { return Ok(None) };
+        let who = list
+            .get_ref()
+            .iter()
+            .map(|a| {
+                Who::parse(a).ok_or_else(|| {
+                    ctx.spanned(&list, format!("{key}: {a:?} is not \"all\", an address or a CIDR range"))
+                })
+            })
+            .collect::<Result<Vec<Who>, _>>()?;
+        Ok(Some((list.span().start, who)))
+    };
+    match (list(keys, ALLOW)?, list(keys, DENY)?) {
+        (None, None) => Ok(None),
+        (allow, deny) => {
+            let allow_first = match (&allow, &deny) {
+                (Some((a, _)), Some((d, _))) => a < d,
+                _ => true,
+            };
+            let (allow, deny) = (allow.map(|a| a.1).unwrap_or_default(), deny.map(|d| d.1).unwrap_or_default());
+            Ok(Some(Access::new(&allow, &deny, allow_first)))
+        }
+    }
 }
 
-/// Its keys for `pika -T`, as written.
+/// Its keys for `pika -T`, as written: the two lists in the order they are tried.
 pub(crate) fn show(access: &Access, t: &mut Toml) {
-    let allow = access.rules().filter(|(allowed, _)| *allowed).map(|(_, w)| string(&w.to_string()));
-    t.key(ALLOW, toml::Value::Array(allow.collect()));
+    let mut order: Vec<bool> = Vec::new();
+    for (allowed, _) in access.rules() {
+        if !order.contains(&allowed) {
+            order.push(allowed);
+        }
+    }
+    for allowed in order {
+        let list = access.rules().filter(|(a, _)| *a == allowed).map(|(_, w)| string(&w.to_string()));
+        t.key(if allowed { ALLOW } else { DENY }, toml::Value::Array(list.collect()));
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,76 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
+use super::Auth;
+use super::htpasswd::{Stamp, Users};
+use crate::config::read::{ConfigError, Ctx, Keys, absolute};
+use crate::config::show::{Toml, string};
+
+/// Its keys: the htpasswd file, the realm, and how an address list combines.
+pub const KEYS: [&str; 3] = ["auth_file", "auth_realm", "satisfy"];
+
+/// `auth_file` and `auth_realm` of a table, if set: the users, read now (when the
+/// config is read, so by the master as root: the file may be readable by root
+/// alone); `Some(None)`: `auth_file = "off"` (no password here, whatever the vhost
+/// says). `root`: where a relative path starts.
+pub(crate) fn read(
+    keys: &mut Keys,
+    ctx: &Ctx,
+    root: &std::path::Path,
+) -> Result<Option<Option<std::sync::Arc<Auth>>>, ConfigError> {
+    let (file, realm) = (keys.take::<String>(ctx, "auth_file")?, keys.take::<String>(ctx, "auth_realm")?);
+    let (file, realm) = match (file, realm) {
+        (None, None) => return Ok(None),
+        (Some(f), _) if f.get_ref() == "off" => return Ok(Some(None)),
+        (None, Some(r)) => return Err(ctx.spanned(&r, "auth_realm needs auth_file (the htpasswd file of its users)")),
+        (Some(f), None) => return Err(ctx.spanned(&f, "auth_file needs auth_realm (the name the browser shows)")),
+        (Some(f), Some(r)) => (f, r),
+    };
+    if realm.get_ref().is_empty() || realm.get_ref().chars().any(char::is_control) {
+        return Err(ctx.spanned(&realm, "auth_realm is a name shown to users: not empty, no control characters"));
+    }
+    let path = absolute(root, file.get_ref());
+    let stamp = Stamp::of(&path);
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| ctx.spanned(&file, format!("auth_file {}: {e}", path.display())))?;
+    let (users, problems) = Users::parse(&text);
+    let notes: Vec<String> = problems.iter().map(|p| format!("{}:{}: {}", path.display(), p.line, p.what)).collect();
+    if users.is_empty() {
+        let why: Vec<String> = problems.iter().map(|p| format!("line {}: {}", p.line, p.what)).collect();
+        return Err(
+            ctx.spanned(&file, format!("auth_file {}: no user that can log in ({})", path.display(), why.join("; ")))
+        );
+    }
+    let realm = realm.into_inner();
+    let challenge = challenge(&realm);
+    Ok(Some(Some(std::sync::Arc::new(Auth { realm, file: path, users, challenge, stamp, notes }))))
+}
+
+/// `satisfy`: `Some(true)` for `"any"`, `Some(false)` for `"all"`.
+pub(crate) fn read_satisfy(keys: &mut Keys, ctx: &Ctx) -> Result<Option<bool>, ConfigError> {
+    let Some(s) = keys.take::<String>(ctx, "satisfy")? else { return Ok(None) };
+    match s.get_ref().as_str() {
+        "any" => Ok(Some(true)),
+        "all" => Ok(Some(false)),
+        other => Err(ctx.spanned(&s, format!("satisfy is \"any\" or \"all\", not {other:?}"))),
+    }
+}
+
+/// The keys for `pika -T`, as written.
+pub(crate) fn show(auth: Option<&Option<std::sync::Arc<Auth>>>, satisfy_any: Option<bool>, t: &mut Toml) {
+    match auth {
+        None => {}
+        Some(None) => t.key("auth_file", string("off")),
+        Some(Some(a)) => {
+            t.key("auth_file", string(&a.file.display().to_string()));
+            t.key("auth_realm", string(&a.realm));
+        }
+    }
+    if let Some(any) = satisfy_any {
+        t.key("satisfy", string(if any { "any" } else { "all" }));
+    }
+}
+
 /// Longest `Authorization` value read: a user and password of several hundred
 /// bytes each. A longer one is refused (400) before anything is decoded.
 pub const MAX_AUTHORIZATION: usize = 1024;

@@ -9,7 +9,77 @@
 use std::cell::Cell;
 use std::io::Write;
 
-use super::encoding::Coding;
+use super::encoding::{self, Coding};
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::{Toml, string, strings};
+use crate::config::units::Bytes;
+
+/// Its keys.
+pub const KEYS: [&str; 4] = ["precompressed", "compress", "compress_types", "compress_min_size"];
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawCodings {
+    All(bool),
+    List(Vec<String>),
+}
+
+/// `precompressed` or `compress` (`key`) of a table, if set: `true` for all three
+/// codings in the default order, `false` for none, or a list in the server's order.
+pub(crate) fn read_codings(keys: &mut Keys, ctx: &Ctx, key: &str) -> Result<Option<Vec<Coding>>, ConfigError> {
+    let Some(c) = keys.take::<RawCodings>(ctx, key)? else { return Ok(None) };
+    let list = match c.get_ref() {
+        RawCodings::All(true) => encoding::ALL.to_vec(),
+        RawCodings::All(false) => Vec::new(),
+        RawCodings::List(names) => {
+            let mut out = Vec::new();
+            for name in names {
+                let coding = Coding::parse(name).ok_or_else(|| {
+                    ctx.spanned(&c, format!("{key} entry {name:?} is not one of \"br\", \"zstd\", \"gzip\""))
+                })?;
+                if !out.contains(&coding) {
+                    out.push(coding);
+                }
+            }
+            out
+        }
+    };
+    Ok(Some(list))
+}
+
+/// `compress_types` of a table, if set.
+pub(crate) fn read_types(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(types) = keys.take::<Vec<String>>(ctx, "compress_types")? else { return Ok(None) };
+    let valid = |t: &String| {
+        t.split_once('/').is_some_and(|(a, b)| super::headers::is_token(a) && (b == "*" || super::headers::is_token(b)))
+    };
+    if let Some(bad) = types.get_ref().iter().find(|t| !valid(t)) {
+        return Err(ctx.spanned(&types, format!("compress_types entry {bad:?} is not type/subtype or type/*")));
+    }
+    Ok(Some(types.into_inner()))
+}
+
+/// `compress_min_size` of a table, if set.
+pub(crate) fn read_min_size(keys: &mut Keys, ctx: &Ctx) -> Result<Option<u64>, ConfigError> {
+    Ok(keys.take::<Bytes>(ctx, "compress_min_size")?.map(|b| b.into_inner().0))
+}
+
+/// The keys for `pika -T`, as written.
+pub(crate) fn show(r: &super::Rules, t: &mut Toml) {
+    let codings = |list: &[Coding]| toml::Value::Array(list.iter().map(|c| string(c.token())).collect());
+    if let Some(p) = &r.precompressed {
+        t.key("precompressed", codings(p));
+    }
+    if let Some(c) = &r.compress {
+        t.key("compress", codings(c));
+    }
+    if let Some(types) = &r.compress_types {
+        t.key("compress_types", strings(types));
+    }
+    if let Some(n) = r.compress_min_size {
+        t.key("compress_min_size", n);
+    }
+}
 
 /// gzip's level: zlib's default, near its best ratio for text at a fraction of
 /// level 9's time. Paid once per file version and worker.

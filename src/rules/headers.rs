@@ -10,7 +10,90 @@
 //! nginx gives it (200, 201, 204, 206, 301, 302, 303, 304, 307, 308). `charset`
 //! names the encoding of text answers (`Content-Type: text/html; charset=utf-8`).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
+
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::{Toml, duration, string};
+use crate::config::units::parse_duration;
+
+/// Its keys.
+pub const KEYS: [&str; 4] = ["headers", "headers_always", "expires", "charset"];
+
+/// `headers` (and `headers_always`) of a table, if set.
+pub(crate) fn read(keys: &mut Keys, ctx: &Ctx) -> Result<Option<AddHeaders>, ConfigError> {
+    let (list, always) =
+        (keys.take::<BTreeMap<String, String>>(ctx, "headers")?, keys.take::<bool>(ctx, "headers_always")?);
+    let Some(list) = list else {
+        return match always {
+            None => Ok(None),
+            Some(a) => Err(ctx.spanned(&a, "headers_always goes with the headers it is about")),
+        };
+    };
+    let pairs = list.get_ref().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    AddHeaders::new(pairs, always.is_some_and(|a| *a.get_ref()))
+        .map(Some)
+        .map_err(|e| ctx.spanned(&list, e.to_string()))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawExpires {
+    Seconds(u64),
+    Time(String),
+    ByType(BTreeMap<String, String>),
+}
+
+/// `expires` of a table, if set (`"off"`: none, whatever the vhost says).
+pub(crate) fn read_expires(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Expires>, ConfigError> {
+    let Some(e) = keys.take::<RawExpires>(ctx, "expires")? else { return Ok(None) };
+    let time = |s: &str| {
+        parse_duration(s)
+            .ok_or_else(|| ctx.spanned(&e, format!("expires {s:?} is not a time (\"30d\", \"1h\", \"0s\") or \"off\"")))
+    };
+    let expires = match e.get_ref() {
+        RawExpires::Seconds(n) => Expires::all(Duration::from_secs(*n)),
+        RawExpires::Time(s) if s == "off" => Expires::default(),
+        RawExpires::Time(s) => Expires::all(time(s)?),
+        RawExpires::ByType(map) => {
+            let list = map.iter().map(|(ty, t)| Ok((ty.clone(), time(t)?))).collect::<Result<Vec<_>, ConfigError>>()?;
+            Expires::by_type(list).map_err(|m| ctx.spanned(&e, m))?
+        }
+    };
+    Ok(Some(expires))
+}
+
+/// `charset` of a table, if set (`"off"` kept: none, whatever the vhost says).
+pub(crate) fn read_charset(keys: &mut Keys, ctx: &Ctx) -> Result<Option<String>, ConfigError> {
+    let Some(c) = keys.take::<String>(ctx, "charset")? else { return Ok(None) };
+    if !valid_charset(c.get_ref()) {
+        return Err(
+            ctx.spanned(&c, format!("charset {:?} is not a charset name (utf-8, iso-8859-1, ...)", c.get_ref()))
+        );
+    }
+    Ok(Some(c.into_inner()))
+}
+
+/// The keys for `pika -T`, as written.
+pub(crate) fn show(h: Option<&AddHeaders>, e: Option<&Expires>, charset: Option<&String>, t: &mut Toml) {
+    if let Some(h) = h {
+        let pairs: Vec<String> = h.list.iter().map(|(n, v)| format!("{} = {}", string(n), string(v))).collect();
+        t.key("headers", format!("{{ {} }}", pairs.join(", ")));
+        t.key("headers_always", h.always);
+    }
+    match e.map(Expires::list) {
+        None => {}
+        Some([]) => t.key("expires", string("off")),
+        Some([(all, d)]) if all == "*" => t.key("expires", duration(*d)),
+        Some(list) => {
+            let pairs: Vec<String> = list.iter().map(|(ty, d)| format!("{} = {}", string(ty), duration(*d))).collect();
+            t.key("expires", format!("{{ {} }}", pairs.join(", ")));
+        }
+    }
+    if let Some(c) = charset {
+        t.key("charset", string(c));
+    }
+}
 
 /// Headers pika writes itself, which a `headers` rule may not set: the framing
 /// (a second length would split the response), the validators (they must match the

@@ -13,6 +13,8 @@
 //! - [`headers`]: `headers` to add, `expires`, `charset`.
 //! - [`encoding`]: `Accept-Encoding` negotiation for precompressed siblings and
 //!   compression on the fly; [`compress`] makes the compressed copies.
+//! - [`apply`]: where they meet a request: the gate's checks before the handler, the
+//!   decoration of the answer after it.
 //!
 //! [`Rules`] is where they meet the config: the rules of one location or vhost, as
 //! written. [`Rules::read`] takes each rule's keys out of the table (a location's or a
@@ -20,11 +22,14 @@
 //! [`Rules::over`] makes those in force (a location's own, else its kind's default
 //! (the status page and the metrics: `[status] allow`), else its vhost's; when a
 //! worker builds its sites), and [`Rules::gate`] makes what the request path checks
-//! before the location's handler: the [`Gate`]. A new rule is its module, its field
-//! in [`Rules`] (with its line in each of those four functions), its keys in
-//! [`KEYS`], and, if a request is checked by it, its field in [`Gate`].
+//! before the location's handler: the [`Gate`]; [`Rules::decor`] what is added to the
+//! answer after it ([`Decor`]); [`Rules::files`] what a files location does with its
+//! files ([`FileRules`]: fallbacks, codings). A new rule is its module, its field in
+//! [`Rules`] (with its line in each of those functions), its keys in [`KEYS`], and
+//! its field in [`Gate`], [`Decor`] or [`FileRules`].
 
 pub mod access;
+pub mod apply;
 pub mod basic;
 pub mod compress;
 pub mod encoding;
@@ -32,31 +37,127 @@ pub mod headers;
 pub mod htpasswd;
 pub mod redirect;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use crate::config::read::{ConfigError, Ctx, Keys};
 use crate::config::show::Toml;
 use crate::handlers::Ask;
 use crate::http::response::Reply;
 use access::Access;
+use encoding::Coding;
+use headers::{AddHeaders, Expires};
+use htpasswd::Users;
+use redirect::Return;
 
 /// Every key of the rules, as the config writes them (on a location and a vhost).
-pub const KEYS: &[&str] = &[access::ALLOW];
+pub const KEYS: &[&str] = &[
+    access::ALLOW,
+    access::DENY,
+    basic::KEYS[0],
+    basic::KEYS[1],
+    basic::KEYS[2],
+    redirect::KEYS[0],
+    redirect::KEYS[1],
+    headers::KEYS[0],
+    headers::KEYS[1],
+    headers::KEYS[2],
+    headers::KEYS[3],
+    compress::KEYS[0],
+    compress::KEYS[1],
+    compress::KEYS[2],
+    compress::KEYS[3],
+];
 
 /// The rules of one location or vhost, as written: `None` where a rule is not set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rules {
-    /// `allow`: who may ask.
+    /// `allow` / `deny`: who may ask.
     pub access: Option<Access>,
+    /// `auth_file` and `auth_realm` (`Some(None)`: `auth_file = "off"`).
+    pub auth: Option<Option<Arc<Auth>>>,
+    /// `satisfy = "any"` (true) or `"all"`.
+    pub satisfy_any: Option<bool>,
+    /// `return`.
+    pub ret: Option<Return>,
+    /// `try_files`.
+    pub try_files: Option<Vec<String>>,
+    /// `headers` and `headers_always`.
+    pub headers: Option<AddHeaders>,
+    /// `expires` (empty: `"off"`).
+    pub expires: Option<Expires>,
+    /// `charset` (`"off"`: none).
+    pub charset: Option<String>,
+    /// `precompressed`: the siblings looked for, in the server's order.
+    pub precompressed: Option<Vec<Coding>>,
+    /// `compress`: the codings made on the fly, in the server's order.
+    pub compress: Option<Vec<Coding>>,
+    pub compress_types: Option<Vec<String>>,
+    pub compress_min_size: Option<u64>,
+}
+
+/// What a table's rules are read with besides its keys.
+pub(crate) struct Reading<'a> {
+    /// Where relative paths start (the server's root).
+    pub(crate) root: &'a Path,
+    /// The location's regex, whose captures `return` may name.
+    pub(crate) regex: Option<&'a regex_lite::Regex>,
 }
 
 impl Rules {
     /// Takes the rules' keys out of a location's or a vhost's table.
-    pub(crate) fn read(keys: &mut Keys, ctx: &Ctx) -> Result<Rules, ConfigError> {
-        Ok(Rules { access: access::read(keys, ctx)? })
+    pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, r: &Reading<'_>) -> Result<Rules, ConfigError> {
+        let rules = Rules {
+            access: access::read(keys, ctx)?,
+            auth: basic::read(keys, ctx, r.root)?,
+            satisfy_any: basic::read_satisfy(keys, ctx)?,
+            ret: redirect::read(keys, ctx, r.regex)?,
+            try_files: redirect::read_try_files(keys, ctx)?,
+            headers: headers::read(keys, ctx)?,
+            expires: headers::read_expires(keys, ctx)?,
+            charset: headers::read_charset(keys, ctx)?,
+            precompressed: compress::read_codings(keys, ctx, "precompressed")?,
+            compress: compress::read_codings(keys, ctx, "compress")?,
+            compress_types: compress::read_types(keys, ctx)?,
+            compress_min_size: compress::read_min_size(keys, ctx)?,
+        };
+        let sets_cache_control = rules.headers.as_ref().is_some_and(|h| h.sets("cache-control"));
+        if sets_cache_control && rules.expires.as_ref().is_some_and(|e| !e.is_empty()) {
+            return Err(ctx.error(0..0, "headers sets Cache-Control and expires sets it too: keep one"));
+        }
+        Ok(rules)
+    }
+
+    /// The key of a rule that only a files location can have, if one is set.
+    pub fn files_only(&self) -> Option<&'static str> {
+        if self.try_files.is_some() {
+            Some("try_files")
+        } else if self.precompressed.as_ref().is_some_and(|p| !p.is_empty()) {
+            Some("precompressed")
+        } else {
+            None
+        }
     }
 
     /// These rules where set, else `under`'s, rule by rule.
     pub fn over(&self, under: &Rules) -> Rules {
-        Rules { access: self.access.clone().or_else(|| under.access.clone()) }
+        fn or<T: Clone>(a: &Option<T>, b: &Option<T>) -> Option<T> {
+            a.clone().or_else(|| b.clone())
+        }
+        Rules {
+            access: or(&self.access, &under.access),
+            auth: or(&self.auth, &under.auth),
+            satisfy_any: or(&self.satisfy_any, &under.satisfy_any),
+            ret: or(&self.ret, &under.ret),
+            try_files: or(&self.try_files, &under.try_files),
+            headers: or(&self.headers, &under.headers),
+            expires: or(&self.expires, &under.expires),
+            charset: or(&self.charset, &under.charset),
+            precompressed: or(&self.precompressed, &under.precompressed),
+            compress: or(&self.compress, &under.compress),
+            compress_types: or(&self.compress_types, &under.compress_types),
+            compress_min_size: or(&self.compress_min_size, &under.compress_min_size),
+        }
     }
 
     /// The keys as written, for `pika -T`.
@@ -64,11 +165,48 @@ impl Rules {
         if let Some(a) = &self.access {
             access::show(a, t);
         }
+        basic::show(self.auth.as_ref(), self.satisfy_any, t);
+        redirect::show(self.ret.as_ref(), self.try_files.as_ref(), t);
+        headers::show(self.headers.as_ref(), self.expires.as_ref(), self.charset.as_ref(), t);
+        compress::show(self, t);
     }
 
     /// What the request path checks for these rules (those in force).
     pub fn gate(&self) -> Gate {
-        Gate { access: self.access.clone().filter(|a| !a.is_open()), host_names: None }
+        Gate {
+            access: self.access.clone().filter(|a| !a.is_open()),
+            auth: self.auth.clone().flatten(),
+            satisfy_any: self.satisfy_any.unwrap_or(false),
+            ret: self.ret.clone(),
+            host_names: None,
+        }
+    }
+
+    /// What is added to the answers (those in force).
+    pub fn decor(&self) -> Decor {
+        Decor {
+            headers: self.headers.clone().unwrap_or_default(),
+            expires: self.expires.clone().unwrap_or_default(),
+            charset: self.charset.clone().filter(|c| c != "off"),
+            compress: self.compress.clone().unwrap_or_default(),
+            compress_types: self.compress_types(),
+            compress_min_size: self.compress_min_size.unwrap_or(compress::DEFAULT_MIN_SIZE),
+        }
+    }
+
+    /// What a files location does with its files (those in force).
+    pub fn files(&self) -> FileRules {
+        FileRules {
+            try_files: self.try_files.clone().unwrap_or_default(),
+            precompressed: self.precompressed.clone().unwrap_or_default(),
+            compress: self.compress.clone().unwrap_or_default(),
+            compress_types: self.compress_types(),
+            compress_min_size: self.compress_min_size.unwrap_or(compress::DEFAULT_MIN_SIZE),
+        }
+    }
+
+    fn compress_types(&self) -> Vec<String> {
+        self.compress_types.clone().unwrap_or_else(|| compress::DEFAULT_TYPES.iter().map(|t| t.to_string()).collect())
     }
 }
 
@@ -76,7 +214,13 @@ impl Rules {
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
     /// `None`: every client may ask.
-    access: Option<Access>,
+    pub access: Option<Access>,
+    /// A password is asked for.
+    pub auth: Option<Arc<Auth>>,
+    /// With both: an allowed address or a password is enough.
+    pub satisfy_any: bool,
+    /// The location answers with this itself.
+    pub ret: Option<Return>,
     /// The names a request's Host must be (else an IP literal or `localhost`, see
     /// [`crate::vhost::names_this_server`]); `None`: any Host.
     host_names: Option<Vec<String>>,
@@ -92,7 +236,8 @@ impl Gate {
         self
     }
 
-    /// True when the request may go on to the handler; else `reply` holds the refusal.
+    /// True when the request may go on to the handler; else `reply` holds the refusal
+    /// (or the `return`).
     #[inline]
     pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
         if let (Some(names), Some(host)) = (&self.host_names, ask.req.host)
@@ -101,12 +246,55 @@ impl Gate {
             reply.error(421, "This server does not answer this page for that host name; use one of its names.");
             return false;
         }
-        if let Some(a) = &self.access
-            && !a.allows(ask.client)
-        {
-            reply.error(403, "This resource is not available to this client.");
-            return false;
+        if self.access.is_none() && self.auth.is_none() && self.ret.is_none() {
+            return true;
         }
-        true
+        apply::admit(self, ask, reply)
     }
+}
+
+/// What is added to an answer after its handler made it.
+#[derive(Debug, Clone, Default)]
+pub struct Decor {
+    pub headers: AddHeaders,
+    pub expires: Expires,
+    pub charset: Option<String>,
+    /// Codings for the bodies pika makes (error pages, listings).
+    pub compress: Vec<Coding>,
+    pub compress_types: Vec<String>,
+    pub compress_min_size: u64,
+}
+
+impl Decor {
+    /// Whether there is anything to add.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty() && self.expires.is_empty() && self.charset.is_none() && self.compress.is_empty()
+    }
+}
+
+/// What a files location does with its files: `try_files`, precompressed siblings,
+/// compression on the fly.
+#[derive(Debug, Clone, Default)]
+pub struct FileRules {
+    pub try_files: Vec<String>,
+    pub precompressed: Vec<Coding>,
+    pub compress: Vec<Coding>,
+    pub compress_types: Vec<String>,
+    pub compress_min_size: u64,
+}
+
+/// `auth_file` and `auth_realm`: who may log in, read when the config is read.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Auth {
+    pub realm: String,
+    pub file: PathBuf,
+    pub users: Users,
+    /// The `WWW-Authenticate` value.
+    pub challenge: String,
+    /// The file as it was when read (the master reads the config again when it
+    /// changes: [`htpasswd::Watch`]).
+    pub stamp: Option<htpasswd::Stamp>,
+    /// What `pika -t` says of its lines (a weak hash, a line no user can use).
+    pub notes: Vec<String>,
 }

@@ -19,11 +19,97 @@
 
 use regex_lite::Regex;
 
+use crate::config::read::{ConfigError, Ctx, Keys};
+use crate::config::show::{Toml, string, strings};
+
+/// Its keys: `return`, and `try_files` (the fallbacks of a files location).
+pub const KEYS: [&str; 2] = ["return", "try_files"];
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum RawReturn {
+    Status(u16),
+    Redirect { status: u16, to: String },
+}
+
+/// `return` of a table, if set; `regex`: the location's, whose captures the target
+/// may name.
+pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, regex: Option<&Regex>) -> Result<Option<Return>, ConfigError> {
+    let Some(ret) = keys.take::<RawReturn>(ctx, "return")? else { return Ok(None) };
+    Ok(Some(match ret.get_ref() {
+        RawReturn::Status(s) if plain_status(*s) => Return::Status(*s),
+        RawReturn::Status(s) => {
+            return Err(ctx.spanned(
+                &ret,
+                format!("return = {s}: a status is 204 or 400 to 599; a redirect is return = {{ status = 301, to = \"...\" }}"),
+            ));
+        }
+        RawReturn::Redirect { status, to } => {
+            if !REDIRECTS.contains(status) {
+                return Err(ctx
+                    .spanned(&ret, format!("return: a redirect's status is 301, 302, 303, 307 or 308, not {status}")));
+            }
+            let to = Template::parse(to, regex).map_err(|e| ctx.spanned(&ret, format!("return to {to:?}: {e}")))?;
+            Return::Redirect { status: *status, to }
+        }
+    }))
+}
+
+/// `try_files` of a table, if set, checked: paths to try (`$uri`, `$uri/`, a path),
+/// then what answers when none exists (a path, or a status `=404`).
+pub(crate) fn read_try_files(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(list) = keys.take::<Vec<String>>(ctx, "try_files")? else { return Ok(None) };
+    check_try_files(list.get_ref()).map_err(|e| ctx.spanned(&list, e))?;
+    Ok(Some(list.into_inner()))
+}
+
+fn check_try_files(list: &[String]) -> Result<(), String> {
+    let Some((last, tried)) = list.split_last() else {
+        return Err("try_files needs at least one entry".into());
+    };
+    if tried.is_empty() {
+        return Err(
+            "try_files needs paths to try and, last, what answers when none exists (\"/index.html\" or \"=404\")"
+                .into(),
+        );
+    }
+    for t in tried {
+        if !t.starts_with('/') && !t.starts_with("$uri") {
+            return Err(format!("try_files entry {t:?} is a path: \"$uri\", \"$uri/\", or one starting with '/'"));
+        }
+        if t.contains("..") || t.replace("$uri", "").contains('$') {
+            return Err(format!("try_files entry {t:?}: no '..', and $uri is its only variable"));
+        }
+    }
+    match last.strip_prefix('=') {
+        Some(code) => match code.parse::<u16>() {
+            Ok(c) if (400..600).contains(&c) => Ok(()),
+            _ => Err(format!("try_files' last entry {last:?}: a status is =400 to =599")),
+        },
+        None if last.starts_with('/') && !last.contains("..") && !last.contains('$') => Ok(()),
+        None => Err(format!("try_files' last entry {last:?} is a path starting with '/' or a status (=404)")),
+    }
+}
+
+/// The keys for `pika -T`, as written.
+pub(crate) fn show(ret: Option<&Return>, try_files: Option<&Vec<String>>, t: &mut Toml) {
+    match ret {
+        None => {}
+        Some(Return::Status(s)) => t.key("return", s),
+        Some(Return::Redirect { status, to }) => {
+            t.key("return", format!("{{ status = {status}, to = {} }}", string(to.text())));
+        }
+    }
+    if let Some(list) = try_files {
+        t.key("try_files", strings(list));
+    }
+}
+
 /// The statuses a redirect may have.
 pub const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 
 /// What `return` answers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Return {
     /// A status with the server's page for it.
     Status(u16),
@@ -39,12 +125,22 @@ pub fn plain_status(status: u16) -> bool {
 }
 
 /// A redirect target: literal text, captures and variables.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Template {
     parts: Vec<Part>,
     /// As written, for `-T`.
     text: String,
+    /// The location's regex, when the template names a capture.
+    regex: Option<Regex>,
 }
+
+impl PartialEq for Template {
+    fn eq(&self, other: &Template) -> bool {
+        self.parts == other.parts && self.text == other.text
+    }
+}
+
+impl Eq for Template {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
@@ -137,16 +233,26 @@ impl Template {
         }
         lit.push_str(rest);
         flush(&mut parts, &mut lit);
-        Ok(Template { parts, text: text.to_string() })
+        let regex = parts.iter().any(|p| matches!(p, Part::Capture(_))).then(|| regex.cloned()).flatten();
+        Ok(Template { parts, text: text.to_string(), regex })
     }
 
     pub fn text(&self) -> &str {
         &self.text
     }
 
-    /// The target for one request. `captures`: the regex's groups on the cleaned
-    /// path (group 0 the whole match).
-    pub fn expand(&self, req: &Vars<'_>, captures: &[Option<&str>]) -> String {
+    /// The target for one request: the location's regex runs on its path again
+    /// when the template names a capture.
+    pub fn expand(&self, req: &Vars<'_>) -> String {
+        let path = String::from_utf8_lossy(req.path);
+        let caps = self.regex.as_ref().and_then(|r| r.captures(&path));
+        let captures: Vec<Option<&str>> =
+            caps.as_ref().map(|c| c.iter().map(|m| m.map(|m| m.as_str())).collect()).unwrap_or_default();
+        self.fill(req, &captures)
+    }
+
+    /// The target with `captures` (group 0 the whole match).
+    fn fill(&self, req: &Vars<'_>, captures: &[Option<&str>]) -> String {
         let mut out = String::with_capacity(self.text.len() + req.target.len());
         for p in &self.parts {
             match p {
@@ -165,7 +271,7 @@ impl Template {
 
     /// Whether it names a capture (the regex must then run on the path).
     pub fn uses_captures(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Capture(_)))
+        self.regex.is_some()
     }
 }
 
@@ -220,18 +326,15 @@ mod tests {
     fn captures_and_variables_fill_the_target() {
         let re = Regex::new(r"^/old/(\w+)/(.*)$").unwrap();
         let t = Template::parse("https://$host/new/$2/$1$is_args$args", Some(&re)).unwrap();
-        let path = "/old/blog/a b.html";
-        let caps = re.captures(path).unwrap();
-        let caps: Vec<Option<&str>> = caps.iter().map(|m| m.map(|m| m.as_str())).collect();
-        let v = vars("/old/blog/a%20b.html?x=1", path, Some("x=1"));
-        assert_eq!(t.expand(&v, &caps), "https://example.com/new/a%20b.html/blog?x=1");
+        let v = vars("/old/blog/a%20b.html?x=1", "/old/blog/a b.html", Some("x=1"));
+        assert_eq!(t.expand(&v), "https://example.com/new/a%20b.html/blog?x=1");
         assert!(t.uses_captures());
         let t = Template::parse("$scheme://other.example$request_uri", None).unwrap();
-        assert_eq!(t.expand(&v, &[]), "https://other.example/old/blog/a%20b.html?x=1");
+        assert_eq!(t.expand(&v), "https://other.example/old/blog/a%20b.html?x=1");
         let t = Template::parse("/moved$uri$is_args$args", None).unwrap();
-        assert_eq!(t.expand(&vars("/a", "/a", None), &[]), "/moved/a");
+        assert_eq!(t.expand(&vars("/a", "/a", None)), "/moved/a");
         assert!(!t.uses_captures());
-        assert_eq!(Template::parse("/a$$b", None).unwrap().expand(&v, &[]), "/a$b");
+        assert_eq!(Template::parse("/a$$b", None).unwrap().expand(&v), "/a$b");
     }
 
     #[test]
@@ -239,7 +342,8 @@ mod tests {
         let re = Regex::new("^/(.*)$").unwrap();
         let t = Template::parse("/x/$1", Some(&re)).unwrap();
         let caps = [Some("/a\r\nSet-Cookie: x"), Some("a\r\nSet-Cookie: x")];
-        assert_eq!(t.expand(&vars("/", "/", None), &caps), "/x/a%0D%0ASet-Cookie:%20x");
+        assert_eq!(t.fill(&vars("/", "/", None), &caps), "/x/a%0D%0ASet-Cookie:%20x");
+        assert_eq!(t.expand(&vars("/", "/a b<c>", None)), "/x/a%20b%3Cc%3E");
     }
 
     #[test]

@@ -137,7 +137,8 @@ impl Server<'_> {
             }
         }
         // decorate
-        decorate::decorate(&self.sites[route.vhost], tls, &mut reply);
+        let decor = route.to.as_ref().map(|(place, ..)| &place.decor);
+        decorate::decorate(&self.sites[route.vhost], decor, (&req, start), tls, &mut reply);
         // deliver
         let keep_alive = req.keep_alive
             && body == BodyState::Done
@@ -309,6 +310,7 @@ fn route<'s, 'p>(
         Ok((clean, query)) => {
             let place = sites[vhost].place(&clean.bytes);
             route.kind.health = matches!(place.handler, Handler::Health(_));
+            route.kind.auth = place.gate.auth.is_some();
             route.to = Some((place, clean, query));
         }
         // Without a path no handler is reached; a method none of them answers is the

@@ -5,14 +5,28 @@
 //! compression) are applied here too, after the error page is chosen, so they see
 //! the body that goes out.
 
+use std::time::SystemTime;
+
+use crate::http::request::Request;
 use crate::http::response::Reply;
+use crate::rules::Decor;
 use crate::site::Site;
 
-/// Decorates `reply`, an answer of `site` (`tls`: over HTTPS).
+/// Decorates `reply`, an answer of `site` (`tls`: over HTTPS) to `req` made at
+/// `now`; `decor`: the rules of the location that answered, if one did.
 #[inline(always)]
-pub(super) fn decorate(site: &Site<'_>, tls: bool, reply: &mut Reply<'_>) {
+pub(super) fn decorate(
+    site: &Site<'_>,
+    decor: Option<&Decor>,
+    (req, now): (&Request<'_>, SystemTime),
+    tls: bool,
+    reply: &mut Reply<'_>,
+) {
     if reply.status >= 400 {
         site.error_page(reply);
+    }
+    if let Some(decor) = decor.filter(|d| !d.is_empty()) {
+        crate::rules::apply::decorate(decor, req.header("accept-encoding"), reply, now);
     }
     if tls && let Some(hsts) = &site.vhost.hsts {
         reply.header("Strict-Transport-Security", hsts);

@@ -207,9 +207,17 @@ impl Output {
             (Ok(_), true) => '+',
             (Ok(_), false) => '-',
         };
+        // The user a password was given for, where one is asked (decoded again
+        // here: the header is short, and only such locations pay).
+        let user = if kind.auth {
+            headers_in("authorization").and_then(|v| crate::rules::basic::parse(v).ok()).map(|c| c.user)
+        } else {
+            None
+        };
         let record = Record {
             client,
             peer: conn.socket_peer().ip(),
+            user: user.as_deref(),
             local_port: conn.local_port,
             request_line: line,
             method,
@@ -243,6 +251,8 @@ pub(super) struct Kind {
     pub(super) internal: bool,
     /// Answered by a health-check location.
     pub(super) health: bool,
+    /// Its location asks for a password (the log's `%u` is the user it names).
+    pub(super) auth: bool,
 }
 
 fn split_query(target: &[u8]) -> (&[u8], Option<&[u8]>) {

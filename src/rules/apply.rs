@@ -1,0 +1,247 @@
+//! Where the rules meet a request: [`admit`] before the handler (address, password,
+//! `return`), [`decorate`] after it (headers, `expires`, `charset`, and the
+//! compression of bodies pika makes itself: error pages, listings).
+//!
+//! A worker's verified credentials and failing clients ([`basic::Verified`],
+//! [`basic::Failures`]) live here, one set per process: a worker serves one request
+//! at a time, and nothing is shared between workers.
+
+use std::cell::RefCell;
+use std::time::{Instant, SystemTime};
+
+use super::basic::{self, Failures, Verified};
+use super::encoding;
+use super::headers;
+use super::redirect::{Return, Vars};
+use super::{Auth, Decor, Gate, compress};
+use crate::handlers::Ask;
+use crate::http::response::{Body, Reply};
+
+thread_local! {
+    static VERIFIED: RefCell<Verified> = RefCell::new(Verified::default());
+    static FAILURES: RefCell<Failures> = RefCell::new(Failures::default());
+}
+
+/// Whether the request goes on to the handler; if not, `reply` holds the answer
+/// (403, 401, 400, 429, a `return` status or redirect).
+pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+    let address_ok = gate.access.as_ref().is_none_or(|a| a.allows(ask.client));
+    let allowed = match &gate.auth {
+        None if !address_ok => false,
+        None => true,
+        Some(_) if address_ok && gate.satisfy_any && gate.access.is_some() => true,
+        Some(_) if !address_ok && !gate.satisfy_any => false,
+        Some(auth) => {
+            if !password(auth, ask, reply) {
+                return false;
+            }
+            true
+        }
+    };
+    if !allowed {
+        reply.error(403, "Access to this resource is forbidden.");
+        return false;
+    }
+    match &gate.ret {
+        None => true,
+        Some(Return::Status(s)) => {
+            reply.error(*s, detail(*s));
+            if *s == 204 {
+                reply.headers.clear();
+                reply.body = Body::None;
+            }
+            false
+        }
+        Some(Return::Redirect { status, to }) => {
+            let vars = Vars {
+                target: ask.req.target,
+                path: &ask.path.bytes,
+                query: ask.query,
+                host: host_name(ask.req.host.unwrap_or(b"")),
+                https: ask.link.https,
+            };
+            let location = to.expand(&vars);
+            reply.error(*status, "The resource has moved; follow the Location header.");
+            reply.header("Location", location);
+            false
+        }
+    }
+}
+
+/// Whether the request carries the password of a user of `auth`; if not, the
+/// answer is in `reply`.
+fn password(auth: &Auth, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+    let Some(value) = ask.req.header("authorization") else {
+        challenge(auth, reply, "This resource needs a user name and password.");
+        return false;
+    };
+    let now = Instant::now();
+    // The file's identity in this worker: its place in memory, fixed since the fork.
+    let key = Verified::key(std::ptr::from_ref(auth) as usize, value);
+    if VERIFIED.with(|v| v.borrow().get(&key, now).is_some()) {
+        return true;
+    }
+    if let Some(wait) = FAILURES.with(|f| f.borrow().wait(ask.client, now)) {
+        reply.error(429, "Too many failed logins; try again later.");
+        reply.header("Retry-After", (wait.as_secs() + 1).to_string());
+        return false;
+    }
+    let creds = match basic::parse(value) {
+        Ok(c) => c,
+        Err(e) if e.status() == 401 => {
+            challenge(auth, reply, "This resource needs a user name and password (Basic).");
+            return false;
+        }
+        Err(e) => {
+            log::info!("{}: {e}", ask.client);
+            reply.error(400, &format!("Bad request: {e}."));
+            return false;
+        }
+    };
+    let ok = auth.users.get(&creds.user).is_some_and(|h| h.verify(&creds.password));
+    if ok {
+        VERIFIED.with(|v| v.borrow_mut().insert(key, &creds.user, now));
+        FAILURES.with(|f| f.borrow_mut().succeeded(ask.client));
+        return true;
+    }
+    FAILURES.with(|f| f.borrow_mut().failed(ask.client, now));
+    let why = if auth.users.get(&creds.user).is_some() { "wrong password" } else { "no such user" };
+    log::info!("{}: Basic auth as {:?} failed ({why} in {})", ask.client, creds.user, auth.file.display());
+    challenge(auth, reply, "The user name or password is wrong.");
+    false
+}
+
+fn challenge(auth: &Auth, reply: &mut Reply<'_>, detail: &str) {
+    reply.error(401, detail);
+    reply.header("WWW-Authenticate", &auth.challenge);
+}
+
+fn detail(status: u16) -> &'static str {
+    match status {
+        403 => "Access to this resource is forbidden.",
+        404 => "The requested resource was not found.",
+        410 => "The requested resource is gone.",
+        _ => "The server answers this resource with this status.",
+    }
+}
+
+/// The host without its port (`[::1]:8080` → `[::1]`).
+fn host_name(host: &[u8]) -> &[u8] {
+    if host.starts_with(b"[") {
+        return host.iter().position(|&b| b == b']').map_or(host, |e| &host[..=e]);
+    }
+    host.iter().position(|&b| b == b':').map_or(host, |c| &host[..c])
+}
+
+/// Adds what the rules add to an answer: headers, `expires`, `charset`, and
+/// compresses a body pika made (an error page, a listing) when the client accepts.
+pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply<'_>, now: SystemTime) {
+    if let Some(lines) = rules.headers.for_status(reply.status) {
+        reply.headers.extend_from_slice(lines);
+    }
+    if rules.expires.is_empty() && rules.charset.is_none() && rules.compress.is_empty() {
+        return;
+    }
+    let content_type = content_type(reply.headers).map(str::to_string);
+    if !rules.expires.is_empty()
+        && headers::expires_status(reply.status)
+        && let Some(d) = rules.expires.for_type(content_type.as_deref().unwrap_or(""))
+    {
+        let (cache_control, expires) = headers::expiry_values(d, now);
+        reply.header("Cache-Control", cache_control).header("Expires", expires);
+    }
+    if let (Some(cs), Some(ct)) = (&rules.charset, &content_type)
+        && headers::takes_charset(ct)
+    {
+        set_content_type(reply, &format!("{ct}; charset={cs}"));
+    }
+    if !rules.compress.is_empty()
+        && let Body::Owned(bytes) = &reply.body
+        && bytes.len() as u64 >= rules.compress_min_size
+        && content_type.as_deref().is_some_and(|ct| compress::compressible(ct, &rules.compress_types))
+        && header_value(reply.headers, "content-encoding").is_none()
+    {
+        let coded = encoding::choose(accept_encoding, &rules.compress).map(|c| (c, compress::compress(c, bytes)));
+        reply.header("Vary", "Accept-Encoding");
+        if let Some((coding, z)) = coded {
+            reply.body = Body::Owned(z);
+            reply.header("Content-Encoding", coding.token());
+        }
+    }
+}
+
+/// The value of the first `name` line in `headers` (`Name: value\r\n` lines).
+fn header_value<'h>(headers: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    headers.split(|&b| b == b'\n').find_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon].eq_ignore_ascii_case(name.as_bytes()).then(|| line[colon + 1..].trim_ascii())
+    })
+}
+
+fn content_type(headers: &[u8]) -> Option<&str> {
+    header_value(headers, "content-type").and_then(|v| std::str::from_utf8(v).ok())
+}
+
+/// Replaces the `Content-Type` line's value.
+fn set_content_type(reply: &mut Reply<'_>, value: &str) {
+    let kept: Vec<u8> = reply
+        .headers
+        .split_inclusive(|&b| b == b'\n')
+        .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
+        .flatten()
+        .copied()
+        .collect();
+    *reply.headers = kept;
+    reply.header("Content-Type", value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lines_are_found_by_name() {
+        let h = b"ETag: \"x\"\r\nContent-Type: text/html\r\nVary: a\r\n";
+        assert_eq!(header_value(h, "content-type"), Some(&b"text/html"[..]));
+        assert_eq!(header_value(h, "Content-Encoding"), None);
+        assert_eq!(content_type(h), Some("text/html"));
+    }
+
+    #[test]
+    fn hosts_lose_their_port() {
+        assert_eq!(host_name(b"example.com:8080"), b"example.com");
+        assert_eq!(host_name(b"[::1]:8080"), b"[::1]");
+        assert_eq!(host_name(b"example.com"), b"example.com");
+    }
+
+    #[test]
+    fn decorate_adds_headers_expiry_charset_and_compresses_made_bodies() {
+        use crate::rules::headers::{AddHeaders, Expires};
+        let rules = Decor {
+            headers: AddHeaders::new(vec![("X-A".into(), "1".into())], false).unwrap(),
+            expires: Expires::all(std::time::Duration::from_secs(60)),
+            charset: Some("utf-8".into()),
+            compress: vec![encoding::Coding::Gzip],
+            compress_types: vec!["text/*".into()],
+            compress_min_size: 10,
+        };
+        let mut buf = Vec::new();
+        let mut reply = Reply::new(&mut buf);
+        reply.header("Content-Type", "text/plain");
+        reply.body = Body::Owned(vec![b'a'; 1000]);
+        decorate(&rules, Some(b"gzip"), &mut reply, SystemTime::UNIX_EPOCH);
+        let head = String::from_utf8_lossy(reply.headers).into_owned();
+        assert!(head.contains("X-A: 1\r\n") && head.contains("Cache-Control: max-age=60\r\n"), "{head}");
+        assert!(head.contains("Content-Type: text/plain; charset=utf-8\r\n"), "{head}");
+        assert!(head.contains("Content-Encoding: gzip\r\n") && head.contains("Vary: Accept-Encoding\r\n"), "{head}");
+        assert!(reply.body.len() < 100);
+        // An error: no headers (2xx/3xx only), no expiry; its page still compressed.
+        let mut buf = Vec::new();
+        let mut reply = Reply::new(&mut buf);
+        reply.error(404, "gone");
+        decorate(&rules, None, &mut reply, SystemTime::UNIX_EPOCH);
+        let head = String::from_utf8_lossy(reply.headers).into_owned();
+        assert!(!head.contains("X-A") && !head.contains("Cache-Control"), "{head}");
+        assert!(head.contains("Vary: Accept-Encoding") && !head.contains("Content-Encoding"), "{head}");
+    }
+}
