@@ -17,6 +17,7 @@ mod server;
 pub mod show;
 pub mod units;
 mod vhost;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -513,9 +514,9 @@ impl Config {
     }
 
     /// Every htpasswd file the config read (once each), with its stamp then: what
-    /// the master watches for a change ([`crate::rules::htpasswd::Watch`]).
-    pub fn auth_files(&self) -> Vec<(PathBuf, Option<crate::rules::htpasswd::Stamp>)> {
-        let mut out: Vec<(PathBuf, Option<crate::rules::htpasswd::Stamp>)> = Vec::new();
+    /// the master watches for a change ([`crate::config::watch::Watch`]).
+    pub fn auth_files(&self) -> Vec<(PathBuf, Option<crate::config::watch::Stamp>)> {
+        let mut out: Vec<(PathBuf, Option<crate::config::watch::Stamp>)> = Vec::new();
         for v in &self.vhosts {
             let all = std::iter::once(&v.rules).chain(v.locations.list.iter().map(|l| &l.rules));
             for a in all.filter_map(|r| r.auth.clone().flatten()) {

@@ -113,7 +113,7 @@ pub struct Master {
     next_cert_check: i64,
     /// The htpasswd files the config read: one that changes is a reason to read the
     /// config again (as HUP does).
-    auth_files: crate::rules::htpasswd::Watch,
+    auth_files: crate::config::watch::Watch,
     signals: Signals,
     logs: AccessLogs,
     rotations: Schedule,
@@ -177,7 +177,7 @@ impl Master {
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
-        let auth_files = crate::rules::htpasswd::Watch::new(config.auth_files(), config.http.file_check_interval);
+        let auth_files = crate::config::watch::Watch::new(config.auth_files(), config.http.file_check_interval);
         let mut master = Master {
             rotations,
             upgrade: Upgrades::new(&config.pid_file),

@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 use super::Auth;
-use super::htpasswd::{Stamp, Users};
+use super::htpasswd::Users;
 use crate::config::read::{ConfigError, Ctx, Keys, absolute};
 use crate::config::show::{Toml, string};
+use crate::config::watch::Stamp;
 
 /// Its keys: the htpasswd file, the realm, and how an address list combines.
 pub const KEYS: [&str; 3] = ["auth_file", "auth_realm", "satisfy"];

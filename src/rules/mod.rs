@@ -293,8 +293,8 @@ pub struct Auth {
     /// The `WWW-Authenticate` value.
     pub challenge: String,
     /// The file as it was when read (the master reads the config again when it
-    /// changes: [`htpasswd::Watch`]).
-    pub stamp: Option<htpasswd::Stamp>,
+    /// changes: [`crate::config::watch::Watch`]).
+    pub stamp: Option<crate::config::watch::Stamp>,
     /// What `pika -t` says of its lines (a weak hash, a line no user can use).
     pub notes: Vec<String>,
 }
