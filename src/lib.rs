@@ -170,7 +170,8 @@
 //! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's
 //! or the vhost's directory → file, index, listing ([`handlers::listing`]), redirect or
 //! error → [`http::conditional`] and [`http::range`])) → **decorate** (the vhost's
-//! error pages, HTTPS answers its `hsts`) → **deliver** (the head built from
+//! error pages, the location's [`rules::Decor`]: headers, `expires`, `charset`, pika's own
+//! pages compressed; HTTPS answers its `hsts`) → **deliver** (the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev`; files of 32 KiB
 //! and more: the head with `MSG_MORE`, the body with `sendfile`; a body of unknown
 //! length in chunks; [`serve::transport::send`]; over TLS, sealed records) →
