@@ -28,7 +28,24 @@ pub fn show(c: &Config) -> String {
         }
     }
     server(&mut t, c);
+    workers(&mut t, c);
+    http(&mut t, c);
+    status(&mut t, c);
+    acme(&mut t, c);
+    for (i, v) in c.vhosts.iter().enumerate() {
+        vhost(&mut t, c, i, v);
+    }
+    for log in c.access_logs.iter().filter(|a| a.vhost.is_none()) {
+        t.blank();
+        from(&mut t, log.source.as_deref());
+        t.array_table("access_log");
+        access_log(&mut t, log);
+    }
+    t.out
+}
 
+/// `[workers]`: the pool's sizes and limits.
+fn workers(t: &mut Toml, c: &Config) {
     let w = &c.workers;
     t.table("workers");
     t.key("start", int(w.start));
@@ -41,7 +58,10 @@ pub fn show(c: &Config) -> String {
         t.key("max_memory", size(m));
     }
     t.key("sched_batch", Value::Boolean(w.sched_batch));
+}
 
+/// `[http]`: timeouts and the limits on a request.
+fn http(t: &mut Toml, c: &Config) {
     let h = &c.http;
     t.table("http");
     t.key("header_timeout", duration(h.header_timeout));
@@ -62,12 +82,18 @@ pub fn show(c: &Config) -> String {
     t.key("body_min_rate", size(h.body_min_rate));
     t.key("client_body_buffer", size(h.client_body_buffer as u64));
     t.key("body_temp_dir", path(&h.body_temp_dir));
+}
 
+/// `[status]`: the status page's switch, path and `allow`.
+fn status(t: &mut Toml, c: &Config) {
     t.table("status");
     t.key("enabled", Value::Boolean(c.status.enabled));
     t.key("path", string(&c.status.path));
     t.key("allow", Value::Array(c.status.allow.iter().map(|a| string(&a.to_string())).collect()));
+}
 
+/// `[acme]`, when configured (the EAB MAC key is never shown).
+fn acme(t: &mut Toml, c: &Config) {
     if let Some(a) = &c.acme {
         t.table("acme");
         t.key("directory", string(&a.directory));
@@ -87,59 +113,53 @@ pub fn show(c: &Config) -> String {
             t.comment("eab_hmac_key is set (not shown)");
         }
     }
+}
 
-    for (i, v) in c.vhosts.iter().enumerate() {
-        t.blank();
-        from(&mut t, v.source.as_deref());
-        t.array_table("vhost");
-        t.key("server_names", strings(&v.server_names));
-        t.key("root", path(&v.root));
-        v.files.show_vhost(&mut t);
-        t.key("serve_hidden", Value::Boolean(v.serve_hidden));
-        let symlinks = match v.symlinks {
-            Symlinks::Inside => "inside",
-            Symlinks::Never => "never",
-            Symlinks::Follow => "follow",
-        };
-        t.key("symlinks", string(symlinks));
-        if v.acme {
-            t.key("acme", Value::Boolean(true));
-        } else if let Some(cert) = &v.tls {
-            t.key("tls_cert", path(&cert.cert_file));
-            t.key("tls_key", path(&cert.key_file));
-        }
-        if let Some(code) = v.https_redirect {
-            t.key("https_redirect", int(code));
-        }
-        if let Some(hsts) = &v.hsts {
-            t.key("hsts", string(hsts));
-        }
-        v.rules.show(&mut t);
-        if !v.error_pages.is_empty() {
-            t.table("vhost.error_pages");
-            for (code, page) in &v.error_pages {
-                t.key(&format!("\"{code}\""), string(page));
-            }
-        }
-        for log in c.access_logs.iter().filter(|a| a.vhost == Some(i)) {
-            t.array_table("vhost.access_log");
-            access_log(&mut t, log);
-        }
-        // The status page's location that `[status] enabled` adds is said there.
-        for l in v.locations.list.iter().filter(|l| l.at.is_some()) {
-            t.array_table("vhost.location");
-            t.key(l.pattern.key(), string(l.pattern.text()));
-            l.kind.show(&mut t);
-            l.rules.show(&mut t);
+/// One `[[vhost]]`: its keys, error pages, access logs and locations.
+fn vhost(t: &mut Toml, c: &Config, i: usize, v: &super::Vhost) {
+    t.blank();
+    from(t, v.source.as_deref());
+    t.array_table("vhost");
+    t.key("server_names", strings(&v.server_names));
+    t.key("root", path(&v.root));
+    v.files.show_vhost(t);
+    t.key("serve_hidden", Value::Boolean(v.serve_hidden));
+    let symlinks = match v.symlinks {
+        Symlinks::Inside => "inside",
+        Symlinks::Never => "never",
+        Symlinks::Follow => "follow",
+    };
+    t.key("symlinks", string(symlinks));
+    if v.acme {
+        t.key("acme", Value::Boolean(true));
+    } else if let Some(cert) = &v.tls {
+        t.key("tls_cert", path(&cert.cert_file));
+        t.key("tls_key", path(&cert.key_file));
+    }
+    if let Some(code) = v.https_redirect {
+        t.key("https_redirect", int(code));
+    }
+    if let Some(hsts) = &v.hsts {
+        t.key("hsts", string(hsts));
+    }
+    v.rules.show(t);
+    if !v.error_pages.is_empty() {
+        t.table("vhost.error_pages");
+        for (code, page) in &v.error_pages {
+            t.key(&format!("\"{code}\""), string(page));
         }
     }
-    for log in c.access_logs.iter().filter(|a| a.vhost.is_none()) {
-        t.blank();
-        from(&mut t, log.source.as_deref());
-        t.array_table("access_log");
-        access_log(&mut t, log);
+    for log in c.access_logs.iter().filter(|a| a.vhost == Some(i)) {
+        t.array_table("vhost.access_log");
+        access_log(t, log);
     }
-    t.out
+    // The status page's location that `[status] enabled` adds is said there.
+    for l in v.locations.list.iter().filter(|l| l.at.is_some()) {
+        t.array_table("vhost.location");
+        t.key(l.pattern.key(), string(l.pattern.text()));
+        l.kind.show(t);
+        l.rules.show(t);
+    }
 }
 
 fn server(t: &mut Toml, c: &Config) {
