@@ -103,52 +103,11 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     }
-    if let Some(limit) = ctx.config.workers.max_memory {
-        // A worker that leaks or is fed something huge fails its allocation (and is
-        // replaced) instead of taking the machine down.
-        use nix::sys::resource::{Resource, setrlimit};
-        if let Err(e) = setrlimit(Resource::RLIMIT_AS, limit, limit) {
-            log::error!("cannot set workers.max_memory: {e}");
-            return ChildExit::Fatal;
-        }
+    if let Err(code) = set_limits(&ctx) {
+        return code;
     }
-    if ctx.config.workers.sched_batch {
-        // A worker woken by a new connection or request waits for the running task's
-        // slice (or an idle CPU) instead of preempting it: fewer switches when the
-        // CPUs are saturated. The master keeps the normal policy.
-        if let Err(e) = sys::sched_batch() {
-            log::warn!("cannot switch the worker to SCHED_BATCH: {e}");
-        }
-    }
-    // chroot needs root, so it comes before the uid change (Apache's order).
-    if let Some(jail) = &ctx.config.chroot {
-        if let Err(e) = nix::unistd::chroot(jail.as_path()).and_then(|()| nix::unistd::chdir("/")) {
-            log::error!("cannot chroot to {}: {e}", jail.display());
-            return ChildExit::Fatal;
-        }
-        crate::log::enter_jail(jail);
-        ctx.logs.enter_jail(jail);
-        // Lives as long as this process (which ends in _exit).
-        ctx.config = Box::leak(Box::new(ctx.config.jailed(jail)));
-    }
-    if let Some(run_as) = &ctx.config.run_as {
-        if let Err(e) = drop_privileges(run_as) {
-            log::error!("cannot switch to user {}: {e}", run_as.user);
-            return ChildExit::Fatal;
-        }
-    }
-    // A worker may dump core (and be attached to by its own user) only where the
-    // operator named a folder for the cores, as Apache's CoreDumpDirectory.
-    let dumps = ctx.config.coredump_dir.as_deref();
-    if let Some(dir) = dumps {
-        if let Err(e) = nix::unistd::chdir(dir) {
-            log::error!("cannot enter coredump_dir {}: {e}", dir.display());
-            return ChildExit::Fatal;
-        }
-    }
-    if let Err(e) = sys::set_dumpable(dumps.is_some()) {
-        log::error!("cannot set whether workers may dump core: {e}");
-        return ChildExit::Fatal;
+    if let Err(code) = confine(&mut ctx) {
+        return code;
     }
     if let Some(master) = ctx.master {
         // Die with the master. Only now: the kernel clears the parent-death signal
@@ -198,6 +157,64 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             ChildExit::Fatal
         }
     }
+}
+
+/// The worker's process limits: `max_memory` (RLIMIT_AS) and `sched_batch`.
+fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
+    if let Some(limit) = ctx.config.workers.max_memory {
+        // A worker that leaks or is fed something huge fails its allocation (and is
+        // replaced) instead of taking the machine down.
+        use nix::sys::resource::{Resource, setrlimit};
+        if let Err(e) = setrlimit(Resource::RLIMIT_AS, limit, limit) {
+            log::error!("cannot set workers.max_memory: {e}");
+            return Err(ChildExit::Fatal);
+        }
+    }
+    if ctx.config.workers.sched_batch {
+        // A worker woken by a new connection or request waits for the running task's
+        // slice (or an idle CPU) instead of preempting it: fewer switches when the
+        // CPUs are saturated. The master keeps the normal policy.
+        if let Err(e) = sys::sched_batch() {
+            log::warn!("cannot switch the worker to SCHED_BATCH: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Confines the worker before it serves: chroot, the uid change, and whether (and
+/// where) it may dump core.
+fn confine(ctx: &mut WorkerCtx<'_>) -> Result<(), ChildExit> {
+    // chroot needs root, so it comes before the uid change (Apache's order).
+    if let Some(jail) = &ctx.config.chroot {
+        if let Err(e) = nix::unistd::chroot(jail.as_path()).and_then(|()| nix::unistd::chdir("/")) {
+            log::error!("cannot chroot to {}: {e}", jail.display());
+            return Err(ChildExit::Fatal);
+        }
+        crate::log::enter_jail(jail);
+        ctx.logs.enter_jail(jail);
+        // Lives as long as this process (which ends in _exit).
+        ctx.config = Box::leak(Box::new(ctx.config.jailed(jail)));
+    }
+    if let Some(run_as) = &ctx.config.run_as {
+        if let Err(e) = drop_privileges(run_as) {
+            log::error!("cannot switch to user {}: {e}", run_as.user);
+            return Err(ChildExit::Fatal);
+        }
+    }
+    // A worker may dump core (and be attached to by its own user) only where the
+    // operator named a folder for the cores, as Apache's CoreDumpDirectory.
+    let dumps = ctx.config.coredump_dir.as_deref();
+    if let Some(dir) = dumps {
+        if let Err(e) = nix::unistd::chdir(dir) {
+            log::error!("cannot enter coredump_dir {}: {e}", dir.display());
+            return Err(ChildExit::Fatal);
+        }
+    }
+    if let Err(e) = sys::set_dumpable(dumps.is_some()) {
+        log::error!("cannot set whether workers may dump core: {e}");
+        return Err(ChildExit::Fatal);
+    }
+    Ok(())
 }
 
 /// What a worker keeps of the master's descriptors: the listeners, its access logs,
