@@ -69,64 +69,16 @@ impl Ctx<'_> {
         if !meta.is_dir() {
             return Err(self.spanned(&v.root, format!("vhost root {} is not a directory", doc_root.display())));
         }
-        let mut error_pages = Vec::new();
-        for (code, page) in &v.error_pages {
-            let code: u16 = code.parse().ok().filter(|c| (400..600).contains(c)).ok_or_else(|| {
-                self.spanned(page, format!("error_pages key {code:?} is not a status from 400 to 599"))
-            })?;
-            if !page.get_ref().starts_with('/') {
-                return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
-            }
-            error_pages.push((code, page.get_ref().clone()));
-        }
-        let symlinks = match &v.symlinks {
-            None => Symlinks::Inside,
-            Some(s) => match s.get_ref().as_str() {
-                "inside" => Symlinks::Inside,
-                "never" => Symlinks::Never,
-                "follow" => Symlinks::Follow,
-                _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
-            },
-        };
+        let error_pages = self.error_pages(v)?;
+        let symlinks = self.symlinks(v)?;
         let server_names: Vec<String> =
             v.server_names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
         let has_files = v.tls_cert.is_some() || v.tls_key.is_some();
         let acme_cert = self.acme_vhost(v.acme.as_ref(), has_files, &server_names, acme)?;
         let acme = acme_cert.is_some();
-        let tls = match (&v.tls_cert, &v.tls_key) {
-            _ if acme => acme_cert.map(Arc::new),
-            (None, None) => None,
-            (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
-            (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
-            (Some(c), Some(k)) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64);
-                let key_file = absolute(root, k.get_ref());
-                let cert = crate::tls::load(&absolute(root, c.get_ref()), &key_file, &server_names, now)
-                    // The error points at the line of the file at fault.
-                    .map_err(|e| self.spanned(if e.file() == key_file { k } else { c }, e.to_string()))?;
-                Some(Arc::new(cert))
-            }
-        };
-        let https_redirect = match &v.https_redirect {
-            None => None,
-            Some(r) if !tls_listener => {
-                return Err(self.spanned(r, "https_redirect needs a listen entry with tls = true"));
-            }
-            Some(r) if matches!(*r.get_ref(), 301 | 308) => Some(*r.get_ref()),
-            Some(r) => return Err(self.spanned(r, "https_redirect must be 301 or 308")),
-        };
-        let hsts = match &v.hsts {
-            None => None,
-            Some(h) if valid_hsts(h.get_ref()) => Some(h.get_ref().clone()),
-            Some(h) => {
-                return Err(self.spanned(
-                    h,
-                    "hsts must be a Strict-Transport-Security value: \"max-age=SECONDS\", then optionally \"; includeSubDomains\" and \"; preload\"",
-                ));
-            }
-        };
+        let tls = if acme { acme_cert.map(Arc::new) } else { self.vhost_tls(v, root, &server_names)? };
+        let https_redirect = self.https_redirect(v, tls_listener)?;
+        let hsts = self.hsts(v)?;
         // Canonical, so that containment checks compare like with like.
         let doc_root = std::fs::canonicalize(&doc_root).unwrap_or(doc_root);
         let mut rest = v.rest.clone();
@@ -149,6 +101,84 @@ impl Ctx<'_> {
             source: None,
             rules,
             locations: Locations::default(),
+        })
+    }
+
+    /// `error_pages`: each a status from 400 to 599 and a path under the vhost root.
+    fn error_pages(&self, v: &Split<RawVhost>) -> Result<Vec<(u16, String)>, ConfigError> {
+        let mut error_pages = Vec::new();
+        for (code, page) in &v.error_pages {
+            let code: u16 = code.parse().ok().filter(|c| (400..600).contains(c)).ok_or_else(|| {
+                self.spanned(page, format!("error_pages key {code:?} is not a status from 400 to 599"))
+            })?;
+            if !page.get_ref().starts_with('/') {
+                return Err(self.spanned(page, "an error page is a path under the vhost root, starting with '/'"));
+            }
+            error_pages.push((code, page.get_ref().clone()));
+        }
+        Ok(error_pages)
+    }
+
+    /// `symlinks`: inside (the default), never or follow.
+    fn symlinks(&self, v: &Split<RawVhost>) -> Result<Symlinks, ConfigError> {
+        Ok(match &v.symlinks {
+            None => Symlinks::Inside,
+            Some(s) => match s.get_ref().as_str() {
+                "inside" => Symlinks::Inside,
+                "never" => Symlinks::Never,
+                "follow" => Symlinks::Follow,
+                _ => return Err(self.spanned(s, "symlinks must be \"inside\", \"never\" or \"follow\"")),
+            },
+        })
+    }
+
+    /// The certificate from `tls_cert` and `tls_key` (both or neither), loaded now.
+    fn vhost_tls(
+        &self,
+        v: &Split<RawVhost>,
+        root: &Path,
+        server_names: &[String],
+    ) -> Result<Option<Arc<crate::tls::VhostCert>>, ConfigError> {
+        Ok(match (&v.tls_cert, &v.tls_key) {
+            (None, None) => None,
+            (Some(c), None) => return Err(self.spanned(c, "tls_cert needs tls_key (the certificate's private key)")),
+            (None, Some(k)) => return Err(self.spanned(k, "tls_key needs tls_cert (the certificate chain)")),
+            (Some(c), Some(k)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let key_file = absolute(root, k.get_ref());
+                let cert = crate::tls::load(&absolute(root, c.get_ref()), &key_file, server_names, now)
+                    // The error points at the line of the file at fault.
+                    .map_err(|e| self.spanned(if e.file() == key_file { k } else { c }, e.to_string()))?;
+                Some(Arc::new(cert))
+            }
+        })
+    }
+
+    /// `https_redirect`: 301 or 308, and only where some listener speaks TLS.
+    fn https_redirect(&self, v: &Split<RawVhost>, tls_listener: bool) -> Result<Option<u16>, ConfigError> {
+        Ok(match &v.https_redirect {
+            None => None,
+            Some(r) if !tls_listener => {
+                return Err(self.spanned(r, "https_redirect needs a listen entry with tls = true"));
+            }
+            Some(r) if matches!(*r.get_ref(), 301 | 308) => Some(*r.get_ref()),
+            Some(r) => return Err(self.spanned(r, "https_redirect must be 301 or 308")),
+        })
+    }
+
+    /// `hsts`: a Strict-Transport-Security value.
+    fn hsts(&self, v: &Split<RawVhost>) -> Result<Option<String>, ConfigError> {
+        Ok(match &v.hsts {
+            None => None,
+            Some(h) if valid_hsts(h.get_ref()) => Some(h.get_ref().clone()),
+            Some(h) => {
+                return Err(self.spanned(
+                    h,
+                    "hsts must be a Strict-Transport-Security value: \"max-age=SECONDS\", then optionally \"; includeSubDomains\" and \"; preload\"",
+                ));
+            }
         })
     }
 
