@@ -335,30 +335,9 @@ impl StaticFiles<'_> {
         coding: Option<Coding>,
         reply: &mut Reply<'_>,
     ) {
-        let (len, mtime, etag, last_modified) = (entry.len, entry.mtime, &entry.etag, &entry.last_modified);
-        let if_match = req.header_list("if-match");
-        let if_none_match = req.header_list("if-none-match");
-        let conds = Conditions {
-            if_match: if_match.as_deref(),
-            if_none_match: if_none_match.as_deref(),
-            if_modified_since: req.header("if-modified-since"),
-            if_unmodified_since: req.header("if-unmodified-since"),
-        };
-        match conditional::evaluate(&conds, etag, mtime, true) {
-            Precondition::Proceed => {}
-            Precondition::NotModified => {
-                reply.status = 304;
-                reply.header("ETag", etag).header("Last-Modified", last_modified);
-                if coding.is_some() {
-                    reply.header("Vary", "Accept-Encoding");
-                }
-                reply.body = Body::None;
-                return;
-            }
-            Precondition::Failed => {
-                reply.error(412, "A precondition in the request did not hold.");
-                return;
-            }
+        let (len, mtime, etag) = (entry.len, entry.mtime, &entry.etag);
+        if answered_by_conditions(req, entry, coding, reply) {
+            return;
         }
 
         // Range is defined for GET only (RFC 9110 §14.2): HEAD gets the 200 headers.
@@ -389,41 +368,81 @@ impl StaticFiles<'_> {
                 reply.header("Content-Range", range::content_range(&r, len));
                 reply.body = entry.slice(r.start, r.end + 1);
             }
-            _ => {
-                // Several ranges are written from a mapping; a file too large for
-                // one under `workers.max_memory` is sent whole, which RFC 9110 §14.2
-                // allows (a server may ignore Range).
-                let map = match entry.whole_mapping() {
-                    Ok(map) => map,
-                    Err(e) => {
-                        log::info!("ranges of a {len}-byte file sent as the whole file: cannot map it ({e})");
-                        return whole(entry, content_type, coding, reply);
-                    }
-                };
-                reply.status = 206;
-                let content_type = content_type();
-                reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
-                let boundary = boundary(etag);
-                let parts = rs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        let head = format!(
-                            "{}--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
-                            if i == 0 { "" } else { "\r\n" },
-                            range::content_range(r, len)
-                        );
-                        (head.into_bytes(), *r)
-                    })
-                    .collect();
-                if let Some(c) = coding {
-                    reply.header("Content-Encoding", c.token()).header("Vary", "Accept-Encoding");
-                }
-                reply.header("Content-Type", format!("multipart/byteranges; boundary={boundary}"));
-                reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
-            }
+            _ => multipart(entry, &rs, content_type, coding, reply),
         }
     }
+}
+
+/// Answers a request whose conditions say not to send the file (304, 412); false when
+/// the file is to be sent.
+fn answered_by_conditions(req: &Request<'_>, entry: &Entry, coding: Option<Coding>, reply: &mut Reply<'_>) -> bool {
+    let (mtime, etag, last_modified) = (entry.mtime, &entry.etag, &entry.last_modified);
+    let if_match = req.header_list("if-match");
+    let if_none_match = req.header_list("if-none-match");
+    let conds = Conditions {
+        if_match: if_match.as_deref(),
+        if_none_match: if_none_match.as_deref(),
+        if_modified_since: req.header("if-modified-since"),
+        if_unmodified_since: req.header("if-unmodified-since"),
+    };
+    match conditional::evaluate(&conds, etag, mtime, true) {
+        Precondition::Proceed => false,
+        Precondition::NotModified => {
+            reply.status = 304;
+            reply.header("ETag", etag).header("Last-Modified", last_modified);
+            if coding.is_some() {
+                reply.header("Vary", "Accept-Encoding");
+            }
+            reply.body = Body::None;
+            true
+        }
+        Precondition::Failed => {
+            reply.error(412, "A precondition in the request did not hold.");
+            true
+        }
+    }
+}
+
+/// Several ranges as `multipart/byteranges`, written from a mapping of the file.
+fn multipart<'t>(
+    entry: &Entry,
+    rs: &[range::ByteRange],
+    content_type: impl FnOnce() -> &'t str,
+    coding: Option<Coding>,
+    reply: &mut Reply<'_>,
+) {
+    let (len, etag, last_modified) = (entry.len, &entry.etag, &entry.last_modified);
+    // Several ranges are written from a mapping; a file too large for
+    // one under `workers.max_memory` is sent whole, which RFC 9110 §14.2
+    // allows (a server may ignore Range).
+    let map = match entry.whole_mapping() {
+        Ok(map) => map,
+        Err(e) => {
+            log::info!("ranges of a {len}-byte file sent as the whole file: cannot map it ({e})");
+            return whole(entry, content_type, coding, reply);
+        }
+    };
+    reply.status = 206;
+    let content_type = content_type();
+    reply.header("Last-Modified", last_modified).header("ETag", etag).header("Accept-Ranges", "bytes");
+    let boundary = boundary(etag);
+    let parts = rs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let head = format!(
+                "{}--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: {}\r\n\r\n",
+                if i == 0 { "" } else { "\r\n" },
+                range::content_range(r, len)
+            );
+            (head.into_bytes(), *r)
+        })
+        .collect();
+    if let Some(c) = coding {
+        reply.header("Content-Encoding", c.token()).header("Vary", "Accept-Encoding");
+    }
+    reply.header("Content-Type", format!("multipart/byteranges; boundary={boundary}"));
+    reply.body = Body::Multipart { map, parts, tail: format!("\r\n--{boundary}--\r\n").into_bytes() };
 }
 
 /// The header lines of a whole file or one range of it: the entry's ready-made
