@@ -85,21 +85,7 @@ fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
     // The roots are read before the switch: `ca_roots` may be root's alone.
     let roots_file = plan.settings.ca_roots.as_deref().unwrap_or(std::path::Path::new(super::SYSTEM_ROOTS));
     let http = super::https::roots(roots_file).and_then(Https::new);
-    let mut keep: Vec<i32> = vec![pipe.as_raw_fd()];
-    keep.extend(crate::log::error_log_fd());
-    if let Err(e) = sys::close_descriptors_except(&keep) {
-        log::error!("acme: cannot close the master's descriptors: {e}");
-        return 1;
-    }
-    if let Err(e) = (plan.drop_privileges)() {
-        log::error!("acme: cannot switch to user {}: {e}", plan.user);
-        return 1;
-    }
-    // Set after the switch, which resets both.
-    let _ = sys::set_dumpable(false);
-    log::info!("acme: the ACME child runs as uid {} gid {}", nix::unistd::getuid(), nix::unistd::getgid());
-    let _ = sys::die_with_parent(Signal::SIGTERM);
-    if nix::unistd::getppid() != master {
+    if !confine(&plan, &pipe, master) {
         return 1;
     }
     let mut out = std::fs::File::from(pipe);
@@ -165,6 +151,30 @@ fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
         }
     }
     0
+}
+
+/// Confines the child before it talks to the CA: only the pipe and the error log kept
+/// open, the workers' user, no core dumps, death with the master. False when it
+/// cannot (the reason is logged) or the master is gone.
+fn confine(plan: &Plan<'_>, pipe: &OwnedFd, master: Pid) -> bool {
+    let mut keep: Vec<i32> = vec![pipe.as_raw_fd()];
+    keep.extend(crate::log::error_log_fd());
+    if let Err(e) = sys::close_descriptors_except(&keep) {
+        log::error!("acme: cannot close the master's descriptors: {e}");
+        return false;
+    }
+    if let Err(e) = (plan.drop_privileges)() {
+        log::error!("acme: cannot switch to user {}: {e}", plan.user);
+        return false;
+    }
+    // Set after the switch, which resets both.
+    let _ = sys::set_dumpable(false);
+    log::info!("acme: the ACME child runs as uid {} gid {}", nix::unistd::getuid(), nix::unistd::getgid());
+    let _ = sys::die_with_parent(Signal::SIGTERM);
+    if nix::unistd::getppid() != master {
+        return false;
+    }
+    true
 }
 
 fn register(client: &mut Client<'_>, stored: Option<String>, say: &mut dyn FnMut(Report)) -> Result<(), Failure> {

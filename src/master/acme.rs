@@ -73,25 +73,7 @@ impl Master {
         }
         let Some(settings) = self.config.acme.clone() else { return };
         let now = unix_now();
-        let mut jobs = Vec::new();
-        for v in self.config.vhosts.iter().filter(|v| v.acme) {
-            let Some(cert) = &v.tls else { continue };
-            let current = (!cert.placeholder).then_some((cert.validity.not_before, cert.validity.not_after));
-            let life = self.acme.life(&v.server_names);
-            let due = schedule::due(current, settings.renew_before, &life);
-            if let Some(first) = v.server_names.first() {
-                crate::acme::status::set(first, crate::acme::status::Shown { next: due, failures: life.failures });
-            }
-            if now >= due {
-                if cert.placeholder {
-                    log::warn!(
-                        "acme: {} has no certificate yet: served with a self-signed placeholder until one comes",
-                        v.server_names.join(", ")
-                    );
-                }
-                jobs.push(v.server_names.clone());
-            }
-        }
+        let jobs = self.acme_due(&settings, now);
         if jobs.is_empty() {
             return;
         }
@@ -132,6 +114,31 @@ impl Master {
                 }
             }
         }
+    }
+
+    /// The names of each ACME vhost whose certificate is due at `now` (a placeholder
+    /// is due at once); each vhost's next date goes to the status page.
+    fn acme_due(&self, settings: &crate::acme::Settings, now: i64) -> Vec<Vec<String>> {
+        let mut jobs = Vec::new();
+        for v in self.config.vhosts.iter().filter(|v| v.acme) {
+            let Some(cert) = &v.tls else { continue };
+            let current = (!cert.placeholder).then_some((cert.validity.not_before, cert.validity.not_after));
+            let life = self.acme.life(&v.server_names);
+            let due = schedule::due(current, settings.renew_before, &life);
+            if let Some(first) = v.server_names.first() {
+                crate::acme::status::set(first, crate::acme::status::Shown { next: due, failures: life.failures });
+            }
+            if now >= due {
+                if cert.placeholder {
+                    log::warn!(
+                        "acme: {} has no certificate yet: served with a self-signed placeholder until one comes",
+                        v.server_names.join(", ")
+                    );
+                }
+                jobs.push(v.server_names.clone());
+            }
+        }
+        jobs
     }
 
     /// An operator's reload (HUP): the back-off and the one-hour floor are
