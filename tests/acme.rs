@@ -3,7 +3,7 @@
 //! 127.0.0.1, and it validates HTTP-01 and TLS-ALPN-01 on pika's own ports. Each
 //! test starts its own pebble on free ports and stops it by pid.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,10 +19,6 @@ use crate::util::*;
 
 /// Issuance takes a few seconds; a renewal after a failure waits for the back-off.
 const ISSUE: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A pebble and its DNS, on free ports.
 struct Pebble {

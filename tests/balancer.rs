@@ -244,10 +244,6 @@ fn the_health_location_answers_503_from_the_start_of_a_graceful_stop() {
 }
 
 /// A free loopback port (bound and let go: a restarted pika must find its port again).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A pika node behind the balancer: PROXY protocol on a fixed port, a health
 /// location, a drain longer than the balancer needs to see it, and a log of the
 /// client (`%a`) and the peer (`%{c}a`).

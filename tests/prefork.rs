@@ -837,10 +837,6 @@ fn config_listening(site: &Site, listen: &[&str]) {
 }
 
 /// A port nothing listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn reloads_add_and_remove_listen_addresses_and_keep_them_when_one_cannot_be_bound() {
     let site = Site::new();

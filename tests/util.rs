@@ -57,6 +57,28 @@ fn on_path(cmd: &str) -> Option<PathBuf> {
         .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
+/// A port no process listens on now, for a test that must name a port before the
+/// server binds it (a config another program is told). Taken below the kernel's
+/// ephemeral range (32768 and up here), where the clients' own connections and every
+/// bind to port 0 take theirs, so it is still free when the server binds it; each
+/// call in this process gets a new one, so tests running side by side never share one.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + (start.wrapping_add(n.wrapping_mul(7))) % SPAN;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+}
+
 /// How long any wait in a test may take before it fails. Generous: CI machines are
 /// small and shared.
 pub const DEADLINE: Duration = Duration::from_secs(20);
