@@ -208,19 +208,8 @@ impl<'c> FastCgi<'c> {
         let mut watch = ClientWatch::default();
         let fail = |why: String, got_any| Exchange::Failed { why, fresh, got_any };
         loop {
-            // Keep a few records of the body ready to send.
-            while out.len() - written < 64 * 1024 && !stdin_ended {
-                match stdin.read_at(sent_body, &mut scratch) {
-                    Ok([]) => {
-                        Request::end_stdin(&mut out);
-                        stdin_ended = true;
-                    }
-                    Ok(chunk) => {
-                        sent_body += chunk.len() as u64;
-                        Request::stdin(&mut out, chunk);
-                    }
-                    Err(e) => return fail(format!("reading the request body failed: {e}"), true),
-                }
+            if let Err(e) = fill_stdin(&stdin, &mut out, written, &mut sent_body, &mut stdin_ended, &mut scratch) {
+                return fail(format!("reading the request body failed: {e}"), true);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -247,14 +236,8 @@ impl<'c> FastCgi<'c> {
                 return Exchange::ClientGone;
             }
             if app.contains(PollFlags::POLLOUT) && written < out.len() {
-                match conn.write(&out[written..]) {
-                    Ok(n) => written += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return fail(format!("writing the request: {e}"), got_any),
-                }
-                if written == out.len() {
-                    out.clear();
-                    written = 0;
+                if let Err(e) = write_some(&mut conn, &mut out, &mut written) {
+                    return fail(format!("writing the request: {e}"), got_any);
                 }
             }
             if app.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
@@ -270,32 +253,95 @@ impl<'c> FastCgi<'c> {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return fail(format!("reading the answer: {e}"), got_any),
                 }
-                loop {
-                    match reader.record() {
-                        Ok(None) => break,
-                        Ok(Some(Event::Stdout(b))) => {
-                            if output.len() + b.len() > MAX_OUTPUT {
-                                return Exchange::TooLong;
-                            }
-                            output.extend_from_slice(b);
+                match take_records(&mut reader, &mut output, &mut errors) {
+                    Records::More => {}
+                    Records::TooLong => return Exchange::TooLong,
+                    Records::Failed(why) => return fail(why, true),
+                    Records::End => {
+                        // The connection is in step again: kept for the next request.
+                        if stdin_ended && written == 0 && !reader.has_partial() {
+                            *self.kept.borrow_mut() = Some(conn);
                         }
-                        Ok(Some(Event::Stderr(b))) => errors.message(b),
-                        Ok(Some(Event::Other)) => {}
-                        Ok(Some(Event::End { complete, .. })) => {
-                            errors.flush();
-                            if !complete {
-                                return fail("refused the request (overloaded or busy)".into(), true);
-                            }
-                            // The connection is in step again: kept for the next request.
-                            if stdin_ended && written == 0 && !reader.has_partial() {
-                                *self.kept.borrow_mut() = Some(conn);
-                            }
-                            return Exchange::Answered(output);
-                        }
-                        Err(e) => return fail(e.to_string(), true),
+                        return Exchange::Answered(output);
                     }
                 }
             }
+        }
+    }
+}
+
+/// Keeps a few records of the body ready to send: reads on while less than 64 KiB of
+/// `out` is unsent, and ends the stdin stream after the last byte.
+fn fill_stdin(
+    stdin: &Stdin<'_>,
+    out: &mut Vec<u8>,
+    written: usize,
+    sent_body: &mut u64,
+    stdin_ended: &mut bool,
+    scratch: &mut Vec<u8>,
+) -> io::Result<()> {
+    while out.len() - written < 64 * 1024 && !*stdin_ended {
+        match stdin.read_at(*sent_body, scratch)? {
+            [] => {
+                Request::end_stdin(out);
+                *stdin_ended = true;
+            }
+            chunk => {
+                *sent_body += chunk.len() as u64;
+                Request::stdin(out, chunk);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes what the socket takes of `out` past `written`; all of it written, `out`
+/// starts over.
+fn write_some(conn: &mut AppConn, out: &mut Vec<u8>, written: &mut usize) -> io::Result<()> {
+    match conn.write(&out[*written..]) {
+        Ok(n) => *written += n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => return Err(e),
+    }
+    if *written == out.len() {
+        out.clear();
+        *written = 0;
+    }
+    Ok(())
+}
+
+/// What the records read so far said.
+enum Records {
+    /// The answer goes on in records not read yet.
+    More,
+    /// The application ended the request and its answer is whole.
+    End,
+    TooLong,
+    Failed(String),
+}
+
+/// Takes the records read so far: standard output into `output`, standard error to
+/// the error log, up to the end of the request.
+fn take_records(reader: &mut Reader, output: &mut Vec<u8>, errors: &mut StderrLines<'_>) -> Records {
+    loop {
+        match reader.record() {
+            Ok(None) => return Records::More,
+            Ok(Some(Event::Stdout(b))) => {
+                if output.len() + b.len() > MAX_OUTPUT {
+                    return Records::TooLong;
+                }
+                output.extend_from_slice(b);
+            }
+            Ok(Some(Event::Stderr(b))) => errors.message(b),
+            Ok(Some(Event::Other)) => {}
+            Ok(Some(Event::End { complete, .. })) => {
+                errors.flush();
+                if !complete {
+                    return Records::Failed("refused the request (overloaded or busy)".into());
+                }
+                return Records::End;
+            }
+            Err(e) => return Records::Failed(e.to_string()),
         }
     }
 }
