@@ -196,20 +196,8 @@ impl<'a, 'c> Loop<'a, 'c> {
                     return ChildExit::Sick;
                 }
             };
-            for ev in &events[..n] {
-                let tag = ev.data();
-                let outcome = if tag >= LISTENER {
-                    self.accept((tag - LISTENER) as usize)
-                } else if tag == HANDOVER {
-                    self.adopt();
-                    Ok(())
-                } else {
-                    self.serve(tag as usize);
-                    Ok(())
-                };
-                if let Err(code) = outcome {
-                    return code;
-                }
+            if let Err(code) = self.dispatch(&events[..n]) {
+                return code;
             }
             // Pipelined requests already buffered: one burst each, in turn.
             let turns = self.parked.ready.len();
@@ -255,6 +243,22 @@ impl<'a, 'c> Loop<'a, 'c> {
                 let _ = self.listen(true);
             }
         }
+    }
+
+    /// Hands each ready descriptor to its step: a listener's to [`Self::accept`], the
+    /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`].
+    fn dispatch(&mut self, events: &[EpollEvent]) -> Result<(), ChildExit> {
+        for ev in events {
+            let tag = ev.data();
+            if tag >= LISTENER {
+                self.accept((tag - LISTENER) as usize)?;
+            } else if tag == HANDOVER {
+                self.adopt();
+            } else {
+                self.serve(tag as usize);
+            }
+        }
+        Ok(())
     }
 
     /// Takes one connection from listener `i` and serves what it brought.
