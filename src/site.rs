@@ -134,15 +134,7 @@ impl<'c> Site<'c> {
         let Some(entry) = files.root.error_page(page) else { return };
         let body = entry.slice(0, entry.len);
         // Keep headers that still apply (Allow, Location, Content-Range); swap the type.
-        let kept: Vec<u8> = reply
-            .headers
-            .split_inclusive(|&b| b == b'\n')
-            .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
-            .flatten()
-            .copied()
-            .collect();
-        *reply.headers = kept;
-        reply.header("Content-Type", files.mime.lookup(page.as_bytes()));
+        reply.set_content_type(files.mime.lookup(page.as_bytes()));
         reply.body = body;
     }
 }

@@ -373,10 +373,8 @@ impl StaticFiles<'_> {
     }
 }
 
-/// Answers a request whose conditions say not to send the file (304, 412); false when
-/// the file is to be sent.
-fn answered_by_conditions(req: &Request<'_>, entry: &Entry, coding: Option<Coding>, reply: &mut Reply<'_>) -> bool {
-    let (mtime, etag, last_modified) = (entry.mtime, &entry.etag, &entry.last_modified);
+/// What the request's conditional headers say of the file version `etag`/`mtime`.
+fn preconditions(req: &Request<'_>, etag: &str, mtime: u64) -> Precondition {
     let if_match = req.header_list("if-match");
     let if_none_match = req.header_list("if-none-match");
     let conds = Conditions {
@@ -385,7 +383,14 @@ fn answered_by_conditions(req: &Request<'_>, entry: &Entry, coding: Option<Codin
         if_modified_since: req.header("if-modified-since"),
         if_unmodified_since: req.header("if-unmodified-since"),
     };
-    match conditional::evaluate(&conds, etag, mtime, true) {
+    conditional::evaluate(&conds, etag, mtime, true)
+}
+
+/// Answers a request whose conditions say not to send the file (304, 412); false when
+/// the file is to be sent.
+fn answered_by_conditions(req: &Request<'_>, entry: &Entry, coding: Option<Coding>, reply: &mut Reply<'_>) -> bool {
+    let (mtime, etag, last_modified) = (entry.mtime, &entry.etag, &entry.last_modified);
+    match preconditions(req, etag, mtime) {
         Precondition::Proceed => false,
         Precondition::NotModified => {
             reply.status = 304;
@@ -480,15 +485,7 @@ fn answer_coded(
     reply: &mut Reply<'_>,
 ) {
     let etag = compress::coded_etag(&entry.etag, coding);
-    let if_match = req.header_list("if-match");
-    let if_none_match = req.header_list("if-none-match");
-    let conds = Conditions {
-        if_match: if_match.as_deref(),
-        if_none_match: if_none_match.as_deref(),
-        if_modified_since: req.header("if-modified-since"),
-        if_unmodified_since: req.header("if-unmodified-since"),
-    };
-    match conditional::evaluate(&conds, &etag, entry.mtime, true) {
+    match preconditions(req, &etag, entry.mtime) {
         Precondition::Proceed => {}
         Precondition::NotModified => {
             reply.status = 304;

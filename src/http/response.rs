@@ -118,6 +118,19 @@ impl<'h> Reply<'h> {
         self
     }
 
+    /// Replaces the `Content-Type` line's value, keeping every other header line.
+    pub fn set_content_type(&mut self, value: &str) -> &mut Self {
+        let kept: Vec<u8> = self
+            .headers
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
+            .flatten()
+            .copied()
+            .collect();
+        *self.headers = kept;
+        self.header("Content-Type", value)
+    }
+
     /// Turns this reply into a short HTML error page for `status`.
     pub fn error(&mut self, status: u16, detail: &str) -> &mut Self {
         self.status = status;

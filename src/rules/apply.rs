@@ -153,7 +153,7 @@ pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply
     if let (Some(cs), Some(ct)) = (&rules.charset, &content_type)
         && headers::takes_charset(ct)
     {
-        set_content_type(reply, &format!("{ct}; charset={cs}"));
+        reply.set_content_type(&format!("{ct}; charset={cs}"));
     }
     if !rules.compress.is_empty()
         && let Body::Owned(bytes) = &reply.body
@@ -180,19 +180,6 @@ fn header_value<'h>(headers: &'h [u8], name: &str) -> Option<&'h [u8]> {
 
 fn content_type(headers: &[u8]) -> Option<&str> {
     header_value(headers, "content-type").and_then(|v| std::str::from_utf8(v).ok())
-}
-
-/// Replaces the `Content-Type` line's value.
-fn set_content_type(reply: &mut Reply<'_>, value: &str) {
-    let kept: Vec<u8> = reply
-        .headers
-        .split_inclusive(|&b| b == b'\n')
-        .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
-        .flatten()
-        .copied()
-        .collect();
-    *reply.headers = kept;
-    reply.header("Content-Type", value);
 }
 
 #[cfg(test)]
