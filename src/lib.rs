@@ -101,7 +101,8 @@
 //!   sealed records (file bytes by `pread`, never read from a mapping).
 //! - [`gateway`] is dynamic content: the CGI meta-variables ([`gateway::env`]),
 //!   which file a path runs ([`gateway::script`], confined like static files), the
-//!   strict reading of a script's header block ([`gateway::answer`]), a CGI
+//!   strict reading of a script's header block ([`gateway::answer`]), the answer
+//!   read as it comes, whole or streamed as `Body::Stream` ([`gateway::output`]), a CGI
 //!   script's process (spawned from a worker with an environment built from
 //!   nothing, its own process group, no descriptor of the worker, rlimits, killed
 //!   with its group and always reaped: [`gateway::child`]), and the FastCGI

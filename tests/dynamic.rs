@@ -470,3 +470,160 @@ fn php_fpm_runs_php_over_fastcgi() {
     let _fpm = Fpm::start(&php_fpm, Some(dir));
     assert_eq!(get(p.addr, "/app/vars.php").status, 200);
 }
+
+/// Reads a response head off `s` (up to its blank line).
+fn read_head(s: &mut impl Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "the head: {}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+/// Reads one chunk's data off `s` (its size line, data and CRLF).
+fn read_chunk(s: &mut impl Read) -> Vec<u8> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1);
+        line.push(byte[0]);
+    }
+    let size = usize::from_str_radix(std::str::from_utf8(&line[..line.len() - 2]).unwrap(), 16).unwrap();
+    let mut data = vec![0; size + 2];
+    s.read_exact(&mut data).unwrap();
+    data.truncate(size);
+    data
+}
+
+/// What a streaming script is checked for, CGI or FastCGI alike (`at`: the folder
+/// its scripts are served from; `go`: the file the script waits for after its first
+/// part; `big`: the large answer's bytes).
+fn streaming_checks(p: &Pika, at: &str, go: &Path, big: &[u8]) {
+    // The first part arrives while the script still runs: it waits for `go`, which
+    // the test makes only once the first part is here.
+    let mut s = connect(p.addr);
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(format!("GET {at}/parts HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let head = read_head(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200 ") && head.contains("Transfer-Encoding: chunked\r\n"), "{head}");
+    let mut first = Vec::new();
+    while !first.ends_with(b"first part\n") {
+        first.extend(read_chunk(&mut s));
+    }
+    std::fs::write(go, "").unwrap();
+    let rest = read_chunked(&mut s).expect("the rest, chunked");
+    assert_eq!(String::from_utf8_lossy(&rest), "the rest\n");
+    // Kept alive after a streamed answer: the next request on the same connection.
+    std::fs::remove_file(go).unwrap();
+    s.write_all(format!("GET {at}/big HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let r = read_response(&mut s, false).expect("the large answer on the kept connection");
+    assert_eq!((r.status, r.body.len(), sha256(&r.body)), (200, big.len(), sha256(big)));
+    // HTTP/1.0: the large answer until the close, intact.
+    let r = raw(p.addr, format!("GET {at}/big HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes());
+    assert!(r.header("content-length").is_none() && r.header("transfer-encoding").is_none(), "{}", r.head);
+    assert_eq!((r.status, r.body.len(), sha256(&r.body)), (200, big.len(), sha256(big)));
+    // A script that gives its length: sent with it.
+    let r = get(p.addr, &format!("{at}/sized"));
+    assert_eq!((r.status, r.header("content-length").as_deref(), r.text().as_str()), (200, Some("11"), "hello world"));
+}
+
+#[test]
+fn cgi_answers_stream_as_the_script_prints_them() {
+    let site = cgi_site();
+    let go = site.path("go");
+    let big = pseudo_random(6 << 20);
+    site.write("big.bin", &big);
+    let bg = site.path("bg.pid");
+    script(
+        &site,
+        "htdocs/cgi-bin/parts",
+        &format!(
+            "printf 'Content-Type: text/plain\\r\\n\\r\\nfirst part\\n'\n\
+             while [ ! -e {go} ]; do sleep 0.05; done\nprintf 'the rest\\n'",
+            go = go.display()
+        ),
+    );
+    script(
+        &site,
+        "htdocs/cgi-bin/big",
+        &format!("printf 'Content-Type: application/octet-stream\\r\\n\\r\\n'; cat {}", site.path("big.bin").display()),
+    );
+    script(
+        &site,
+        "htdocs/cgi-bin/sized",
+        "printf 'Content-Type: text/plain\\r\\nContent-Length: 11\\r\\n\\r\\nhello '; sleep 0.2; printf world",
+    );
+    script(
+        &site,
+        "htdocs/cgi-bin/hangs",
+        &format!("printf 'Content-Type: text/plain\\r\\n\\r\\nsome\\n'; sleep 60 & echo $! > {}; wait", bg.display()),
+    );
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    cgi_config(&site, "");
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
+    std::fs::write(site.path("conf/pika.toml"), text.replace("script_timeout = \"2s\"", "script_timeout = \"30s\""))
+        .unwrap();
+    let p = Pika::start(&site, "-X");
+    streaming_checks(&p, "/cgi-bin", &go, &big);
+
+    // A client that goes away while the script is silent: its group is killed.
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /cgi-bin/hangs HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    read_head(&mut s);
+    assert_eq!(read_chunk(&mut s), b"some\n");
+    drop(s);
+    let pid: i32 =
+        wait_until(DEADLINE, "the script's background pid", || std::fs::read_to_string(&bg).ok()?.trim().parse().ok());
+    wait_until(DEADLINE, "the script's group to be killed", || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        (stat.is_empty() || stat.contains(") Z")).then_some(())
+    });
+    wait_until(DEADLINE, "the hang-up in the error log", || {
+        site.error_log().contains("/cgi-bin/hangs: killed: the client closed the connection").then_some(())
+    });
+    assert!(children_of(p.pid).is_empty(), "children left: {:?}", children_of(p.pid));
+}
+
+#[test]
+fn php_fpm_answers_stream_and_stderr_is_logged_meanwhile() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    let go = site.path("go");
+    let big = pseudo_random(6 << 20);
+    site.write("big.bin", &big);
+    site.write(
+        "htdocs/app/parts/index.php",
+        format!(
+            "<?php header('Content-Type: text/plain'); echo \"first part\\n\"; flush();\n\
+             error_log('a line while streaming');\n\
+             while (!file_exists('{}')) usleep(50000); echo \"the rest\\n\";\n",
+            go.display()
+        ),
+    );
+    site.write(
+        "htdocs/app/big/index.php",
+        format!(
+            "<?php header('Content-Type: application/octet-stream'); readfile('{}');\n",
+            site.path("big.bin").display()
+        ),
+    );
+    site.write(
+        "htdocs/app/sized/index.php",
+        "<?php header('Content-Type: text/plain'); header('Content-Length: 11'); echo 'hello '; flush(); usleep(200000); echo 'world';\n",
+    );
+    fpm_config(&site, &fpm);
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
+    let text = text.replace("regex = \"\\\\.php(/|$)\"", "prefix = \"/app/\"").replace("\"3s\"", "\"30s\"");
+    std::fs::write(site.path("conf/pika.toml"), text).unwrap();
+    let p = Pika::start(&site, "-X");
+    streaming_checks(&p, "/app", &go, &big);
+    assert!(
+        site.error_log().contains("/app/parts/index.php: ") && site.error_log().contains("a line while streaming"),
+        "{}",
+        site.error_log()
+    );
+}

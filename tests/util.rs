@@ -350,17 +350,49 @@ pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Resp> {
     if head_request || status == 304 || status == 204 || (100..200).contains(&status) {
         return Some(r);
     }
+    let chunked = r.header("transfer-encoding").is_some_and(|te| te.eq_ignore_ascii_case("chunked"));
     match r.header("content-length") {
         Some(n) => {
             let mut body = vec![0; n.parse().ok()?];
             s.read_exact(&mut body).ok()?;
             r.body = body;
         }
+        None if chunked => r.body = read_chunked(s)?,
         None => {
             s.read_to_end(&mut r.body).ok()?;
         }
     }
     Some(r)
+}
+
+/// Reads a chunked body off `s`, decoded, up to the end of its last chunk (no
+/// trailers); None if the stream ends or breaks before.
+pub fn read_chunked(s: &mut impl Read) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    let line = |s: &mut dyn Read| -> Option<String> {
+        let mut l = Vec::new();
+        let mut byte = [0u8; 1];
+        while !l.ends_with(b"\r\n") {
+            match s.read(&mut byte) {
+                Ok(1) => l.push(byte[0]),
+                _ => return None,
+            }
+        }
+        Some(String::from_utf8_lossy(&l[..l.len() - 2]).into_owned())
+    };
+    loop {
+        let size = usize::from_str_radix(line(s)?.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            line(s)?;
+            return Some(body);
+        }
+        let at = body.len();
+        body.resize(at + size, 0);
+        s.read_exact(&mut body[at..]).ok()?;
+        if !line(s)?.is_empty() {
+            return None;
+        }
+    }
 }
 
 /// Sends raw bytes on a new connection and reads one response.

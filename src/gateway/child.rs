@@ -17,17 +17,18 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use super::output::{Fault, Source, poll_ms};
 use crate::sys::{self, ScriptLimits};
 
 /// Stderr bytes logged per request: a script that floods its stderr gets one line
@@ -37,6 +38,9 @@ const STDERR_LOGGED: usize = 64 * 1024;
 const STDERR_LINE: usize = 8192;
 /// Bytes moved per read or write.
 const CHUNK: usize = 64 * 1024;
+/// Output taken per step: a script that prints faster than the client reads waits
+/// on its pipe rather than in the worker's memory.
+const STEP_OUTPUT: usize = 4 * CHUNK;
 
 /// What to run.
 pub struct Spawn<'a> {
@@ -49,23 +53,21 @@ pub struct Spawn<'a> {
     /// From the spawn to the end of the output.
     pub timeout: Duration,
     /// The most stdout bytes taken.
-    pub max_output: usize,
+    pub max_output: u64,
     /// How the error log names it (its URL path).
     pub name: &'a str,
-    /// Called once the script has run [`super::WAITING`].
-    pub waiting: &'a dyn Fn(),
 }
 
-/// The request body on the script's stdin.
-#[derive(Clone, Copy)]
-pub enum Stdin<'a> {
+/// The request body on the script's stdin (or a FastCGI application's), owned so
+/// that it can be fed while the answer streams.
+pub enum Stdin {
     Empty,
-    Bytes(&'a [u8]),
+    Bytes(Vec<u8>),
     /// The first `len` bytes of a file.
-    File(&'a File, u64),
+    File(File, u64),
 }
 
-impl Stdin<'_> {
+impl Stdin {
     pub fn len(&self) -> u64 {
         match self {
             Stdin::Empty => 0,
@@ -96,23 +98,8 @@ impl Stdin<'_> {
     }
 }
 
-/// How a run ended.
-#[derive(Debug)]
-pub enum Ended {
-    /// The script closed its output and exited (`output`: all of it).
-    Done { output: Vec<u8>, exit: std::process::ExitStatus },
-    /// Still running at the time limit: killed (`output`: what came).
-    TimedOut { output: Vec<u8> },
-    /// More output than `max_output`: killed.
-    TooLong,
-    /// The client hung up: killed.
-    ClientGone,
-    /// It could not be started.
-    NotStarted(io::Error),
-}
-
-/// Runs `spec` with `stdin` as its input; `client` is watched for a hang-up.
-pub fn run(spec: &Spawn<'_>, stdin: Stdin<'_>, client: BorrowedFd<'_>) -> Ended {
+/// Starts `spec` with `body` to be fed on its stdin.
+pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
     let program = spec.interpreter.unwrap_or(spec.script);
     let mut cmd = Command::new(program);
     if spec.interpreter.is_some() {
@@ -121,28 +108,47 @@ pub fn run(spec: &Spawn<'_>, stdin: Stdin<'_>, client: BorrowedFd<'_>) -> Ended 
     cmd.env_clear()
         .envs(spec.env.iter().map(|(n, v)| (OsStr::from_bytes(n), OsStr::from_bytes(v))))
         .current_dir(spec.script.parent().unwrap_or(Path::new("/")))
-        .stdin(if stdin.is_empty() { Stdio::null() } else { Stdio::piped() })
+        .stdin(if body.is_empty() { Stdio::null() } else { Stdio::piped() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     sys::prepare_script(&mut cmd, spec.limits);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return Ended::NotStarted(e),
-    };
+    let mut child = cmd.spawn()?;
     let group = Pid::from_raw(child.id() as i32);
-    let ended = match sys::pidfd_open(child.id()) {
-        Ok(exited) => Pipes::new(&mut child, stdin, spec).pump(client, exited.as_fd()),
-        Err(e) => Ended::NotStarted(e),
+    let exited = match sys::pidfd_open(child.id()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(e);
+        }
     };
-    // The leader is dead or about to be (not reaped yet, so its group id is still
-    // ours): whatever it left in its group goes with it.
-    let _ = killpg(group, Signal::SIGKILL);
-    let exit = child.wait();
-    match (ended, exit) {
-        (Ended::Done { output, .. }, Ok(exit)) => Ended::Done { output, exit },
-        (ended, _) => ended,
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    for fd in
+        [stdin.as_ref().map(|s| s.as_fd()), stdout.as_ref().map(|s| s.as_fd()), stderr.as_ref().map(|s| s.as_fd())]
+            .into_iter()
+            .flatten()
+    {
+        let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
     }
+    Ok(Running {
+        child,
+        group,
+        exited,
+        stdin,
+        stdout,
+        stderr,
+        body,
+        sent: 0,
+        errors: StderrLines::new(spec.name),
+        deadline: Instant::now() + spec.timeout,
+        timeout: spec.timeout,
+        max_output: spec.max_output,
+        taken: 0,
+        gone: false,
+        watch: super::ClientWatch::default(),
+        scratch: Vec::new(),
+    })
 }
 
 /// Adds `fd` to the poll set, if open; its index there.
@@ -152,124 +158,113 @@ fn slot<'f>(fd: Option<BorrowedFd<'f>>, fds: &mut Vec<PollFd<'f>>, flags: PollFl
     Some(fds.len() - 1)
 }
 
-/// Our ends of the child's pipes, and what moved through them.
-struct Pipes<'a> {
-    stdin: Option<std::process::ChildStdin>,
-    stdout: Option<std::process::ChildStdout>,
-    stderr: Option<std::process::ChildStderr>,
-    body: Stdin<'a>,
+/// A script running: its process, our ends of its pipes, and what moved through
+/// them. Dropped, it kills the script's group and reaps it.
+pub struct Running {
+    child: Child,
+    group: Pid,
+    /// Readable once the leader has exited (a pidfd).
+    exited: OwnedFd,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    body: Stdin,
+    /// Body bytes written.
     sent: u64,
-    output: Vec<u8>,
-    errors: StderrLines<'a>,
-    spec: &'a Spawn<'a>,
+    errors: StderrLines,
+    deadline: Instant,
+    timeout: Duration,
+    max_output: u64,
+    /// Output bytes read.
+    taken: u64,
+    /// The leader has exited.
+    gone: bool,
+    watch: super::ClientWatch,
+    scratch: Vec<u8>,
 }
 
-impl<'a> Pipes<'a> {
-    fn new(child: &mut std::process::Child, body: Stdin<'a>, spec: &'a Spawn<'a>) -> Pipes<'a> {
-        let nonblocking = |fd: BorrowedFd<'_>| {
-            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
-        };
-        let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        for fd in
-            [stdin.as_ref().map(|s| s.as_fd()), stdout.as_ref().map(|s| s.as_fd()), stderr.as_ref().map(|s| s.as_fd())]
-                .into_iter()
-                .flatten()
-        {
-            nonblocking(fd);
+impl Source for Running {
+    /// One round: the body fed, the output and stderr read, as far as each is
+    /// ready. The output ends at its end of file, or once the leader has exited:
+    /// all it wrote is in the pipes then (it could not have exited with more than
+    /// they hold unread), and a process it left behind may keep them open: what is
+    /// there is taken, and no more.
+    fn step(&mut self, out: &mut Vec<u8>, wait: Duration, client: BorrowedFd<'_>) -> Result<bool, Fault> {
+        if self.stdout.is_none() {
+            return Ok(true);
         }
-        Pipes {
-            stdin,
-            stdout,
-            stderr,
-            body,
-            sent: 0,
-            output: Vec::with_capacity(CHUNK),
-            errors: StderrLines::new(spec.name),
-            spec,
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Fault::TimedOut);
         }
+        let mut fds = Vec::with_capacity(5);
+        fds.push(PollFd::new(client, self.watch.flags()));
+        fds.push(PollFd::new(self.exited.as_fd(), if self.gone { PollFlags::empty() } else { PollFlags::POLLIN }));
+        let i_in = slot(self.stdin.as_ref().map(|s| s.as_fd()), &mut fds, PollFlags::POLLOUT);
+        let i_out = slot(self.stdout.as_ref().map(|s| s.as_fd()), &mut fds, PollFlags::POLLIN);
+        let i_err = slot(self.stderr.as_ref().map(|s| s.as_fd()), &mut fds, PollFlags::POLLIN);
+        match poll(&mut fds, poll_ms(wait.min(left))) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Fault::Broken { why: format!("poll: {e}"), retry: false }),
+        }
+        let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].any().unwrap_or(false));
+        let client_ready = fds[0].any().unwrap_or(true);
+        let leader_exited = !self.gone && fds[1].any().unwrap_or(false);
+        let (w, r, e) = (ready(i_in), ready(i_out), ready(i_err));
+        drop(fds);
+        if self.watch.gone(client, client_ready) {
+            return Err(Fault::ClientGone);
+        }
+        self.gone |= leader_exited;
+        if w {
+            self.feed();
+        }
+        if r {
+            self.read_output(out)?;
+        }
+        if e {
+            self.read_errors();
+        }
+        if self.gone && self.stdout.is_some() && self.read_output(out)? {
+            self.read_errors();
+            self.stdout = None;
+            self.stderr = None;
+        }
+        Ok(self.stdout.is_none())
     }
 
-    /// Moves bytes until the script has exited and its output ended, or a limit.
-    fn pump(mut self, client: BorrowedFd<'_>, exited: BorrowedFd<'_>) -> Ended {
-        let deadline = Instant::now() + self.spec.timeout;
-        let mut told = Some(Instant::now() + super::WAITING);
-        let mut scratch = Vec::new();
-        let mut gone = false;
-        let mut watch = super::ClientWatch::default();
-        loop {
-            if self.stdout.is_none() && self.stderr.is_none() && gone {
-                self.errors.flush();
-                return Ended::Done { output: self.output, exit: Default::default() };
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                self.errors.flush();
-                return Ended::TimedOut { output: self.output };
-            }
-            if told.is_some_and(|at| Instant::now() >= at) {
-                told = None;
-                (self.spec.waiting)();
-            }
-            let wait = told.map_or(left, |at| left.min(at.saturating_duration_since(Instant::now())));
-            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
-            let mut fds = Vec::with_capacity(5);
-            fds.push(PollFd::new(client, watch.flags()));
-            fds.push(PollFd::new(exited, if gone { PollFlags::empty() } else { PollFlags::POLLIN }));
-            // Safe to borrow: the pipes live in `self` across the poll.
-            let (inp, out, err) = (
-                self.stdin.as_ref().map(|s| s.as_fd()),
-                self.stdout.as_ref().map(|s| s.as_fd()),
-                self.stderr.as_ref().map(|s| s.as_fd()),
-            );
-            let i_in = slot(inp, &mut fds, PollFlags::POLLOUT);
-            let i_out = slot(out, &mut fds, PollFlags::POLLIN);
-            let i_err = slot(err, &mut fds, PollFlags::POLLIN);
-            match poll(&mut fds, PollTimeout::from(ms)) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Ended::NotStarted(e.into()),
-            }
-            let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].any().unwrap_or(false));
-            let client_gone = watch.gone(client, fds[0].any().unwrap_or(true));
-            let leader_exited = !gone && fds[1].any().unwrap_or(false);
-            let (w, r, e) = (ready(i_in), ready(i_out), ready(i_err));
-            drop(fds);
-            if client_gone {
-                self.errors.flush();
-                return Ended::ClientGone;
-            }
-            gone |= leader_exited;
-            if w {
-                self.feed(&mut scratch);
-            }
-            if r && self.read_output() {
-                return Ended::TooLong;
-            }
-            if e {
-                self.read_errors();
-            }
-            if gone {
-                // The leader has exited: all it wrote is in the pipes now (it could
-                // not have exited with more than they hold unread). A process it left
-                // behind may keep them open: what is there is taken, and no more.
-                if self.read_output() {
-                    return Ended::TooLong;
-                }
-                self.read_errors();
-                self.stdout = None;
-                self.stderr = None;
-            }
-        }
+    fn deadline(&self) -> Instant {
+        self.deadline
     }
 
+    fn cut(&mut self, why: &Fault) {
+        self.errors.flush();
+        let name = self.errors.name();
+        match why {
+            Fault::TimedOut => {
+                log::error!(
+                    "{name}: killed: still running after script_timeout ({:?}); its answer was cut",
+                    self.timeout
+                )
+            }
+            Fault::TooLong => {
+                log::error!("{name}: killed: its output passed {} bytes; its answer was cut", self.max_output)
+            }
+            Fault::ClientGone => log::info!("{name}: killed: the client closed the connection"),
+            Fault::Broken { why, .. } => log::error!("{name}: {why}"),
+        }
+    }
+}
+
+impl Running {
     /// Writes what the pipe takes of the body; closes stdin at its end.
-    fn feed(&mut self, scratch: &mut Vec<u8>) {
+    fn feed(&mut self) {
         let Some(pipe) = &mut self.stdin else { return };
         loop {
-            let chunk = match self.body.read_at(self.sent, scratch) {
+            let chunk = match self.body.read_at(self.sent, &mut self.scratch) {
                 Ok(c) => c,
                 Err(e) => {
-                    log::error!("{}: reading the request body for the script failed: {e}", self.spec.name);
+                    log::error!("{}: reading the request body for the script failed: {e}", self.errors.name());
                     self.stdin = None;
                     return;
                 }
@@ -292,29 +287,36 @@ impl<'a> Pipes<'a> {
         }
     }
 
-    /// Reads stdout until it would block or ends; true past the output limit.
-    fn read_output(&mut self) -> bool {
-        let Some(pipe) = &mut self.stdout else { return false };
-        loop {
-            let len = self.output.len();
-            self.output.resize(len + CHUNK, 0);
-            let got = pipe.read(&mut self.output[len..]);
-            self.output.truncate(len + *got.as_ref().unwrap_or(&0));
+    /// Reads stdout into `out` until it would block or ends (true), or a step's
+    /// share is taken (false); past the output limit, a fault.
+    fn read_output(&mut self, out: &mut Vec<u8>) -> Result<bool, Fault> {
+        let Some(pipe) = &mut self.stdout else { return Ok(true) };
+        let start = out.len();
+        while out.len() - start < STEP_OUTPUT {
+            let len = out.len();
+            out.resize(len + CHUNK, 0);
+            let got = pipe.read(&mut out[len..]);
+            out.truncate(len + *got.as_ref().unwrap_or(&0));
             match got {
                 Ok(0) => {
                     self.stdout = None;
-                    return false;
+                    return Ok(true);
                 }
-                Ok(_) if self.output.len() > self.spec.max_output => return true,
-                Ok(_) => {}
+                Ok(n) => {
+                    self.taken += n as u64;
+                    if self.taken > self.max_output {
+                        return Err(Fault::TooLong);
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                 Err(_) => {
                     self.stdout = None;
-                    return false;
+                    return Ok(true);
                 }
             }
         }
+        Ok(false)
     }
 
     fn read_errors(&mut self) {
@@ -339,19 +341,36 @@ impl<'a> Pipes<'a> {
     }
 }
 
+impl Drop for Running {
+    /// The script's answer is over (whole, cut, or not wanted): its group goes (the
+    /// leader is dead or about to be, and not reaped yet, so its group id is still
+    /// ours), its last stderr is logged, and it is reaped.
+    fn drop(&mut self) {
+        let _ = killpg(self.group, Signal::SIGKILL);
+        self.read_errors();
+        self.errors.flush();
+        let _ = self.child.wait();
+    }
+}
+
 /// A script's stderr for the error log, with the script's name: what one write
 /// of the script holds (PHP writes an error and its stack trace at once) is one
 /// line, its inner line breaks escaped; bounded by `STDERR_LOGGED` bytes per request.
-pub struct StderrLines<'a> {
-    name: &'a str,
+pub struct StderrLines {
+    name: String,
     partial: Vec<u8>,
     logged: usize,
     dropped: usize,
 }
 
-impl<'a> StderrLines<'a> {
-    pub fn new(name: &'a str) -> StderrLines<'a> {
-        StderrLines { name, partial: Vec::new(), logged: 0, dropped: 0 }
+impl StderrLines {
+    pub fn new(name: &str) -> StderrLines {
+        StderrLines { name: name.to_string(), partial: Vec::new(), logged: 0, dropped: 0 }
+    }
+
+    /// The script's name, as each line gives it.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// What one read of the script's stderr (or one FastCGI record) brought.
@@ -415,7 +434,7 @@ mod tests {
         p
     }
 
-    fn spawn<'a>(path: &'a Path, env: &'a [(Vec<u8>, Vec<u8>)], timeout_ms: u64) -> Spawn<'a> {
+    fn spec<'a>(path: &'a Path, env: &'a [(Vec<u8>, Vec<u8>)], timeout_ms: u64) -> Spawn<'a> {
         Spawn {
             script: path,
             interpreter: None,
@@ -424,15 +443,19 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1 << 20,
             name: "/s.sh",
-            waiting: &|| {},
         }
     }
 
-    fn output(e: Ended) -> String {
-        match e {
-            Ended::Done { output, .. } => String::from_utf8(output).unwrap(),
-            other => panic!("{other:?}"),
-        }
+    /// Runs a script to the end of its output, as the handler's reader does.
+    fn run(spec: &Spawn<'_>, body: Stdin, client: BorrowedFd<'_>) -> Result<Vec<u8>, Fault> {
+        let mut running = spawn(spec, body).map_err(|e| Fault::Broken { why: e.to_string(), retry: false })?;
+        let mut out = Vec::new();
+        while !running.step(&mut out, Duration::from_secs(1), client)? {}
+        Ok(out)
+    }
+
+    fn output(e: Result<Vec<u8>, Fault>) -> String {
+        String::from_utf8(e.unwrap()).unwrap()
     }
 
     #[test]
@@ -443,7 +466,7 @@ mod tests {
         let p = script(&d, "echo 'Content-Type: text/plain'; echo; cat");
         let body = vec![b'x'; 300_000];
         let (client, _peer) = UnixStream::pair().unwrap();
-        let out = output(run(&spawn(&p, &[], 20_000), Stdin::Bytes(&body), client.as_fd()));
+        let out = output(run(&spec(&p, &[], 20_000), Stdin::Bytes(body.clone()), client.as_fd()));
         assert_eq!(out.len(), "Content-Type: text/plain\n\n".len() + body.len());
     }
 
@@ -453,7 +476,7 @@ mod tests {
         let p = script(&d, "env; ls /proc/self/fd");
         let env = [(b"FOO".to_vec(), b"bar".to_vec()), (b"PATH".to_vec(), b"/usr/bin:/bin".to_vec())];
         let (client, _peer) = UnixStream::pair().unwrap();
-        let out = output(run(&spawn(&p, &env, 20_000), Stdin::Empty, client.as_fd()));
+        let out = output(run(&spec(&p, &env, 20_000), Stdin::Empty, client.as_fd()));
         let vars: Vec<&str> = out.lines().filter(|l| l.contains('=')).collect();
         assert!(vars.contains(&"FOO=bar"), "{out}");
         assert!(!vars.iter().any(|v| v.starts_with("HOME=") || v.starts_with("CARGO")), "{out}");
@@ -469,8 +492,8 @@ mod tests {
         let p = script(&d, &format!("sleep 30 & echo $! > {}; sleep 30", pidfile.display()));
         let (client, _peer) = UnixStream::pair().unwrap();
         let start = Instant::now();
-        let ended = run(&spawn(&p, &[], 300), Stdin::Empty, client.as_fd());
-        assert!(matches!(ended, Ended::TimedOut { .. }), "{ended:?}");
+        let ended = run(&spec(&p, &[], 300), Stdin::Empty, client.as_fd());
+        assert!(matches!(ended, Err(Fault::TimedOut)), "{ended:?}");
         assert!(start.elapsed() < Duration::from_secs(10));
         let bg: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         // The background sleep was in the group: killed (and reaped by init, or a
@@ -491,19 +514,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = script(&d, "echo 'Content-Type: a/b'; echo; yes");
         let (client, _peer) = UnixStream::pair().unwrap();
-        assert!(matches!(run(&spawn(&p, &[], 20_000), Stdin::Empty, client.as_fd()), Ended::TooLong));
+        assert!(matches!(run(&spec(&p, &[], 20_000), Stdin::Empty, client.as_fd()), Err(Fault::TooLong)));
         let p = script(&d, "sleep 30");
         let (client, peer) = UnixStream::pair().unwrap();
         drop(peer);
-        let ended = run(&spawn(&p, &[], 20_000), Stdin::Empty, client.as_fd());
-        assert!(matches!(ended, Ended::ClientGone), "{ended:?}");
+        let ended = run(&spec(&p, &[], 20_000), Stdin::Empty, client.as_fd());
+        assert!(matches!(ended, Err(Fault::ClientGone)), "{ended:?}");
     }
 
     #[test]
     fn a_script_that_cannot_start_is_told() {
-        let (client, _peer) = UnixStream::pair().unwrap();
-        let ended = run(&spawn(Path::new("/nonexistent/x.sh"), &[], 1000), Stdin::Empty, client.as_fd());
-        assert!(matches!(ended, Ended::NotStarted(_)), "{ended:?}");
+        assert!(spawn(&spec(Path::new("/nonexistent/x.sh"), &[], 1000), Stdin::Empty).is_err());
     }
 
     #[test]

@@ -43,13 +43,14 @@ impl RequestBody {
         self.len() == 0
     }
 
-    /// The body as a script's stdin.
-    pub fn stdin(&self) -> Stdin<'_> {
-        match self {
+    /// The body as a script's stdin, its own copy (a file's descriptor again): the
+    /// script may still read it while its answer is sent.
+    pub fn stdin(&self) -> io::Result<Stdin> {
+        Ok(match self {
             RequestBody::Memory(v) if v.is_empty() => Stdin::Empty,
-            RequestBody::Memory(v) => Stdin::Bytes(v),
-            RequestBody::File(f, n) => Stdin::File(f, *n),
-        }
+            RequestBody::Memory(v) => Stdin::Bytes(v.clone()),
+            RequestBody::File(f, n) => Stdin::File(f.try_clone()?, *n),
+        })
     }
 }
 

@@ -2,10 +2,10 @@
 //! and FastCGI applications (PHP-FPM) reached over a socket.
 //!
 //! Both share what a script is told and how its answer is read: the
-//! meta-variables ([`mod@env`]), which file a path runs ([`script`]) and the header
-//! block that opens every answer ([`answer`]). A CGI script is a process spawned
-//! and bounded by [`child`]; a FastCGI application is spoken to in the records of
-//! [`fcgi`].
+//! meta-variables ([`mod@env`]), which file a path runs ([`script`]), the header
+//! block that opens every answer ([`answer`]) and the answer read as it comes,
+//! whole or streamed ([`output`]). A CGI script is a process spawned and bounded by
+//! [`child`]; a FastCGI application is spoken to in the records of [`fcgi`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +21,7 @@ pub mod child;
 pub mod env;
 pub mod fcgi;
 pub mod incoming;
+pub mod output;
 pub mod script;
 
 use std::os::fd::BorrowedFd;

@@ -19,24 +19,23 @@
 //! error log.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 
 use crate::gateway::child::{StderrLines, Stdin};
 use crate::gateway::fcgi::{Event, Reader, Request};
-use crate::gateway::script::Policy;
+use crate::gateway::output::{self, Failed, Fault, MAX_OUTPUT, Source, poll_ms};
 use crate::gateway::{AppAddr, ClientWatch, FastCgiConfig};
 use crate::http::response::Reply;
-use crate::sys::Symlinks;
 
 use super::Ask;
-use super::cgi::{self, MAX_OUTPUT};
+use super::script::{self, Scripts};
 
 /// A connection to the application.
 enum AppConn {
@@ -96,176 +95,194 @@ impl AppConn {
 /// The FastCGI handler of one location, in one worker.
 pub struct FastCgi<'c> {
     pub config: &'c FastCgiConfig,
-    pub dir: File,
-    pub symlinks: Symlinks,
-    pub strip: usize,
-    pub server_name: &'c str,
-    /// The connection kept from the last request.
-    kept: RefCell<Option<AppConn>>,
-}
-
-/// How an exchange with the application ended.
-enum Exchange {
-    Answered(Vec<u8>),
-    /// The application refused or broke; `fresh`: on a connection opened for this
-    /// request (a kept one may just have been closed by the application: retried).
-    Failed {
-        why: String,
-        fresh: bool,
-        got_any: bool,
-    },
-    TimedOut,
-    TooLong,
-    ClientGone,
+    pub scripts: Scripts<'c>,
+    /// The connection kept from the last request (put back by an answer streamed
+    /// to its clean end).
+    kept: Rc<RefCell<Option<AppConn>>>,
+    /// The application's address as the error log says it.
+    addr: Rc<str>,
 }
 
 impl<'c> FastCgi<'c> {
-    pub fn new(config: &'c FastCgiConfig, dir: File, symlinks: Symlinks, strip: usize, server_name: &'c str) -> Self {
-        FastCgi { config, dir, symlinks, strip, server_name, kept: RefCell::new(None) }
+    pub fn new(config: &'c FastCgiConfig, scripts: Scripts<'c>) -> Self {
+        FastCgi { config, scripts, kept: Rc::default(), addr: config.addr.to_string().into() }
     }
 
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        let policy = Policy {
-            executables: false,
-            interpreters: Default::default(),
-            fastcgi: true,
-            index: self.config.index.clone(),
-        };
-        let Some(found) = cgi::find(&self.dir, &self.config.dir, self.symlinks, self.strip, &policy, ask, reply) else {
-            return;
-        };
-        let name = String::from_utf8_lossy(&found.script_name).into_owned();
-        let env = found.env(ask, self.server_name, &self.config.dir);
-        let begin = Request::begin(&env);
-        let stdin = ask.link.body.map_or(Stdin::Empty, |b| b.stdin());
+        let Some(p) = self.scripts.prepare(ask, reply) else { return };
+        let begin = Request::begin(&p.env);
         let deadline = Instant::now() + self.config.timeout;
+        let addr = &self.config.addr;
         let mut tries = 0;
-        let ended = loop {
+        let got = loop {
             tries += 1;
-            let (conn, fresh) = match self.kept.borrow_mut().take() {
+            let Some(body) = script::stdin(ask, &p.name, reply) else { return };
+            let kept = self.kept.borrow_mut().take();
+            let (conn, fresh) = match kept {
                 Some(c) => (c, false),
-                None => match AppConn::open(&self.config.addr, self.config.timeout) {
+                None => match AppConn::open(addr, self.config.timeout) {
                     Ok(c) => (c, true),
                     Err(e) => {
-                        break Exchange::Failed { why: format!("cannot connect: {e}"), fresh: true, got_any: false };
+                        break Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false }));
                     }
                 },
             };
-            match self.exchange(conn, fresh, &begin.bytes, stdin, ask.link, deadline, &name) {
-                Exchange::Failed { fresh: false, got_any: false, .. } if tries < 2 => continue,
+            let talk = Talk {
+                conn: Some(conn),
+                fresh,
+                out: begin.bytes.clone(),
+                written: 0,
+                body,
+                sent_body: 0,
+                stdin_ended: false,
+                scratch: Vec::new(),
+                reader: Reader::default(),
+                errors: StderrLines::new(&p.name),
+                got_any: false,
+                taken: 0,
+                deadline,
+                addr: self.addr.clone(),
+                timeout: self.config.timeout,
+                watch: ClientWatch::default(),
+                kept: self.kept.clone(),
+            };
+            match output::read(talk, ask.link.socket, ask.link.waiting) {
+                // A kept connection the application had closed: once more on a new one.
+                Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
                 other => break other,
             }
         };
-        match ended {
-            Exchange::Answered(output) => cgi::answered(output, &name, reply),
-            Exchange::Failed { why, .. } => {
-                log::error!("{name}: FastCGI application at {}: {why}", self.config.addr);
+        let name = &p.name;
+        match script::answered(got, name, reply) {
+            None => {}
+            Some(Fault::Broken { why, .. }) => {
+                log::error!("{name}: FastCGI application at {addr}: {why}");
                 reply.error(502, "The application is not available.");
             }
-            Exchange::TimedOut => {
-                log::error!(
-                    "{name}: FastCGI application at {}: no answer within script_timeout ({:?})",
-                    self.config.addr,
-                    self.config.timeout
-                );
+            Some(Fault::TimedOut) => {
+                let timeout = self.config.timeout;
+                log::error!("{name}: FastCGI application at {addr}: no answer within script_timeout ({timeout:?})");
                 reply.error(504, "The application did not answer in time.");
             }
-            Exchange::TooLong => {
-                log::error!("{name}: FastCGI application at {}: answer over {MAX_OUTPUT} bytes", self.config.addr);
+            Some(Fault::TooLong) => {
+                log::error!("{name}: FastCGI application at {addr}: answer over {MAX_OUTPUT} bytes");
                 reply.error(502, "The application's answer was too long.");
             }
-            Exchange::ClientGone => {
+            Some(Fault::ClientGone) => {
                 log::info!("{name}: the client closed the connection before the application answered");
                 reply.error(400, "The client went away.");
                 reply.close = true;
             }
         }
     }
+}
 
-    /// One request over `conn` (`fresh`: opened for it); keeps the connection for the next if it ended well.
-    #[allow(clippy::too_many_arguments)]
-    fn exchange(
-        &self,
-        mut conn: AppConn,
-        fresh: bool,
-        begin: &[u8],
-        stdin: Stdin<'_>,
-        link: super::Link<'_>,
-        deadline: Instant,
-        name: &str,
-    ) -> Exchange {
-        let client = link.socket;
-        let mut told = Some(Instant::now() + crate::gateway::WAITING);
-        let mut out = begin.to_vec();
-        let mut sent_body = 0u64;
-        let mut stdin_ended = false;
-        let mut written = 0;
-        let mut scratch = Vec::new();
-        let mut reader = Reader::default();
-        let mut output = Vec::new();
-        let mut errors = StderrLines::new(name);
-        let mut got_any = false;
-        let mut watch = ClientWatch::default();
-        let fail = |why: String, got_any| Exchange::Failed { why, fresh, got_any };
-        loop {
-            if let Err(e) = fill_stdin(&stdin, &mut out, written, &mut sent_body, &mut stdin_ended, &mut scratch) {
-                return fail(format!("reading the request body failed: {e}"), true);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                errors.flush();
-                return Exchange::TimedOut;
-            }
-            if told.is_some_and(|at| Instant::now() >= at) {
-                told = None;
-                (link.waiting)();
-            }
-            let wait = told.map_or(left, |at| left.min(at.saturating_duration_since(Instant::now())));
-            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
-            let want = if written < out.len() { PollFlags::POLLIN | PollFlags::POLLOUT } else { PollFlags::POLLIN };
-            let mut fds = [PollFd::new(conn.fd(), want), PollFd::new(client, watch.flags())];
-            match poll(&mut fds, PollTimeout::from(ms)) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return fail(format!("poll: {e}"), got_any),
-            }
-            let app = fds[0].revents().unwrap_or(PollFlags::empty());
-            let client_ready = fds[1].any().unwrap_or(true);
-            if watch.gone(client, client_ready) {
-                errors.flush();
-                return Exchange::ClientGone;
-            }
-            if app.contains(PollFlags::POLLOUT) && written < out.len() {
-                if let Err(e) = write_some(&mut conn, &mut out, &mut written) {
-                    return fail(format!("writing the request: {e}"), got_any);
+/// One request to the application: the records of the request to write (the body
+/// among them, read as they go), and the answer's records read. It lives on as the
+/// answer's reader while the answer streams; the connection is kept for the next
+/// request only when the application ended this one cleanly.
+struct Talk {
+    /// None once the answer ended (kept or closed).
+    conn: Option<AppConn>,
+    /// Opened for this request (a kept one may just have been closed by the application).
+    fresh: bool,
+    /// Request records not written yet, from `written`.
+    out: Vec<u8>,
+    written: usize,
+    body: Stdin,
+    sent_body: u64,
+    stdin_ended: bool,
+    scratch: Vec<u8>,
+    reader: Reader,
+    errors: StderrLines,
+    got_any: bool,
+    /// FCGI_STDOUT bytes taken.
+    taken: u64,
+    deadline: Instant,
+    /// The application's address, for the error log.
+    addr: Rc<str>,
+    timeout: Duration,
+    watch: ClientWatch,
+    kept: Rc<RefCell<Option<AppConn>>>,
+}
+
+impl Source for Talk {
+    fn step(&mut self, out: &mut Vec<u8>, wait: Duration, client: BorrowedFd<'_>) -> Result<bool, Fault> {
+        let Some(conn) = &mut self.conn else { return Ok(true) };
+        let retry = !self.fresh && !self.got_any;
+        let broken = |why: String, retry| Fault::Broken { why, retry };
+        fill_stdin(
+            &self.body,
+            &mut self.out,
+            self.written,
+            &mut self.sent_body,
+            &mut self.stdin_ended,
+            &mut self.scratch,
+        )
+        .map_err(|e| broken(format!("reading the request body failed: {e}"), false))?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Fault::TimedOut);
+        }
+        let want =
+            if self.written < self.out.len() { PollFlags::POLLIN | PollFlags::POLLOUT } else { PollFlags::POLLIN };
+        let mut fds = [PollFd::new(conn.fd(), want), PollFd::new(client, self.watch.flags())];
+        match poll(&mut fds, poll_ms(wait.min(left))) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(false),
+            Err(e) => return Err(broken(format!("poll: {e}"), retry)),
+        }
+        let app = fds[0].revents().unwrap_or(PollFlags::empty());
+        let client_ready = fds[1].any().unwrap_or(true);
+        if self.watch.gone(client, client_ready) {
+            return Err(Fault::ClientGone);
+        }
+        if app.contains(PollFlags::POLLOUT) && self.written < self.out.len() {
+            write_some(conn, &mut self.out, &mut self.written)
+                .map_err(|e| broken(format!("writing the request: {e}"), retry))?;
+        }
+        if !app.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            return Ok(false);
+        }
+        let space = self.reader.space(64 * 1024);
+        let got = conn.read(space);
+        self.reader.filled(64 * 1024, *got.as_ref().unwrap_or(&0));
+        match got {
+            Ok(0) => return Err(broken("closed the connection before the end of its answer".into(), retry)),
+            Ok(_) => self.got_any = true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(broken(format!("reading the answer: {e}"), retry)),
+        }
+        match take_records(&mut self.reader, out, &mut self.errors, &mut self.taken) {
+            Records::More => Ok(false),
+            Records::TooLong => Err(Fault::TooLong),
+            Records::Failed(why) => Err(broken(why, false)),
+            Records::End => {
+                // The connection is in step again: kept for the next request.
+                let conn = self.conn.take();
+                if self.stdin_ended && self.written == 0 && !self.reader.has_partial() {
+                    *self.kept.borrow_mut() = conn;
                 }
+                Ok(true)
             }
-            if app.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
-                let space = reader.space(64 * 1024);
-                let got = conn.read(space);
-                reader.filled(64 * 1024, *got.as_ref().unwrap_or(&0));
-                match got {
-                    Ok(0) => {
-                        errors.flush();
-                        return fail("closed the connection before the end of its answer".into(), got_any);
-                    }
-                    Ok(_) => got_any = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return fail(format!("reading the answer: {e}"), got_any),
-                }
-                match take_records(&mut reader, &mut output, &mut errors) {
-                    Records::More => {}
-                    Records::TooLong => return Exchange::TooLong,
-                    Records::Failed(why) => return fail(why, true),
-                    Records::End => {
-                        // The connection is in step again: kept for the next request.
-                        if stdin_ended && written == 0 && !reader.has_partial() {
-                            *self.kept.borrow_mut() = Some(conn);
-                        }
-                        return Exchange::Answered(output);
-                    }
-                }
-            }
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn cut(&mut self, why: &Fault) {
+        self.errors.flush();
+        let (name, addr) = (self.errors.name(), &self.addr);
+        match why {
+            Fault::TimedOut => log::error!(
+                "{name}: FastCGI application at {addr}: answer not ended within script_timeout ({:?}): cut",
+                self.timeout
+            ),
+            Fault::TooLong => log::error!("{name}: FastCGI application at {addr}: answer over {MAX_OUTPUT} bytes: cut"),
+            Fault::ClientGone => log::info!("{name}: the client closed the connection while the application answered"),
+            Fault::Broken { why, .. } => log::error!("{name}: FastCGI application at {addr}: {why}: answer cut"),
         }
     }
 }
@@ -273,7 +290,7 @@ impl<'c> FastCgi<'c> {
 /// Keeps a few records of the body ready to send: reads on while less than 64 KiB of
 /// `out` is unsent, and ends the stdin stream after the last byte.
 fn fill_stdin(
-    stdin: &Stdin<'_>,
+    stdin: &Stdin,
     out: &mut Vec<u8>,
     written: usize,
     sent_body: &mut u64,
@@ -322,12 +339,13 @@ enum Records {
 
 /// Takes the records read so far: standard output into `output`, standard error to
 /// the error log, up to the end of the request.
-fn take_records(reader: &mut Reader, output: &mut Vec<u8>, errors: &mut StderrLines<'_>) -> Records {
+fn take_records(reader: &mut Reader, output: &mut Vec<u8>, errors: &mut StderrLines, taken: &mut u64) -> Records {
     loop {
         match reader.record() {
             Ok(None) => return Records::More,
             Ok(Some(Event::Stdout(b))) => {
-                if output.len() + b.len() > MAX_OUTPUT {
+                *taken += b.len() as u64;
+                if *taken > MAX_OUTPUT {
                     return Records::TooLong;
                 }
                 output.extend_from_slice(b);

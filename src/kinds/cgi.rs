@@ -14,6 +14,7 @@ use crate::gateway::CgiConfig;
 use crate::gateway::script::Policy;
 use crate::handlers::Handler;
 use crate::handlers::cgi::Cgi;
+use crate::handlers::script::Scripts;
 use crate::sys::ScriptLimits;
 
 /// The keys that choose it.
@@ -81,11 +82,13 @@ pub(super) fn show(c: &CgiConfig, t: &mut Toml) {
 }
 
 pub(super) fn build<'c>(c: &'c CgiConfig, at: &str, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
-    Ok(Handler::Cgi(Cgi {
-        config: c,
+    let scripts = Scripts {
         dir: std::fs::File::open(&c.dir)?,
+        dir_path: &c.dir,
         symlinks: b.symlinks,
         strip: if c.alias { at.len() } else { 0 },
         server_name: b.server_name,
-    }))
+        policy: c.policy.clone(),
+    };
+    Ok(Handler::Cgi(Cgi { config: c, scripts }))
 }

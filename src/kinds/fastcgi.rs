@@ -6,9 +6,11 @@
 use super::{Build, Reading, cgi, files};
 use crate::config::read::{ConfigError, Keys};
 use crate::config::show::{Toml, duration, path, string, strings};
+use crate::gateway::script::Policy;
 use crate::gateway::{AppAddr, FastCgiConfig};
 use crate::handlers::Handler;
 use crate::handlers::fastcgi::FastCgi;
+use crate::handlers::script::Scripts;
 
 /// The key that chooses it.
 pub const KEY: &str = "fastcgi";
@@ -40,6 +42,14 @@ pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
 }
 
 pub(super) fn build<'c>(f: &'c FastCgiConfig, at: &str, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
-    let strip = if f.alias { at.len() } else { 0 };
-    Ok(Handler::FastCgi(FastCgi::new(f, std::fs::File::open(&f.dir)?, b.symlinks, strip, b.server_name)))
+    let scripts = Scripts {
+        dir: std::fs::File::open(&f.dir)?,
+        dir_path: &f.dir,
+        symlinks: b.symlinks,
+        strip: if f.alias { at.len() } else { 0 },
+        server_name: b.server_name,
+        // The application runs the file; the index files are tried for a directory.
+        policy: Policy { executables: false, interpreters: Default::default(), fastcgi: true, index: f.index.clone() },
+    };
+    Ok(Handler::FastCgi(FastCgi::new(f, scripts)))
 }

@@ -1,0 +1,185 @@
+//! What the two handlers that run scripts share (CGI scripts, [`super::cgi`];
+//! a FastCGI application's, [`super::fastcgi`]): the script a request's path names
+//! under the location's directory, with the meta-variables it is told
+//! ([`Scripts::prepare`]), and its answer turned into the reply ([`answered`]):
+//! whole, or streamed as it comes ([`crate::gateway::output`]).
+
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::gateway::answer::Head;
+use crate::gateway::output::{Failed, Fault, Got, Source};
+use crate::gateway::script::{self, Missing, Policy};
+use crate::gateway::{env, incoming};
+use crate::http::response::{Body, Reply, Streamed};
+use crate::sys::Symlinks;
+
+use super::Ask;
+
+/// Where a location's scripts are and how they run.
+pub struct Scripts<'c> {
+    /// The location's directory, opened once.
+    pub dir: File,
+    pub dir_path: &'c Path,
+    pub symlinks: Symlinks,
+    /// Bytes of the URL path that `dir` stands for (a location's `alias`).
+    pub strip: usize,
+    pub server_name: &'c str,
+    pub policy: Policy,
+}
+
+/// A script found for a request, with what the meta-variables say of it.
+pub struct Found {
+    pub script: script::Script,
+    /// Its URL path.
+    pub script_name: Vec<u8>,
+    pub filename: PathBuf,
+    pub path_info: Vec<u8>,
+}
+
+/// A request ready for its script: the script, how the log names it, its
+/// meta-variables.
+pub struct Prepared {
+    pub found: Found,
+    /// Its URL path, for the error log.
+    pub name: String,
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Scripts<'_> {
+    /// The script `ask`'s path runs, and its variables; on `None` the reply says
+    /// why (403, 404).
+    pub fn prepare(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> Option<Prepared> {
+        let found = self.find(&ask.path.bytes, reply)?;
+        let name = String::from_utf8_lossy(&found.script_name).into_owned();
+        let env = found.env(ask, self.server_name, self.dir_path);
+        Some(Prepared { found, name, env })
+    }
+
+    /// Whether `path` names a script here by itself: a file (or, ending in `/`, a
+    /// directory with an index), with nothing left over for `PATH_INFO`.
+    pub fn runs_exactly(&self, path: &[u8]) -> bool {
+        let rest = match path.get(self.strip.min(path.len())..) {
+            Some(r) => r,
+            None => return false,
+        };
+        match script::find(&self.dir, self.dir_path, self.symlinks, rest, &self.policy) {
+            Ok(s) if s.index.is_some() => path.ends_with(b"/"),
+            Ok(s) => s.name_len == rest.len(),
+            Err(_) => false,
+        }
+    }
+
+    fn find(&self, path: &[u8], reply: &mut Reply<'_>) -> Option<Found> {
+        let cut = self.strip.min(path.len());
+        let (prefix, rest) = path.split_at(cut);
+        match script::find(&self.dir, self.dir_path, self.symlinks, rest, &self.policy) {
+            Ok(script) => {
+                let mut script_name = prefix.to_vec();
+                let (named, info) = rest.split_at(script.name_len.min(rest.len()));
+                script_name.extend_from_slice(named);
+                if let Some(index) = &script.index {
+                    if !script_name.ends_with(b"/") {
+                        script_name.push(b'/');
+                    }
+                    script_name.extend_from_slice(index.as_bytes());
+                }
+                let path_info = if script.index.is_some() { Vec::new() } else { info.to_vec() };
+                let filename = self.dir_path.join(&script.rel);
+                Some(Found { script, script_name, filename, path_info })
+            }
+            Err(Missing::NotFound) => {
+                reply.error(404, "The requested resource was not found.");
+                None
+            }
+            Err(Missing::NotRunnable) => {
+                reply.error(403, "This file is not run here.");
+                None
+            }
+        }
+    }
+}
+
+impl Found {
+    /// The meta-variables for this request to this script.
+    pub fn env(&self, ask: &Ask<'_>, server_name: &str, root: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let host = ask.req.host.map(|h| {
+            // Host without its port (IPv6 literals keep their brackets).
+            match h.iter().rposition(|&b| b == b':') {
+                Some(i) if !h[i..].contains(&b']') => &h[..i],
+                _ => h,
+            }
+        });
+        let meta = env::Meta {
+            req: ask.req,
+            query: ask.query.unwrap_or(b""),
+            script_name: &self.script_name,
+            script_filename: self.filename.as_os_str().as_bytes(),
+            path_info: &self.path_info,
+            document_root: root.as_os_str().as_bytes(),
+            client: ask.link.peer,
+            server_name: host.unwrap_or(server_name.as_bytes()),
+            server_port: ask.link.local_port,
+            https: ask.link.https,
+            content_length: ask.link.body.map(|b| b.len()),
+        };
+        env::variables(&meta)
+    }
+}
+
+/// The request's body as a script's stdin (its own copy); on `None` the reply is a
+/// 500, said in the error log.
+pub fn stdin(ask: &Ask<'_>, name: &str, reply: &mut Reply<'_>) -> Option<crate::gateway::child::Stdin> {
+    match ask.link.body.map_or(Ok(crate::gateway::child::Stdin::Empty), incoming::RequestBody::stdin) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::error!("{name}: the request body cannot be read again: {e}");
+            reply.error(500, "The request body could not be read.");
+            None
+        }
+    }
+}
+
+/// Turns a script's answer into the reply: its status and headers, its body whole
+/// or as a stream; an answer that is not one is a 502 said in the error log. A
+/// fault (the script stopped before its head was read) is the handler's to say.
+pub fn answered<S: Source + 'static>(got: Result<Got<S>, Failed>, name: &str, reply: &mut Reply<'_>) -> Option<Fault> {
+    let (head, body) = match got {
+        Ok(Got::Whole(head, mut body)) => {
+            if let Some(n) = head.content_length
+                && n != body.len() as u64
+            {
+                log::warn!("{name}: its Content-Length says {n} but it sent {} bytes", body.len());
+                body.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+            }
+            (head, Body::Owned(body))
+        }
+        Ok(Got::Streaming(head, stream)) => {
+            let len = head.content_length;
+            (head, Streamed::body(Box::new(stream), len))
+        }
+        Err(Failed::Answer(e)) => {
+            log::error!("{name}: bad answer: {e}");
+            reply.error(502, "The script's answer was not valid.");
+            return None;
+        }
+        Err(Failed::Fault(f)) => return Some(f),
+    };
+    head_into(head, reply);
+    reply.body = body;
+    None
+}
+
+/// The status and headers of a script's head.
+fn head_into(head: Head, reply: &mut Reply<'_>) {
+    reply.status = head.status;
+    for (n, v) in &head.headers {
+        reply.header(n, v);
+    }
+    if let Some(path) = head.local_redirect {
+        // Served as the client's own redirect: the path is on this server.
+        reply.status = 302;
+        reply.header("Location", path);
+    }
+}
