@@ -103,6 +103,10 @@ impl<'c> Site<'c> {
         let at = vhost.locations.map(|l| {
             let rules = l.rules.over(&l.kind.rules(config)).over(&vhost.rules);
             let mut place = Place::new(&rules, l.kind.build(l.pattern.text(), &mut b)?);
+            if let Handler::FastCgi(app) = &mut place.handler {
+                // Its own only: a vhost's try_files is for its files.
+                app.try_files = l.rules.try_files.clone().unwrap_or_default();
+            }
             if l.kind.by_name_only() {
                 place.gate = place.gate.only_for_names(&vhost.server_names);
             }

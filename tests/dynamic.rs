@@ -627,3 +627,118 @@ fn php_fpm_answers_stream_and_stderr_is_logged_meanwhile() {
         site.error_log()
     );
 }
+
+#[test]
+fn a_scripts_local_location_is_served_by_the_server_itself() {
+    if need_tool("python3").is_none() {
+        return;
+    }
+    let site = cgi_site();
+    site.write("htdocs/done.html", "all done\n");
+    script(
+        &site,
+        "htdocs/cgi-bin/to-hello.sh",
+        "printf 'Location: /cgi-bin/hello.sh\\r\\nSet-Cookie: dropped=1\\r\\n\\r\\n'",
+    );
+    script(&site, "htdocs/cgi-bin/to-file.sh", "printf 'Location: /done.html\\n\\n'");
+    script(
+        &site,
+        "htdocs/cgi-bin/to-env.sh",
+        "cat > /dev/null; printf 'Location: /cgi-bin/env.py/more?from=redirect\\n\\n'",
+    );
+    script(&site, "htdocs/cgi-bin/away.sh", "printf 'Location: https://example.com/elsewhere\\n\\n'");
+    script(&site, "htdocs/cgi-bin/loop.sh", "printf 'Location: /cgi-bin/loop.sh?again\\n\\n'");
+    cgi_config(&site, "");
+    let p = Pika::start(&site, "-X");
+
+    // The client sees the answer of the path the script named.
+    let r = get(p.addr, "/cgi-bin/to-hello.sh");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from sh\n"));
+    assert!(r.header("location").is_none() && r.header("set-cookie").is_none(), "{}", r.head);
+    let r = get(p.addr, "/cgi-bin/to-file.sh");
+    assert_eq!((r.status, r.text().as_str()), (200, "all done\n"));
+    // A POST is served again as a GET without its body; the script sees the
+    // client's REQUEST_URI and the new query.
+    let r = post(p.addr, "/cgi-bin/to-env.sh?x=1", "Content-Type: text/plain\r\n", b"a body");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    assert_eq!(var(&t, "REQUEST_METHOD"), Some("GET"), "{t}");
+    assert_eq!(var(&t, "QUERY_STRING"), Some("from=redirect"), "{t}");
+    assert_eq!(var(&t, "PATH_INFO"), Some("/more"), "{t}");
+    assert_eq!(var(&t, "REQUEST_URI"), Some("/cgi-bin/to-env.sh?x=1"), "{t}");
+    assert_eq!(var(&t, "BODY"), Some(format!("0 {}", sha256(b"")).as_str()), "{t}");
+    // An absolute URL is the client's to follow.
+    let r = get(p.addr, "/cgi-bin/away.sh");
+    assert_eq!((r.status, r.header("location").as_deref()), (302, Some("https://example.com/elsewhere")));
+    // A loop ends: 500 and one line.
+    assert_eq!(get(p.addr, "/cgi-bin/loop.sh").status, 500);
+    let lines: Vec<String> =
+        site.error_log().lines().filter(|l| l.contains("more than 10 internal redirects")).map(String::from).collect();
+    assert_eq!(lines.len(), 1, "{}", site.error_log());
+    assert!(lines[0].contains("/cgi-bin/loop.sh: ") && lines[0].contains("answered 500"), "{lines:?}");
+    assert!(children_of(p.pid).is_empty(), "children left: {:?}", children_of(p.pid));
+}
+
+/// A PHP front controller: prints what a router reads.
+const ROUTER_PHP: &str = "<?php header('Content-Type: text/plain');\n\
+    foreach (['REQUEST_URI','SCRIPT_NAME','PATH_INFO','QUERY_STRING','REQUEST_METHOD'] as $k) {\n\
+      echo $k, '=', $_SERVER[$k] ?? '(unset)', \"\\n\"; }\n\
+    echo 'GET_a=', $_GET['a'] ?? '', \"\\n\";\n\
+    echo 'BODY=', file_get_contents('php://input'), \"\\n\";\n";
+
+#[test]
+fn try_files_sends_every_path_that_is_not_a_file_to_a_php_front_controller() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    site.write("htdocs/index.php", ROUTER_PHP);
+    site.write("htdocs/other.php", "<?php header('Content-Type: text/plain'); echo 'other';\n");
+    site.write("htdocs/style.css", "body{}\n");
+    site.write("api/index.php", ROUTER_PHP);
+    site.write("api/status.php", "<?php header('Content-Type: text/plain'); echo 'status';\n");
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    // Two ways: the vhost's files with try_files in front of a \.php location (as
+    // nginx is usually set up: static files served as files), and a FastCGI
+    // location with its own try_files.
+    site.config(
+        "",
+        &format!(
+            "[http]\nbody_temp_dir = \"{bodies}\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             try_files = [\"$uri\", \"$uri/\", \"/index.php?$query_string\"]\n\
+             [[vhost.location]]\nregex = \"^/[a-z]+\\\\.php(/|$)\"\nfastcgi = \"unix:{sock}\"\n\
+             [[vhost.location]]\nprefix = \"/api/\"\nalias = \"api\"\nfastcgi = \"unix:{sock}\"\n\
+             try_files = [\"$uri\", \"/api/index.php$uri$is_args$args\"]\n",
+            bodies = site.path("bodies/tmp").display(),
+            sock = fpm.socket().display()
+        ),
+    );
+    let p = Pika::start(&site, "-X");
+
+    let r = get(p.addr, "/users/7?a=1&b=2");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    assert_eq!(var(&t, "REQUEST_URI"), Some("/users/7?a=1&b=2"), "the client's: {t}");
+    assert_eq!(var(&t, "SCRIPT_NAME"), Some("/index.php"), "{t}");
+    assert_eq!(var(&t, "PATH_INFO"), Some("(unset)"), "{t}");
+    assert_eq!(var(&t, "QUERY_STRING"), Some("a=1&b=2"), "{t}");
+    assert_eq!(var(&t, "GET_a"), Some("1"), "{t}");
+    // A POST reaches the front controller as a POST, with its body.
+    let r = post(p.addr, "/users", "Content-Type: text/plain\r\n", b"new user");
+    let t = r.text();
+    assert_eq!((var(&t, "REQUEST_METHOD"), var(&t, "BODY")), (Some("POST"), Some("new user")), "{t}");
+    // Files are files; scripts that exist run as themselves.
+    let r = get(p.addr, "/style.css");
+    assert_eq!((r.status, r.text().as_str()), (200, "body{}\n"));
+    assert_eq!(get(p.addr, "/other.php").text(), "other");
+
+    // A FastCGI location's own try_files, the path handed on as PATH_INFO.
+    assert_eq!(get(p.addr, "/api/status.php").text(), "status");
+    let r = get(p.addr, "/api/v2/items?a=x%20y");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    assert_eq!(var(&t, "REQUEST_URI"), Some("/api/v2/items?a=x%20y"), "{t}");
+    assert_eq!(var(&t, "SCRIPT_NAME"), Some("/api/index.php"), "{t}");
+    assert_eq!(var(&t, "PATH_INFO"), Some("/api/v2/items"), "{t}");
+    assert_eq!(var(&t, "GET_a"), Some("x y"), "{t}");
+}

@@ -257,7 +257,7 @@ impl Ctx<'_> {
             _ => None,
         };
         let rules = Rules::read(&mut keys, self, &rules::Reading { root, regex })?;
-        if let Some(key) = rules.files_only()
+        if let Some(key) = rules.files_only(matches!(kind, Kind::FastCgi(_)))
             && !matches!(kind, Kind::Files(_))
         {
             return Err(self.spanned(l, format!("{key} needs a location that serves files")));

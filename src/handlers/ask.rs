@@ -18,6 +18,9 @@ pub struct Ask<'a> {
     pub client: IpAddr,
     /// The connection it came on (what a script is told of it).
     pub link: Link<'a>,
+    /// Served again after an internal redirect (`try_files` is not tried again:
+    /// the fallback it names is served as it is).
+    pub redirected: bool,
 }
 
 /// What a handler that runs a script needs of the connection.

@@ -32,10 +32,12 @@ use crate::gateway::child::{StderrLines, Stdin};
 use crate::gateway::fcgi::{Event, Reader, Request};
 use crate::gateway::output::{self, Failed, Fault, MAX_OUTPUT, Source, poll_ms};
 use crate::gateway::{AppAddr, ClientWatch, FastCgiConfig};
-use crate::http::response::Reply;
+use crate::http::path::CleanPath;
+use crate::http::response::{Internal, Reply};
 
 use super::Ask;
 use super::script::{self, Scripts};
+use super::try_files::{self, Tried};
 
 /// A connection to the application.
 enum AppConn {
@@ -101,14 +103,42 @@ pub struct FastCgi<'c> {
     kept: Rc<RefCell<Option<AppConn>>>,
     /// The application's address as the error log says it.
     addr: Rc<str>,
+    /// The location's own `try_files` (a front controller: every path that is not
+    /// a script here goes to `/index.php`).
+    pub try_files: Vec<String>,
 }
 
 impl<'c> FastCgi<'c> {
     pub fn new(config: &'c FastCgiConfig, scripts: Scripts<'c>) -> Self {
-        FastCgi { config, scripts, kept: Rc::default(), addr: config.addr.to_string().into() }
+        FastCgi { config, scripts, kept: Rc::default(), addr: config.addr.to_string().into(), try_files: Vec::new() }
     }
 
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        if self.try_files.is_empty() || ask.redirected {
+            return self.run(ask, reply);
+        }
+        let exists = |c: &CleanPath<'_>| self.scripts.runs_exactly(&c.bytes);
+        match try_files::try_files(&self.try_files, ask.path, ask.query, exists) {
+            Tried::Found(path) => {
+                let ask = Ask {
+                    path: &path,
+                    req: ask.req,
+                    query: ask.query,
+                    client: ask.client,
+                    link: ask.link,
+                    redirected: false,
+                };
+                self.run(&ask, reply);
+            }
+            Tried::Fallback(target) => reply.internal = Some(Internal { target, as_get: false }),
+            Tried::Status(status) => {
+                reply.error(status, "The requested resource was not found.");
+            }
+        }
+    }
+
+    /// Runs the script `ask`'s path names.
+    fn run(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let Some(p) = self.scripts.prepare(ask, reply) else { return };
         let begin = Request::begin(&p.env);
         let deadline = Instant::now() + self.config.timeout;

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod script;
 pub mod static_file;
 pub mod status_page;
+pub mod try_files;
 
 pub use ask::{Ask, Link, Methods, not_allowed};
 
@@ -48,6 +49,9 @@ impl<'c> Handler<'c> {
     pub fn methods(&self) -> Methods {
         match self {
             Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) => Methods::Any,
+            // A files location whose try_files may hand the request to a script
+            // lets every method reach it; it answers only GET and HEAD itself.
+            Handler::Files(files) if files.may_redirect() => Methods::Any,
             Handler::Files(_) | Handler::Status(_) | Handler::Health(_) | Handler::Metrics(_) => Methods::ReadOnly,
         }
     }
@@ -65,8 +69,14 @@ impl<'c> Handler<'c> {
     }
 
     /// Whether it answers from the request's body: the event loop reads the body
-    /// whole before the request reaches it (`gateway::incoming`).
+    /// whole before the request reaches it (`gateway::incoming`). A files location
+    /// whose `try_files` ends at a path does too: it may hand the request to a
+    /// script (a front controller).
     pub fn reads_body(&self) -> bool {
-        matches!(self, Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_))
+        match self {
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) => true,
+            Handler::Files(files) => files.may_redirect(),
+            _ => false,
+        }
     }
 }

@@ -8,11 +8,10 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::gateway::answer::Head;
 use crate::gateway::output::{Failed, Fault, Got, Source};
 use crate::gateway::script::{self, Missing, Policy};
 use crate::gateway::{env, incoming};
-use crate::http::response::{Body, Reply, Streamed};
+use crate::http::response::{Body, Internal, Reply, Streamed};
 use crate::sys::Symlinks;
 
 use super::Ask;
@@ -166,20 +165,17 @@ pub fn answered<S: Source + 'static>(got: Result<Got<S>, Failed>, name: &str, re
         }
         Err(Failed::Fault(f)) => return Some(f),
     };
-    head_into(head, reply);
-    reply.body = body;
-    None
-}
-
-/// The status and headers of a script's head.
-fn head_into(head: Head, reply: &mut Reply<'_>) {
+    if let Some(path) = head.local_redirect {
+        // A local redirect (RFC 3875 §6.2.2): the server answers that path itself,
+        // as a GET; what the script printed besides is dropped (and a script still
+        // printing is stopped with its body).
+        reply.internal = Some(Internal { target: path.into_bytes(), as_get: true });
+        return None;
+    }
     reply.status = head.status;
     for (n, v) in &head.headers {
         reply.header(n, v);
     }
-    if let Some(path) = head.local_redirect {
-        // Served as the client's own redirect: the path is on this server.
-        reply.status = 302;
-        reply.header("Location", path);
-    }
+    reply.body = body;
+    None
 }

@@ -18,14 +18,15 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::ask::Ask;
+use super::ask::{Ask, Methods};
 use super::file_cache::{Entry, FileCache};
+use super::try_files::{self, Tried};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
 use crate::http::path::{CleanPath, encode_path};
 use crate::http::range::{self, RangeOutcome};
 use crate::http::request::{Method, Request};
-use crate::http::response::{Body, Reply};
+use crate::http::response::{Body, Internal, Reply};
 use crate::rules::FileRules;
 use crate::rules::compress::{self, Kept};
 use crate::rules::encoding::{self, Coding};
@@ -125,20 +126,29 @@ impl StaticFiles<'_> {
     /// [`super::gate`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let tried;
-        let path = if self.rules.try_files.is_empty() {
+        // try_files applies to the request as the client sent it: its fallback,
+        // served again here, is served as it is.
+        let path = if self.rules.try_files.is_empty() || ask.redirected {
             ask.path
         } else {
-            match self.try_files(ask.path) {
-                Ok(p) => {
+            match try_files::try_files(&self.rules.try_files, ask.path, ask.query, |c| self.names_here(c)) {
+                Tried::Found(p) => {
                     tried = p;
                     &tried
                 }
-                Err(status) => {
+                Tried::Fallback(target) => {
+                    reply.internal = Some(Internal { target, as_get: false });
+                    return;
+                }
+                Tried::Status(status) => {
                     reply.error(status, "The requested resource was not found.");
                     return;
                 }
             }
         };
+        if self.may_redirect() && !Methods::ReadOnly.admit(ask.req.method, reply) {
+            return;
+        }
         if !self.serve_hidden && path.is_hidden() {
             reply.error(404, "The requested resource was not found.");
             return;
@@ -161,41 +171,23 @@ impl StaticFiles<'_> {
         }
     }
 
-    /// `try_files`: the first entry that names a file (or, ending in `/`, a
-    /// directory) under the root, `$uri` standing for the request's path; else the
-    /// last entry, a path served whatever happens or a status (`=404`).
-    fn try_files(&self, path: &CleanPath<'_>) -> Result<CleanPath<'static>, u16> {
-        let (last, tried) = self.rules.try_files.split_last().expect("checked when the config was read");
-        for t in tried {
-            let mut p = Vec::with_capacity(t.len() + path.bytes.len());
-            let mut rest = t.as_bytes();
-            while let Some(at) = rest.windows(4).position(|w| w == b"$uri") {
-                p.extend_from_slice(&rest[..at]);
-                p.extend_from_slice(&path.bytes);
-                rest = &rest[at + 4..];
-            }
-            p.extend_from_slice(rest);
-            // "$uri/" of "/a/" is "/a/", not "/a//".
-            while let Some(at) = p.windows(2).position(|w| w == b"//") {
-                p.remove(at);
-            }
-            let candidate = CleanPath { bytes: std::borrow::Cow::Owned(p) };
-            if !self.serve_hidden && candidate.is_hidden() {
-                continue;
-            }
-            let Some(rel) = self.under_root(&candidate) else { continue };
-            let found = match self.root.lookup(rel) {
-                Ok(Found::File(..)) => !candidate.ends_with_slash(),
-                Ok(Found::Dir(_)) => candidate.ends_with_slash(),
-                _ => false,
-            };
-            if found {
-                return Ok(candidate);
-            }
+    /// Whether `try_files` may send a request elsewhere (its last entry is a path):
+    /// then every method reaches this handler (the gate's method check is here).
+    pub fn may_redirect(&self) -> bool {
+        self.rules.try_files.last().is_some_and(|l| l.starts_with('/'))
+    }
+
+    /// Whether a `try_files` candidate names a file here (or, ending in `/`, a
+    /// directory).
+    fn names_here(&self, candidate: &CleanPath<'_>) -> bool {
+        if !self.serve_hidden && candidate.is_hidden() {
+            return false;
         }
-        match last.strip_prefix('=') {
-            Some(code) => Err(code.parse().unwrap_or(404)),
-            None => Ok(CleanPath { bytes: std::borrow::Cow::Owned(last.as_bytes().to_vec()) }),
+        let Some(rel) = self.under_root(candidate) else { return false };
+        match self.root.lookup(rel) {
+            Ok(Found::File(..)) => !candidate.ends_with_slash(),
+            Ok(Found::Dir(_)) => candidate.ends_with_slash(),
+            _ => false,
         }
     }
 

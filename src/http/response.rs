@@ -99,12 +99,35 @@ pub struct Reply<'h> {
     /// A file is sent: from the worker's file cache (true) or opened for this
     /// request (false); the metrics count which.
     pub cached: Option<bool>,
+    /// Not an answer: the request is to be served again at another path of the
+    /// same vhost (an internal redirect).
+    pub internal: Option<Internal>,
+}
+
+/// An internal redirect: the request served again at `target` (a path, and a
+/// query after `?`), the client none the wiser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Internal {
+    pub target: Vec<u8>,
+    /// As a GET without its body (a script's local `Location`, RFC 3875 §6.2.2), or
+    /// as it came (`try_files`).
+    pub as_get: bool,
 }
 
 impl<'h> Reply<'h> {
     pub fn new(headers: &'h mut Vec<u8>) -> Reply<'h> {
         headers.clear();
-        Reply { status: 200, headers, body: Body::None, close: false, cached: None }
+        Reply { status: 200, headers, body: Body::None, close: false, cached: None, internal: None }
+    }
+
+    /// Empties the reply for another answer (after an internal redirect); `close`
+    /// stays.
+    pub fn start_over(&mut self) {
+        self.status = 200;
+        self.headers.clear();
+        self.body = Body::None;
+        self.cached = None;
+        self.internal = None;
     }
 
     /// Adds a header line. Values must not come unescaped from the client.

@@ -128,9 +128,10 @@ impl Rules {
         Ok(rules)
     }
 
-    /// The key of a rule that only a files location can have, if one is set.
-    pub fn files_only(&self) -> Option<&'static str> {
-        if self.try_files.is_some() {
+    /// The key of a rule that only a files location can have, if one is set
+    /// (`try_files` a FastCGI location may have too).
+    pub fn files_only(&self, fastcgi: bool) -> Option<&'static str> {
+        if self.try_files.is_some() && !fastcgi {
             Some("try_files")
         } else if self.precompressed.as_ref().is_some_and(|p| !p.is_empty()) {
             Some("precompressed")

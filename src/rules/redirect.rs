@@ -86,9 +86,18 @@ fn check_try_files(list: &[String]) -> Result<(), String> {
             Ok(c) if (400..600).contains(&c) => Ok(()),
             _ => Err(format!("try_files' last entry {last:?}: a status is =400 to =599")),
         },
-        None if last.starts_with('/') && !last.contains("..") && !last.contains('$') => Ok(()),
+        None if last.starts_with('/') && !last.contains("..") && only_fallback_variables(last) => Ok(()),
+        None if last.starts_with('/') && !last.contains("..") => {
+            Err(format!("try_files' last entry {last:?}: its variables are $uri, $query_string, $args and $is_args"))
+        }
         None => Err(format!("try_files' last entry {last:?} is a path starting with '/' or a status (=404)")),
     }
+}
+
+/// Whether the only `$` in a fallback start the variables it may name.
+fn only_fallback_variables(entry: &str) -> bool {
+    let names = ["$uri", "$query_string", "$args", "$is_args"];
+    entry.match_indices('$').all(|(at, _)| names.iter().any(|n| entry[at..].starts_with(n)))
 }
 
 /// The keys for `pika -T`, as written.
@@ -320,6 +329,18 @@ mod tests {
             host: b"example.com",
             https: true,
         }
+    }
+
+    #[test]
+    fn try_files_fallbacks_name_a_path_with_the_query_they_want() {
+        let ok = |l: &[&str]| check_try_files(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(ok(&["$uri", "$uri/", "/index.php?$query_string"]).is_ok());
+        assert!(ok(&["$uri", "/index.php$is_args$args"]).is_ok());
+        assert!(ok(&["$uri", "/index.php$uri"]).is_ok());
+        assert!(ok(&["$uri", "=404"]).is_ok());
+        assert!(ok(&["$uri", "/index.php?$host"]).is_err(), "an unknown variable");
+        assert!(ok(&["$uri", "/../index.php"]).is_err());
+        assert!(ok(&["$uri?$args", "/index.php"]).is_err(), "tried entries name files");
     }
 
     #[test]

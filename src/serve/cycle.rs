@@ -118,6 +118,7 @@ impl Server<'_> {
         let https_port = if tls { None } else { self.https_port };
         let mut rooted = Vec::new();
         let route = route(&self.sites, self.config, &req, (https_port, sni), &self.token, &mut rooted, &mut reply);
+        let mut answered_at = None;
         if let Some((place, path, query)) = &route.to {
             // A script that keeps the worker waits as a write to a slow reader does.
             let stalled = std::cell::RefCell::new(&mut *hooks.stalled);
@@ -130,14 +131,12 @@ impl Server<'_> {
                 body: self.bodies.current.as_ref(),
                 waiting: &waiting,
             };
-            let ask = Ask { req: &req, path, query: *query, client: client.ip(), link };
+            let ask = Ask { req: &req, path, query: *query, client: client.ip(), link, redirected: false };
             // admit, answer
-            if admit(place, &ask, &mut reply) {
-                place.handler.serve(&ask, &mut reply);
-            }
+            answered_at = Some(answer(&self.sites[route.vhost], place, &ask, &mut reply));
         }
         // decorate
-        let decor = route.to.as_ref().map(|(place, ..)| &place.decor);
+        let decor = answered_at.map(|place| &place.decor);
         decorate::decorate(&self.sites[route.vhost], decor, (&req, start), tls, &mut reply);
         // deliver
         let keep_alive = req.keep_alive
@@ -216,6 +215,78 @@ fn after(input: &Input, t: &mut impl Transport, answer: &Answer, body_done: bool
     }
     obs.state(ConnState::Closing);
     if !body_done || input.has_unread() || t.buffered() { Next::Linger } else { Next::Close }
+}
+
+/// Internal redirects one request may take (a script's local `Location`,
+/// `try_files`' last entry) before it is answered 500: a loop of them ends here,
+/// as Apache's `LimitInternalRecursion` (10) and nginx's cycle check do.
+const MAX_INTERNAL_REDIRECTS: usize = 10;
+
+/// The admit and answer stages: the gate, then the handler; an internal redirect
+/// it asks for is followed ([`follow`]). Returns the place that answered last.
+#[inline(always)]
+fn answer<'s>(site: &'s Site<'s>, place: &'s Place<'s>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> &'s Place<'s> {
+    if admit(place, ask, reply) {
+        place.handler.serve(ask, reply);
+        if reply.internal.is_some() {
+            return follow(site, place, ask, reply);
+        }
+    }
+    place
+}
+
+/// Serves the request again at the path an internal redirect names, through the
+/// vhost's locations (gate included), as often as it is asked, up to
+/// [`MAX_INTERNAL_REDIRECTS`]. What the script sees of the request stays the
+/// client's (`REQUEST_URI`); a script's local `Location` makes it a GET without its
+/// body (RFC 3875 §6.2.2, as Apache's `mod_cgi` does; a HEAD stays a HEAD).
+#[cold]
+#[inline(never)]
+fn follow<'s>(site: &'s Site<'s>, mut place: &'s Place<'s>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> &'s Place<'s> {
+    let mut hops = 0;
+    while let Some(again) = reply.internal.take() {
+        hops += 1;
+        let said = |what: &str| {
+            let (mut from, mut to) = (Vec::new(), Vec::new());
+            crate::log::format::escape_into(&mut from, ask.req.target);
+            crate::log::format::escape_into(&mut to, &again.target);
+            let (from, to) = (String::from_utf8_lossy(&from), String::from_utf8_lossy(&to));
+            log::error!("{from}: {what} (the last to {to}): answered 500");
+        };
+        let clean = path::clean(&again.target);
+        let (clean, query) = match clean {
+            Ok(c) if hops <= MAX_INTERNAL_REDIRECTS => c,
+            Ok(_) => {
+                said(&format!(
+                    "more than {MAX_INTERNAL_REDIRECTS} internal redirects (a script's Location, try_files)"
+                ));
+                reply.start_over();
+                reply.error(500, "The request was redirected within the server too many times.");
+                return place;
+            }
+            Err(e) => {
+                said(&format!("an internal redirect to a path that is not one ({e})"));
+                reply.start_over();
+                reply.error(500, "The request was redirected within the server to a bad path.");
+                return place;
+            }
+        };
+        let get;
+        let req = if again.as_get && !matches!(ask.req.method, Method::Get | Method::Head) {
+            get = Request { method: Method::Get, method_str: "GET", framing: Framing::None, ..*ask.req };
+            &get
+        } else {
+            ask.req
+        };
+        let link = Link { body: if again.as_get { None } else { ask.link.body }, ..ask.link };
+        let next = Ask { req, path: &clean, query, client: ask.client, link, redirected: true };
+        place = site.place(&clean.bytes);
+        reply.start_over();
+        if admit(place, &next, reply) {
+            place.handler.serve(&next, reply);
+        }
+    }
+    place
 }
 
 /// The admit stage, the gate before any handler: the location's rules (who may ask:
