@@ -43,13 +43,15 @@ import sys
 import threading
 import time
 
+import scripted
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(BENCH_DIR)
 # PIKA_BIN may point at another build (e.g. a copy of an older release).
 PIKA_BIN = os.environ.get("PIKA_BIN") or os.path.join(REPO_DIR, "target", "release", "pika")
 
-ALL_SERVERS = ["nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd", "busybox",
-               "pika", "floor"]
+ALL_SERVERS = ["nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd", "h2o",
+               "caddy", "busybox", "pika", "floor"]
 ALIASES = {"apache2": "apache", "httpd": "apache", "busybox-httpd": "busybox"}
 PORT_BASE = int(os.environ.get("BENCH_PORT_BASE", "18080"))
 # A server's HTTPS port is its port plus this.
@@ -203,7 +205,7 @@ def workloads(quick):
     """Return the list of workload dicts. Quick mode keeps the same shapes with
     ~1 s durations and ~1000-request counts so CI gets a smoke run in ~2 min."""
     W = []
-    s_t = "2S" if quick else "10S"
+    s_t = "2S" if quick else "5S"
     for c, path in ([(10, "index.html"), (50, "img200.jpg"), (100, "img200.jpg")]
                     if quick else
                     [(10, "index.html"), (200, "img200.jpg"), (500, "img200.jpg")]):
@@ -214,13 +216,13 @@ def workloads(quick):
                         (5, 1000, "page50.html"), (50, 1000, "page50.html"),
                         (100, 1000, "page50.html")]
                        if quick else
-                       [(20, 100_000, "page17.html"), (20, 10_000, "img1700.jpg"),
+                       [(20, 50_000, "page17.html"), (20, 5_000, "img1700.jpg"),
                         (5, 10_000, "page50.html"), (50, 10_000, "page50.html"),
                         (100, 10_000, "page50.html")]):
         W.append(dict(tool="ab", path=path, c=c, n=n,
                       id=f"ab-c{c}-n{n}-{path}",
                       label=f"ab -c{c} -n{n} {path}"))
-    d = "1s" if quick else "10s"
+    d = "1s" if quick else "5s"
     for close in (False, True):
         for c in (10, 100, 500):
             W.append(dict(tool="wrk", path="index.html", c=c, d=d, close=close,
@@ -239,7 +241,7 @@ def workloads(quick):
     # Browser-like visitors (bench/visitors): index.html, then its ten assets over
     # up to six kept-alive connections, then 1-5 s of thought, again and again.
     # The clients arrive over the ramp, and only requests started after it count.
-    ramp, d = (1, 4) if quick else (5, 20)
+    ramp, d = (1, 4) if quick else (5, 10)
     for c in ((30, 100, 300) if quick else (300, 1000, 3000)):
         W.append(dict(tool="visitors", path="index.html", assets=ASSETS, c=c, ramp=ramp,
                       d=d, think="1-5", conns=VISITOR_CONNS, timeout=VISITOR_TIMEOUT,
@@ -251,12 +253,12 @@ def workloads(quick):
     # keep-alive, a full handshake per request (ab opens a new TLS session every
     # time), wrk's Connection: close (its OpenSSL offers the previous session: a
     # resumed handshake per request), and the 1.7 MB file kept alive.
-    d = "1s" if quick else "10s"
+    d = "1s" if quick else "5s"
     for c in (10, 100):
         W.append(dict(tool="wrk", path="index.html", c=c, d=d, tls=True,
                       id=f"wrk-c{c}-ka-tls-index.html",
                       label=f"HTTPS wrk -t2 -c{c} -d{d} index.html (keep-alive)"))
-    n = 1000 if quick else 20_000
+    n = 1000 if quick else 10_000
     W.append(dict(tool="ab", path="index.html", c=20, n=n, tls=True,
                   id=f"ab-c20-n{n}-tls-index.html",
                   label=f"HTTPS ab -c20 -n{n} index.html (a full handshake per request)"))
@@ -453,6 +455,12 @@ class ForeignCPU:
                 "foreign_cpu_pct": round(100 * sec / (wall * NPROC), 1) if wall > 0 else None}
 
 
+def _forget(p):
+    """A process we started has ended (or was killed): drop it from the lists."""
+    LIVE.pop(p.pid, None)
+    _write_live()
+
+
 def cleanup_all():
     for pid, p in list(LIVE.items()):
         reap(p, grace=3.0)
@@ -611,6 +619,10 @@ class Server:
     def available(self):
         return None  # or a reason string why it cannot run
 
+    def spawn_kw(self, d):
+        """Extra subprocess.Popen arguments for an instance in folder `d`."""
+        return {}
+
     def not_for(self, wl):
         """Why this server sits workload `wl` out (a reason string), or None."""
         if wl.get("lua"):
@@ -619,7 +631,8 @@ class Server:
 
     def no_tls(self, wl):
         if wl.get("tls") and not self.tls:
-            return "not set up for HTTPS here (the HTTPS cells compare pika with nginx)"
+            return ("not set up for HTTPS here (the HTTPS cells compare pika with the event-driven "
+                    "servers users put TLS on: nginx, h2o, Caddy)")
         return None
 
     def config_for_report(self):
@@ -814,6 +827,119 @@ class Busybox(Server):
         return None if "httpd" in r.stdout.split() else "busybox built without httpd"
 
 
+class H2o(Server):
+    """h2o (Debian's 2.2.5): one process, one event-loop thread per core."""
+    name = "h2o"
+    tls = True
+    owner = "www-data"  # h2o writes its pid file after dropping to www-data
+
+    def config(self, d):
+        return "h2o.conf", f"""\
+# generated by bench/harness.py -- h2o defaults plus an access log
+num-threads: {NPROC}              # = number of cores (event-loop threads)
+user: www-data
+pid-file: {d}/h2o.pid
+error-log: {d}/error.log
+# the visitors cells hold up to 18,000 connections (h2o's default is 1,024)
+max-connections: {max(1024, NOFILE - 1000)}
+# h2o's default format is Apache's combined, written as each request ends
+access-log: {d}/access.log
+file.mime.addtypes:
+  font/woff2: .woff2
+listen:
+  host: {HOST}
+  port: {self.port}
+# HTTPS: the same ECDSA P-256 certificate as pika's and nginx's, TLS 1.2 and 1.3;
+# h2o's defaults otherwise (session cache and tickets on)
+listen:
+  host: {HOST}
+  port: {self.tls_port}
+  ssl:
+    certificate-file: {CERT}
+    key-file: {KEY}
+    minimum-version: TLSv1.2
+hosts:
+  "localhost":
+    paths:
+      /:
+        file.dir: {self.docroot}
+"""
+
+    def command(self, d, conf):
+        return ["h2o", "-c", conf]
+
+    def available(self):
+        return None if shutil.which("h2o") else "h2o not installed"
+
+
+class Caddy(Server):
+    """Caddy (Debian's 2.6.2): one Go process, GOMAXPROCS = cores."""
+    name = "caddy"
+    tls = True
+    # Caddy cannot drop privileges itself: it runs as www-data from the start
+    # (spawn_kw), so its instance folder (logs, its data dir) must be www-data's
+    owner = "www-data"
+
+    def config(self, d):
+        return "Caddyfile", f"""\
+# generated by bench/harness.py -- Caddy defaults plus an access log
+{{
+    admin off
+    auto_https off
+    # certificates a client asks for by IP address (no SNI) get the site's
+    default_sni localhost
+    storage file_system {d}/data
+    log {{
+        output file {d}/error.log
+    }}
+}}
+http://:{self.port} {{
+    bind {HOST}
+    root * {self.docroot}
+    file_server
+    # Caddy writes JSON records (its only encoders are json and console);
+    # each record is written as its request ends
+    log {{
+        output file {d}/access.log
+    }}
+}}
+# HTTPS: the same ECDSA P-256 certificate, TLS 1.2 and 1.3 (Caddy's defaults);
+# the key is a copy readable by www-data (Caddy runs as www-data)
+https://:{self.tls_port} {{
+    bind {HOST}
+    tls {d}/cert.pem {d}/key.pem
+    root * {self.docroot}
+    file_server
+    log {{
+        output file {d}/access.log
+    }}
+}}
+"""
+
+    def command(self, d, conf):
+        return ["caddy", "run", "--config", conf, "--adapter", "caddyfile"]
+
+    def spawn_kw(self, d):
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("www-data")
+            for src, name in ((CERT, "cert.pem"), (KEY, "key.pem")):
+                dst = os.path.join(d, name)
+                shutil.copyfile(src, dst)
+                os.chmod(dst, 0o600)
+                os.chown(dst, pw.pw_uid, pw.pw_gid)
+            kw = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+        else:
+            for src, name in ((CERT, "cert.pem"), (KEY, "key.pem")):
+                shutil.copyfile(src, os.path.join(d, name))
+            kw = {}
+        env = dict(os.environ, HOME=d, XDG_DATA_HOME=f"{d}/data", XDG_CONFIG_HOME=f"{d}/config",
+                   GOMAXPROCS=str(NPROC))
+        return dict(kw, env=env)
+
+    def available(self):
+        return None if shutil.which("caddy") else "caddy not installed"
+
+
 class Pika(Server):
     name = "pika"
     tls = True
@@ -925,7 +1051,7 @@ class Floor(Server):
 
 CLASSES = {"nginx": Nginx, "nginx-buffered": NginxBuffered, "apache": Apache,
            "apache-buffered": ApacheBuffered, "lighttpd": Lighttpd,
-           "busybox": Busybox, "pika": Pika, "floor": Floor}
+           "h2o": H2o, "caddy": Caddy, "busybox": Busybox, "pika": Pika, "floor": Floor}
 
 
 def make_cert(tmp):
@@ -995,7 +1121,7 @@ class Instance:
         t0 = time.monotonic()
         cmd = (self.srv.command(self.dir, self.conf) if self.workers is None else
                self.srv.command(self.dir, self.conf, workers=self.workers))
-        self.proc = spawn(cmd, cwd=self.dir,
+        self.proc = spawn(cmd, cwd=self.dir, **self.srv.spawn_kw(self.dir),
                           stdin=subprocess.DEVNULL, stdout=self.out,
                           stderr=subprocess.STDOUT)
         while time.monotonic() - t0 < wait:
@@ -1031,6 +1157,37 @@ class Instance:
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tls_session(port, again=5):
+    """The protocol and cipher an OpenSSL client (Python's ssl; wrk and ab use
+    OpenSSL too) gets on `port`, and whether its reconnections with the session
+    it had resumed it: wrk's Connection: close cell reconnects so, ab never
+    offers a session. Each connection GETs index.html and reads the answer to
+    the end (TLS 1.3 sends its tickets after the handshake). {"protocol",
+    "cipher", "resumed": "n of m reconnections"} or {"error"}."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    out, session, reused = {}, None, 0
+    try:
+        for i in range(1 + again):
+            with socket.create_connection((HOST, port), timeout=5) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n"
+                          b"Connection: close\r\n\r\n")
+                while s.recv(65536):
+                    pass
+                if i == 0:
+                    out = {"protocol": s.version(), "cipher": s.cipher()[0]}
+                else:
+                    reused += s.session_reused
+                session = s.session
+    except (OSError, ssl.SSLError) as e:
+        return {"error": str(e)}
+    out["resumed"] = f"{reused} of {again} reconnections"
+    return out
 
 
 def verify(srv, files):
@@ -1446,6 +1603,8 @@ def versions():
         "nginx": first(sh(["nginx", "-v"])),
         "apache": first(sh(["apache2", "-v"])),
         "lighttpd": first(sh(["lighttpd", "-v"])),
+        "h2o": first(sh(["h2o", "--version"])),
+        "caddy": first(sh(["caddy", "version"])),
         "busybox": first(sh(["busybox"])),
         "siege": first(sh(["siege", "-V"])),
         "ab": first(sh(["ab", "-V"])),
@@ -1487,6 +1646,24 @@ def _on_signal(signum, _frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
+def plan_only(a, names, wls, scripts, rounds):
+    """--plan: what the run would measure and how long it should take."""
+    servers = [CLASSES[n](PORT_BASE, "DOCROOT", a.tmp, PORT_BASE + TLS_PORT_OFFSET)
+               for n in ALL_SERVERS if n in names]
+    # (pika and the floor are built by the run; the peers must be installed)
+    servers = [s for s in servers if s.name in ("pika", "floor") or not s.available()]
+    parts = plan_seconds(wls, servers, rounds, scripts, a.quick)
+    width = max(len(k) for k in parts)
+    for k, t in parts.items():
+        print(f"  {k:{width}}  {t / 60:6.1f} min")
+    cells = sum(1 for w in wls for s in servers if not s.not_for(w)) * rounds
+    print(f"{cells} cells of bench/run's own on {len(servers)} servers "
+          f"({', '.join(s.name for s in servers)}), {rounds} round(s), "
+          f"+ {sum(len(c) for _, c, _ in scripts)} scripted cells: "
+          f"about {sum(parts.values()) / 60:.0f} min on the 2-core dev machine "
+          "(cells measured again on a busy machine come on top)")
+
+
 def main():
     global LIVE_FILE
     ap = argparse.ArgumentParser()
@@ -1495,6 +1672,8 @@ def main():
     ap.add_argument("--only", default=",".join(ALL_SERVERS))
     ap.add_argument("--workloads", default=None,
                     help="only workloads whose id matches this regex (re.search)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print the cells and how long they should take, run nothing")
     ap.add_argument("--out", required=True)
     ap.add_argument("--tmp", required=True, help="scratch dir (bench/run makes it)")
     ap.add_argument("--floor-bin", required=True)
@@ -1521,10 +1700,15 @@ def main():
             names.append(n)
     every = workloads(a.quick)
     wls = [w for w in every if not a.workloads or re.search(a.workloads, w["id"])]
-    if not wls:
-        sys.exit(f"no workload id matches '{a.workloads}' "
-                 f"(ids: {', '.join(w['id'] for w in every)})")
+    # the cells of bench/rules, bench/dynamic and bench/slowreaders (scripted.py)
+    scripts, script_ids = scripted.plan(a.workloads, names, a.quick)
+    if not wls and not scripts:
+        sys.exit(f"no workload id matches '{a.workloads}' (ids: "
+                 f"{', '.join([w['id'] for w in every] + script_ids)})")
     rounds = 1 if a.quick else max(1, a.rounds)
+    if a.plan:
+        plan_only(a, names, wls, scripts, rounds)
+        return 0
     os.makedirs(a.out, exist_ok=True)
     os.chmod(a.tmp, 0o755)  # workers run as www-data and must reach the docroot
     LIVE_FILE = os.path.join(a.tmp, "live_pids")
@@ -1591,12 +1775,14 @@ def main():
                          .replace(docroot, "DOCROOT").replace(a.tmp, "TMPDIR")
                          for s in servers},
             "workloads": wls,
+            "scripted": {s.name: {"cells": [i for i, _ in chosen], "servers": srv}
+                         for s, chosen, srv in scripts},
             "access_log": {s.name: s.access_log for s in servers},
             "not_run": not_run,
             "nofile": {"hard": _hard, "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
                        "configs": NOFILE},
         },
-        "idle": [], "cells": [], "errors": [],
+        "idle": [], "cells": [], "errors": [], "scripted": [],
     }
     out_json = os.path.join(a.out, "results.json")
 
@@ -1607,7 +1793,7 @@ def main():
         os.replace(tmp, out_json)
 
     t_start = time.monotonic()
-    pause = 0.3 if a.quick else 2.0
+    pause = 0.3 if a.quick else 1.0
     settle = 1.0 if a.quick else 2.0
     cold = [w for w in wls if w.get("cold")]
     warm = [w for w in wls if not w.get("cold")]
@@ -1636,6 +1822,19 @@ def main():
             finally:
                 for t in turns:
                     t.finish(results, save)
+        if scripts:
+            # The scripts start their own servers (configs with locations, a
+            # php-fpm pool, clients that never read) and interleave their own
+            # rounds; they run after the rounds above, every server of ours
+            # stopped.
+            log(f"scripted cells: {', '.join(s.name for s, _, _ in scripts)}")
+            rows, errs, meta = scripted.run(
+                scripts, rounds, a.quick, a.tmp, spawn, _forget, log)
+            results["scripted"] += rows
+            results["errors"] += [dict(round=None, server=e["script"], error=e["error"])
+                                  for e in errs]
+            results["meta"]["scripted"] = meta
+            save()
     except Interrupted as e:
         results["meta"]["interrupted"] = str(e)
         log(f"interrupted by {e}: stopping what we started")
@@ -1652,6 +1851,57 @@ def main():
     if results["meta"]["interrupted"]:
         return 130
     return 1 if bad else 0
+
+
+# --------------------------------------------------------------------------
+# How long a run takes (bench/run --plan), from what each cell costs: its
+# tool's duration (ab: its count at the rate this machine's servers reach),
+# and the harness's own time around it. The constants were measured on the
+# 2-core dev machine (bench/README.md, Timing); a faster machine takes less.
+# --------------------------------------------------------------------------
+# ab's rate (requests/s) per cell, the peers' usual figure here, and the
+# servers that are much slower at it (a factor)
+AB_RATE = {"page17.html": 25_000, "img1700.jpg": 800, "page50.html": 18_000,
+           "tls": 1_300, "cold": 15_000}
+AB_SLOW = {"busybox": {"page17.html": 0.2, "page50.html": 0.1, "cold": 0.05},
+           "apache": {"page17.html": 0.7, "page50.html": 0.6},
+           "apache-buffered": {"page17.html": 0.7, "page50.html": 0.6},
+           "caddy": {"tls": 0.3, "page17.html": 0.5, "page50.html": 0.6, "img1700.jpg": 0.8}}
+# seconds the harness spends around each client run (its pause, starting the
+# tool, joining the sampler), around each server's turn in a round (start,
+# settle, content check, stop), and around a cold burst (start, stop, pause)
+CELL_OVERHEAD = 1.5
+SIEGE_OVERHEAD = 0.5  # siege's own start and "lifting the siege"
+TURN_OVERHEAD = 5.0
+COLD_OVERHEAD = 4.0
+
+
+def cell_seconds(wl, srv):
+    """The expected wall time of one cell on one server, overhead included."""
+    if wl["tool"] == "siege":
+        return int(wl["t"].rstrip("S")) + SIEGE_OVERHEAD + CELL_OVERHEAD
+    if wl["tool"] == "wrk":
+        return int(wl["d"].rstrip("s")) + CELL_OVERHEAD
+    if wl["tool"] == "visitors":
+        return wl["ramp"] + wl["d"] + CELL_OVERHEAD
+    key = "cold" if wl.get("cold") else "tls" if wl.get("tls") else wl["path"]
+    rate = AB_RATE[key] * AB_SLOW.get(srv, {}).get(key, 1.0)
+    return wl["n"] / rate + (COLD_OVERHEAD if wl.get("cold") else CELL_OVERHEAD)
+
+
+def plan_seconds(wls, servers, rounds, scripts, quick):
+    """{part: seconds} of a run: each workload over every server that runs it,
+    the servers' turns, and each script's cells."""
+    out = {}
+    for wl in wls:
+        t = sum(cell_seconds(wl, s.name) + (TURN_OVERHEAD if s.workers_for(wl) not in
+                                             (None, s.workers_for(None)) else 0)
+                for s in servers if not s.not_for(wl))
+        out[wl["id"]] = t * rounds
+    out["(server turns)"] = TURN_OVERHEAD * len(servers) * rounds
+    for s, chosen, srv in scripts:
+        out[f"{s.name} ({len(chosen)} cells)"] = s.seconds(chosen, srv, rounds, quick)
+    return out
 
 
 def cold_burst(srv, wl, rnd, rc, results, save):
@@ -1721,6 +1971,8 @@ class Turn:
             check = verify(srv, files)
             self.idle = dict(round=self.rnd, server=srv.name, pss_kb=kb, procs=nprocs,
                              worker_private_kb=worker_private(self.inst.proc.pid), verify=check)
+            if srv.tls:
+                self.idle["tls"] = tls_session(srv.tls_port)
             if self.inst.workers is not None:
                 self.idle["workers"] = self.inst.workers
             results["idle"].append(self.idle)

@@ -14,11 +14,11 @@ import os
 import statistics
 import sys
 
-ORDER = ["pika", "nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd",
-         "busybox", "floor"]
+ORDER = ["pika", "nginx", "nginx-buffered", "apache", "apache-buffered", "lighttpd", "h2o",
+         "caddy", "busybox", "floor"]
 COLORS = {"pika": "#e6a100", "nginx": "#009639", "nginx-buffered": "#6cc58a",
           "apache": "#c92037", "apache-buffered": "#e0808d",
-          "lighttpd": "#3b6db3", "busybox": "#7a7a7a", "floor": "#333333"}
+          "lighttpd": "#3b6db3", "h2o": "#7b3fa0", "caddy": "#1f9fb4", "busybox": "#7a7a7a", "floor": "#333333"}
 METRICS = ("rps", "mbps", "failed", "retries", "p50_ms", "p90_ms", "p99_ms", "avg_ms",
            "max_ms", "duration_s")
 # the p99 goal of issue #19: pika's p99 at most this many times nginx's
@@ -38,6 +38,13 @@ def load(paths):
         mine = set(r["meta"]["servers"])
         for key in ("cells", "idle", "errors"):
             merged[key] = [c for c in merged[key] if c["server"] not in mine] + r[key]
+        # the scripts' cells (bench/scripted.py): a later file's rows replace
+        # the earlier ones of the same cell and server
+        later = {(x["cell"], x["server"]) for x in r.get("scripted", [])}
+        merged["scripted"] = [x for x in merged.get("scripted", [])
+                              if (x["cell"], x["server"]) not in later] + r.get("scripted", [])
+        for name, sm in r["meta"].get("scripted", {}).items():
+            merged["meta"].setdefault("scripted", {})[name] = sm
         m, n = merged["meta"], r["meta"]
         m["servers"] = [s for s in m["servers"] if s not in mine] + n["servers"]
         for k in ("versions", "configs", "commands", "ports", "access_log", "skipped"):
@@ -117,7 +124,8 @@ def summarize(res, max_busy=None):
 
 
 def servers_in(res):
-    present = set(res["meta"]["servers"]) | {c["server"] for c in res["cells"]}
+    present = (set(res["meta"]["servers"]) | {c["server"] for c in res["cells"]}
+               | {x["server"] for x in res.get("scripted", [])})
     return [s for s in ORDER if s in present]
 
 
@@ -164,8 +172,9 @@ def visitors(w):
 def p99_section(wls, summ, servers):
     """pika's p99 beside nginx's where issue #19 sets the goal: wrk -c100
     keep-alive and the visitors cells."""
-    cells = [w for w in wls if visitors(w) or (w["tool"] == "wrk" and w["c"] == 100
-                                               and not w.get("close"))]
+    cells = [w for w in wls if visitors(w) or (w["tool"] == "wrk" and w["c"] in (100, 500)
+                                               and not w.get("close") and not w.get("tls")
+                                               and not w.get("lua"))]
     cells = [w for w in cells if (w["id"], "pika") in summ]
     refs = [r for r in ("nginx", "nginx-buffered") if r in servers]
     if not cells or not refs:
@@ -173,15 +182,22 @@ def p99_section(wls, summ, servers):
     cols = [s for s in servers if any((w["id"], s) in summ for w in cells)]
     L = [f"## p99 latency against nginx (goal: pika ≤ {P99_GOAL:g} × nginx's)\n",
          "p99 in ms (median across rounds) where issue #19 sets the goal: busy "
-         "keep-alive clients (wrk -c100) and browser-like visitors; for the visitors "
-         "also no failures and no retries.\n"]
-    hdr = (["workload"] + cols + [f"pika ÷ {r}" for r in refs]
+         "keep-alive clients (wrk -c100, -c500) and browser-like visitors; for the "
+         "visitors also no failures and no retries. *pika ÷ best peer*: against the "
+         "lowest p99 of the peers (issue #32 asks for ≤ 1 at 100 and 500 kept-alive "
+         "clients).\n"]
+    hdr = (["workload"] + cols + [f"pika ÷ {r}" for r in refs] + ["pika ÷ best peer"]
            + ["goal met", "pika: closed idle"])
     rows = []
     for w in cells:
         p = summ[(w["id"], "pika")]
         row = [w["label"]] + [fms(summ.get((w["id"], s), {}).get("p99_ms")) for s in cols]
         row += [ratio(p.get("p99_ms"), summ.get((w["id"], r), {}).get("p99_ms")) for r in refs]
+        # issue #32: at or below the best peer's p99 (the floor is no peer)
+        peers = [(summ[(w["id"], s)]["p99_ms"], s) for s in cols
+                 if s not in ("pika", "floor") and summ.get((w["id"], s), {}).get("p99_ms")]
+        best = min(peers) if peers else None
+        row.append(f"{ratio(p.get('p99_ms'), best[0])} ({best[1]})" if best else "–")
         base = summ.get((w["id"], "nginx"), {}).get("p99_ms")
         if p.get("p99_ms") is None or base is None:
             met = "–"
@@ -277,6 +293,121 @@ def visitors_table(w, summ, servers, has_pika, not_run, first):
     return L
 
 
+def tls_note(t):
+    """What `openssl s_client -reconnect` got from a server's HTTPS port."""
+    if not t:
+        return ""
+    if t.get("error"):
+        return "error: " + t["error"][:80]
+    return f"{t['protocol']}, {t['cipher']}, resumed {t['resumed']}"
+
+
+def scripted_summary(res):
+    """{(script, cell): {server: medians across rounds}} of the scripts' rows
+    (bench/scripted.py), in the order they ran."""
+    groups = {}
+    for x in res.get("scripted", []):
+        groups.setdefault((x["script"], x["cell"]), {}).setdefault(x["server"], []).append(x)
+    out = {}
+    for key, by in groups.items():
+        out[key] = {}
+        for srv, xs in by.items():
+            m = {k: med([x.get(k) for x in xs]) for k in ("rps", "p99_ms", "server_us", "load")}
+            m["failed"] = sum(x.get("failed") or 0 for x in xs)
+            m["n"] = len(xs)
+            for k in sorted({k for x in xs for k in x.get("extra", {})}):
+                vals = [x["extra"].get(k) for x in xs]
+                m[k] = (med(vals) if all(isinstance(v, (int, float)) or v is None for v in vals)
+                        else ", ".join(sorted({str(v) for v in vals if v is not None})))
+            out[key][srv] = m
+    return out
+
+
+SCRIPT_TITLES = {
+    "rules": ("Per-location rules (`bench/rules`)",
+              "One docroot, one location per rule, every server configured the same "
+              "way: `allow 127.0.0.1` (all else denied), Basic auth (bcrypt `-C 5`, the "
+              "credential sent with every request), one added header, gzip on the fly "
+              "(level 6), precompressed siblings; `wrk -t2 -c50` keep-alive and "
+              "`Connection: close` on a 1,400-byte page, keep-alive with "
+              "`Accept-Encoding: gzip` on a 50 KB page for the two compression cells; two "
+              "workers each, combined access log (buffered). Rounds interleaved by the "
+              "script, the server order flipped each round."),
+    "dynamic": ("Dynamic content (`bench/dynamic`)",
+                "CGI (a shell script, a C program) at 20 clients, PHP through one "
+                "php-fpm pool (`pm = static`, 16 children, a unix socket, the same pool "
+                "for every server) at 20 and 100 clients (`wrk`, kept-alive), a 10 MB "
+                "POST to PHP at 20 clients (`ab`). *php-fpm CPU*: the pool's CPU per "
+                "request, apart from the server's."),
+    "slowreaders": ("Clients that stop reading (`bench/slowreaders`)",
+                    "N connections with a 4 KiB receive buffer pipeline GETs and never "
+                    "read (`big`: 8 × a 2 MB file each, `small`: 1,000 × 20 KB; reopened "
+                    "when cut) while a prober opens a fresh connection every 100 ms for a "
+                    "15-byte page: its latency (a probe unanswered within 5 s counts as "
+                    "5 s and failed), and the server's processes over the run."),
+}
+
+
+def scripted_sections(res, sc, servers, has_pika):
+    """The tables of the scripts' cells, one per script, servers as rows."""
+    if not sc:
+        return []
+    meta = res["meta"].get("scripted", {})
+    L = ["## Scripted cells\n",
+         "Run by `bench/run` after the cells above, each script with its own servers "
+         "and configs (see `bench/README.md`); medians across rounds, *failed* summed "
+         "over them, the 1-min load average read before each cell.\n"]
+    for script in ("rules", "dynamic", "slowreaders"):
+        cells = [(c, by) for (s, c), by in sc.items() if s == script]
+        if not cells:
+            continue
+        title, about = SCRIPT_TITLES[script]
+        L.append(f"### {title}\n")
+        L.append(about + "\n")
+        rows = []
+        if script == "slowreaders":
+            hdr = ["cell", "server", "probes", "failed", "p50 ms", "p90 ms", "p99 ms",
+                   "max ms", "processes", "reconnects", "rounds", "load"]
+            for c, by in cells:
+                for srv in [s for s in servers if s in by]:
+                    x = by[srv]
+                    rows.append([c, srv, f(x.get("probes")), f(x["failed"]), fms(x.get("p50_ms")),
+                                 fms(x.get("p90_ms")), fms(x["p99_ms"]), fms(x.get("max_ms")),
+                                 x.get("procs", "–"), f(x.get("reconnects")), x["n"],
+                                 f(x["load"], ".1f")])
+            L.append(md_table(hdr, rows, left=2))
+        else:
+            fpm = script == "dynamic"
+            hdr = (["cell", "server", "req/s", "p99 ms", "failed", "server CPU µs/req"]
+                   + (["php-fpm CPU µs/req"] if fpm else []) + ["rounds", "load"]
+                   + (["pika ÷ this"] if has_pika else []))
+            for c, by in cells:
+                for srv in [s for s in servers if s in by]:
+                    x = by[srv]
+                    row = [c, srv, f(x["rps"]), fms(x["p99_ms"]), f(x["failed"]),
+                           f(x["server_us"], ".1f")]
+                    if fpm:
+                        row.append(f(x.get("fpm_us")))
+                    row += [x["n"], f(x["load"], ".1f")]
+                    if has_pika:
+                        row.append("—" if srv == "pika" else
+                                   ratio(by.get("pika", {}).get("rps"), x["rps"]))
+                    rows.append(row)
+            L.append(md_table(hdr, rows, left=2))
+        m = meta.get(script, {})
+        for srv, why in m.get("not_run", {}).items():
+            if srv in servers:
+                L.append(f"\n{srv}: not run here: {why}.")
+        if m.get("argv"):
+            L.append("\nCommand: `" + " ".join(os.path.basename(x) if i == 0 else x
+                                              for i, x in enumerate(m["argv"][0]))
+                     + "`" + (f" (and {len(m['argv']) - 1} more like it)"
+                              if len(m["argv"]) > 1 else "")
+                     + f"; {m.get('elapsed_s')} s in all.")
+        L.append("")
+    return L
+
+
 def floor_workers(res, summ):
     """{workload id: floor's worker count} when the results record it (runs
     since the floor is sized per cell), else {} (older results.json: the
@@ -348,7 +479,18 @@ def write_md(res, summ, path, png, max_busy=None):
             f(summ.get((w["id"], s), {}).get("rps"))
             + ("†" if s == "floor" and floor_fake(w) and (w["id"], s) in summ else "")
             for s in servers] + ([f(fw.get(w["id"]))] if fw else []))
+    sc = scripted_summary(res)
+    for (script, cell), by in sc.items():
+        if script == "slowreaders":
+            continue  # no req/s: its own table below
+        rows.append([f"{script}: {cell.split('-', 1)[1]}"] + [
+            f(by[s]["rps"]) if s in by else "n/r" for s in servers]
+            + ([""] if fw else []))
     L.append(md_table(hdr, rows))
+    if sc:
+        L.append("\nrules: and dynamic: rows are the cells of `bench/rules` and "
+                 "`bench/dynamic`, run by the same `bench/run` after the others (their "
+                 "tables, and why a server sits them out, under *Scripted cells*).")
     if any(s in not_run.get(w["id"], {}) for w in wls for s in servers):
         L.append("\nn/r: not run in that cell (why: under the cell's table).")
     if any(visitors(w) for w in wls):
@@ -459,6 +601,8 @@ def write_md(res, summ, path, png, max_busy=None):
             L.append("\nErrors: " + "; ".join(sorted(set(errs))))
         L.append("")
 
+    L += scripted_sections(res, sc, servers, has_pika)
+
     # ---- memory -----------------------------------------------------------
     L.append("## Memory (PSS, MiB, summed over master + all descendants)\n")
     L.append("Idle = after start and a short settle, before any load. Peak = "
@@ -514,11 +658,17 @@ def write_md(res, summ, path, png, max_busy=None):
         L.append("")
 
     # ---- sanity -----------------------------------------------------------
+    any_tls = any(i.get("tls") for i in res["idle"])
     L.append("## Sanity checks\n")
     L.append("Every server instance was asked for each docroot file with the "
              "same `Host: 127.0.0.1:PORT` the load tools send, and the bytes "
              "were compared with the generated files (floor always answers its "
-             "fixed 1400-byte body).\n")
+             "fixed 1400-byte body)."
+             + (" A server with an HTTPS port was asked (Python's `ssl`, OpenSSL "
+                "as wrk and ab) which protocol and cipher a client gets and whether "
+                "5 reconnections with the session it had resumed it (wrk's "
+                "`Connection: close` cell reconnects so; ab never offers a "
+                "session)." if any_tls else "") + "\n")
     rows = []
     for i in res["idle"]:
         v = i.get("verify", {})
@@ -530,9 +680,11 @@ def write_md(res, summ, path, png, max_busy=None):
                      "; ".join(f"{k}: {x}" for k, x in bad.items()),
                      "no access log" if not meta.get("access_log", {}).get(i["server"], True)
                      else f(i.get("access_log_lines")),
-                     f"{statistics.median(bz):.0f}% / {max(bz):.0f}%" if bz else "–"])
+                     f"{statistics.median(bz):.0f}% / {max(bz):.0f}%" if bz else "–"]
+                    + ([tls_note(i.get("tls"))] if any_tls else []))
     L.append(md_table(["server", "round", "content check", "access-log lines",
-                       "other processes' CPU, median / max"], rows))
+                       "other processes' CPU, median / max"]
+                      + (["HTTPS: protocol, cipher, session resumed"] if any_tls else []), rows))
     L[-1] = L[-1].replace("|---:|---:|---:|", "|---:|---|---:|", 1)
     if res.get("errors"):
         L.append("\nServer-level errors:\n")
@@ -671,6 +823,14 @@ def write_png(res, summ, path):
     servers = servers_in(res)
     wls = [w for w in res["meta"]["workloads"]
            if any(summ.get((w["id"], s), {}).get("rps") for s in servers)]
+    # the scripts' cells with a req/s (rules, dynamic) get a panel each too
+    summ = dict(summ)
+    for (script, cell), by in scripted_summary(res).items():
+        if any(x.get("rps") for x in by.values()):
+            wls.append({"id": cell, "label": f"{script}: {cell.split('-', 1)[1]}",
+                        "path": "", "tool": script})
+            for srv, x in by.items():
+                summ[(cell, srv)] = x
     if not wls:
         return False
     cols = 3
