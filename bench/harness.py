@@ -1793,7 +1793,7 @@ def main():
         os.replace(tmp, out_json)
 
     t_start = time.monotonic()
-    pause = 0.3 if a.quick else 1.0
+    pause = 0.3 if a.quick else 0.5
     settle = 1.0 if a.quick else 2.0
     cold = [w for w in wls if w.get("cold")]
     warm = [w for w in wls if not w.get("cold")]
@@ -1870,7 +1870,7 @@ AB_SLOW = {"busybox": {"page17.html": 0.2, "page50.html": 0.1, "cold": 0.05},
 # seconds the harness spends around each client run (its pause, starting the
 # tool, joining the sampler), around each server's turn in a round (start,
 # settle, content check, stop), and around a cold burst (start, stop, pause)
-CELL_OVERHEAD = 1.5
+CELL_OVERHEAD = 1.0
 SIEGE_OVERHEAD = 0.5  # siege's own start and "lifting the siege"
 TURN_OVERHEAD = 5.0
 COLD_OVERHEAD = 4.0
