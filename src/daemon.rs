@@ -31,7 +31,7 @@ pub fn run_single(config: Config) -> ExitCode {
             Err(e) => return crate::cli::fail(format!("cannot listen on {}: {e}", entry.addr)),
         }
     }
-    let listeners = match crate::listen::Listeners::new(listeners, config.http.send_timeout) {
+    let listeners = match crate::listen::Listeners::new(listeners) {
         Ok(l) => l,
         Err(e) => return crate::cli::fail(e),
     };

@@ -51,16 +51,20 @@
 //!   `worker::parked`; design and measurements in `docs/keepalive.md`): one `epoll` set holds the listeners
 //!   (`EPOLLEXCLUSIVE`: a new connection wakes one sleeping worker), the
 //!   [`handover`] socket and every connection the worker holds between requests; it
-//!   serves whichever has a whole request head, one request at a time with blocking
-//!   writes, then parks the connection again. An idle kept-alive connection costs no
-//!   worker; a worker holding `workers.max_connections` takes no new ones. After an
+//!   serves whichever has a whole request head, one request at a time, then parks the
+//!   connection again. No write waits on a client: sockets are non-blocking from the
+//!   accept, and an answer the socket does not take whole waits in the set too, watched
+//!   for room, and is written as the client reads, between the worker's other turns
+//!   (`serve::unsent`). An idle kept-alive connection or a client that stops reading
+//!   costs no worker; a worker holding `workers.max_connections` (answers being
+//!   written among them) takes no new ones. After an
 //!   accept it rings the master's doorbell if fewer than `min_spare` others stay
 //!   idle. Once a second it also accepts whatever waits on the listeners (a wake-up
 //!   may have gone to a worker that was just killed). It looks at the pipe of death
 //!   ([`pod`]) and the generation on every turn;
 //!   when it must leave it stops accepting, hands its idle plain connections to a
 //!   worker that stays ([`handover`], `SCM_RIGHTS`), finishes the rest (TLS sessions
-//!   among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
+//!   and answers being written among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
 //!   [`serve::observer::Observer`] it hands to the request cycle ([`serve`]), which knows nothing
 //!   about processes.
 //! - A worker serves through three layers, each importing only the ones after it:
@@ -175,8 +179,12 @@
 //! pages compressed; HTTPS answers its `hsts`) → **deliver** (the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev`; files of 32 KiB
 //! and more: the head with `MSG_MORE`, the body with `sendfile`; a body of unknown
-//! length in chunks; [`serve::transport::send`]; over TLS, sealed records) →
-//! **account** (counted in the worker's scoreboard slot,
+//! length in chunks; [`serve::transport::send`]; over TLS, sealed records; never
+//! waiting: what the socket does not take now, [`serve::transport::Rest`], waits with
+//! the connection in the set, `Phase::Writing`, with the pipelined requests behind
+//! it, and is written as the socket drains, `serve::unsent`) →
+//! **account**, when the last byte is out (or the write failed or `send_timeout`
+//! passed with nothing taken, with the bytes sent by then) (counted in the worker's scoreboard slot,
 //! [`serve::observer::Observer::served`], [`scoreboard::counters::Traffic`]; one
 //! access-log record, made in one place, `serve::output`, per log ([`log::access`],
 //! formatted by [`log::format`] (`format = "json"` by `log/json.rs`), chosen by
@@ -204,7 +212,7 @@
 //! inherited by the workers, and rotated by the master ([`log::rotate`]): rename,
 //! create for the workers, bump the epoch. A worker holds its access-log records back
 //! in a fixed buffer per log ([`log::held`]) and writes them together: when full, when
-//! `flush` old, once it has waited a second on a slow client, when it retires, and
+//! `flush` old, once a script has kept it waiting a second, when it retires, and
 //! from its `TERM` handler ([`sys::write_on_term`]; the stuck-worker watchdog sends
 //! `TERM` first, `KILL` only after a grace).
 //!

@@ -8,11 +8,6 @@ use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
 
-/// The longest a blocked write waits before the connection looks again (the send
-/// timeout every accepted socket inherits): it counts these slices up to
-/// `send_timeout`, and writes the log records its worker holds after the first.
-pub const WAIT_SLICE: Duration = Duration::from_secs(1);
-
 /// One bound listener: the address as configured (the key across reloads), the
 /// address actually bound (port 0 picks one), the socket, and whether its
 /// connections speak TLS (the config's say, updated on reload).
@@ -74,20 +69,15 @@ impl Listeners {
     /// for the connections they hand out.
     ///
     /// The listeners are non-blocking (a worker sleeps in `epoll_wait`, not in
-    /// `accept`). Options a connection needs are set once on the listener, which
-    /// every accepted socket inherits on Linux: `TCP_NODELAY` (a response goes out
-    /// in one `writev`, nothing to coalesce) and `SO_SNDTIMEO` ([`WAIT_SLICE`] at
-    /// most: a blocked write waits that long, then the connection counts slices up
-    /// to `send_timeout` and writes its held log records). That spares two
-    /// `setsockopt` calls per connection. `O_NONBLOCK` is not inherited: accepted
-    /// sockets block on writes; reads never wait (`MSG_DONTWAIT`,
-    /// `serve::transport`).
-    pub fn new(list: Vec<Listener>, send_timeout: Duration) -> io::Result<Listeners> {
+    /// `accept`). `TCP_NODELAY` is set once on the listener, which every accepted
+    /// socket inherits on Linux (a response goes out in one `writev`, nothing to
+    /// coalesce), sparing a `setsockopt` per connection. `O_NONBLOCK` is not
+    /// inherited: the worker asks for it in its `accept4`, as no write waits on a
+    /// client (`serve::transport`).
+    pub fn new(list: Vec<Listener>) -> io::Result<Listeners> {
         for l in &list {
             l.socket.set_nonblocking(true)?;
-            let s = socket2::SockRef::from(&l.socket);
-            s.set_tcp_nodelay(true)?;
-            s.set_write_timeout(Some(send_timeout.min(WAIT_SLICE)))?;
+            socket2::SockRef::from(&l.socket).set_tcp_nodelay(true)?;
         }
         Ok(Listeners { list })
     }
@@ -126,7 +116,7 @@ impl Listeners {
         for l in &old {
             log::info!("no longer listening on {}", l.bound);
         }
-        Listeners::new(result, new.http.send_timeout).map_err(|e| e.to_string())
+        Listeners::new(result).map_err(|e| e.to_string())
     }
 
     /// Connections accepted by the kernel and waiting for a worker, over every

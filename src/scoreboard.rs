@@ -149,15 +149,17 @@ pub struct Slot {
     /// Requests served by the worker now in the slot.
     pub worker_requests: AtomicU64,
     /// Connections the worker holds between requests, waiting for their next one
-    /// (Apache event's "keep-alive" async connections), and closing (lingering).
+    /// (Apache event's "keep-alive" async connections), writing (an answer waits
+    /// for room in the socket), and closing (lingering).
     pub conns_keepalive: AtomicU32,
+    pub conns_writing: AtomicU32,
     pub conns_closing: AtomicU32,
     /// Non-zero while the worker holds `workers.max_connections` and takes no new
     /// connection: not a spare, however idle it looks.
     pub full: AtomicU32,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
-    /// Monotonic milliseconds of the last sign of progress (state change or write).
+    /// Monotonic milliseconds of the last sign of progress (a state change).
     pub heartbeat_ms: AtomicU64,
     /// The current (or last) request line, truncated.
     request: [AtomicU64; TEXT_WORDS],
@@ -246,6 +248,7 @@ impl Slot {
         self.generation.store(generation, Relaxed);
         self.worker_requests.store(0, Relaxed);
         self.conns_keepalive.store(0, Relaxed);
+        self.conns_writing.store(0, Relaxed);
         self.conns_closing.store(0, Relaxed);
         self.full.store(0, Relaxed);
         store_text(&self.request, b"");

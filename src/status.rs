@@ -46,6 +46,7 @@ pub struct Row {
     pub seconds_in_state: f64,
     /// Connections the worker holds between requests, and those closing.
     pub conns_keepalive: u32,
+    pub conns_writing: u32,
     pub conns_closing: u32,
 }
 
@@ -90,6 +91,7 @@ impl Snapshot {
                 client: s.client(),
                 seconds_in_state: now.saturating_sub(s.since_ms.load(Relaxed)) as f64 / 1000.0,
                 conns_keepalive: s.conns_keepalive.load(Relaxed),
+                conns_writing: s.conns_writing.load(Relaxed),
                 conns_closing: s.conns_closing.load(Relaxed),
             });
         }
@@ -129,6 +131,12 @@ impl Snapshot {
         self.rows.iter().map(|r| r.conns_keepalive).sum()
     }
 
+    /// Answers waiting for room in their client's socket, held by workers that serve
+    /// others meanwhile (Apache event's "async connections: writing").
+    pub fn conns_writing(&self) -> u32 {
+        self.rows.iter().map(|r| r.conns_writing).sum()
+    }
+
     /// Connections in a lingering close.
     pub fn conns_closing(&self) -> u32 {
         self.rows.iter().map(|r| r.conns_closing).sum()
@@ -136,7 +144,7 @@ impl Snapshot {
 
     /// Every connection open: those being served and those held.
     pub fn conns_total(&self) -> u32 {
-        self.busy() as u32 + self.conns_keepalive() + self.conns_closing()
+        self.busy() as u32 + self.conns_keepalive() + self.conns_writing() + self.conns_closing()
     }
 
     fn req_per_sec(&self) -> f64 {
@@ -161,6 +169,7 @@ impl Snapshot {
         // Apache event's names, so its monitoring templates read these too.
         let _ = writeln!(s, "ConnsTotal: {}", self.conns_total());
         let _ = writeln!(s, "ConnsAsyncWriting: 0");
+        let _ = writeln!(s, "ConnsAsyncWriting: {}", self.conns_writing());
         let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_keepalive());
         let _ = writeln!(s, "ConnsAsyncClosing: {}", self.conns_closing());
         let _ = writeln!(s, "Generation: {}", self.generation);
@@ -194,7 +203,7 @@ impl Snapshot {
         let mut s = String::new();
         let _ = write!(
             s,
-            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"conns_total\":{},\"conns_keepalive\":{},\"conns_closing\":{},\"scoreboard\":{},\"workers\":[",
+            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"conns_total\":{},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"scoreboard\":{},\"workers\":[",
             env!("CARGO_PKG_VERSION"),
             self.master_pid,
             self.generation,
@@ -206,6 +215,7 @@ impl Snapshot {
             self.idle(),
             self.conns_total(),
             self.conns_keepalive(),
+            self.conns_writing(),
             self.conns_closing(),
             json_string(&self.letters)
         );
@@ -215,7 +225,7 @@ impl Snapshot {
             }
             let _ = write!(
                 s,
-                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_closing\":{}}}",
+                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{}}}",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -227,6 +237,7 @@ impl Snapshot {
                 json_string(&r.client),
                 r.seconds_in_state,
                 r.conns_keepalive,
+                r.conns_writing,
                 r.conns_closing
             );
         }
@@ -269,7 +280,7 @@ impl Snapshot {
         // The figures the script refreshes are marked with data-k (their ?json keys).
         let _ = writeln!(
             s,
-            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> keepalive (held by a worker between requests, which serves others meanwhile), <span data-k=\"conns_closing\">{}</span> closing</p>",
+            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> keepalive (held by a worker between requests, which serves others meanwhile), <span data-k=\"conns_writing\">{}</span> writing (an answer waiting for the client to read, likewise), <span data-k=\"conns_closing\">{}</span> closing</p>",
             self.master_pid,
             self.generation,
             self.uptime,
@@ -280,6 +291,7 @@ impl Snapshot {
             self.idle(),
             self.conns_total(),
             self.conns_keepalive(),
+            self.conns_writing(),
             self.conns_closing()
         );
         let _ = writeln!(s, "<pre data-k=\"scoreboard\">{}</pre>", html_escape(&self.letters));

@@ -291,10 +291,6 @@ impl Observer for SlotObserver<'_> {
         self.slot.traffic.count(outcome);
     }
 
-    fn heartbeat(&mut self) {
-        self.slot.heartbeat_ms.store(crate::scoreboard::now_ms(), Relaxed);
-    }
-
     fn must_close(&self) -> bool {
         // A leaving worker hands its idle connections over (`events`); those it
         // cannot, it closes only after an answer that said so.

@@ -39,20 +39,39 @@ fn in_state(s: &str, state: &str) -> u64 {
     line.split(", ").find_map(|part| part.strip_prefix(state)?.trim().parse().ok()).unwrap_or(0)
 }
 
-/// What holds a worker: a client that asks for a large file and reads none of it,
-/// so the worker blocks in its write (a half-sent head holds none: it waits in the
-/// worker's set). The site needs [`big_file`].
+/// What holds a worker: a request to a script that sleeps (a client that stops
+/// reading holds none: its answer waits in the worker's set). The site needs
+/// [`hold_script`], its config [`HOLD`].
 fn slow_client(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
-    nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
-    s.write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.write_all(HOLD_GET).unwrap();
     s
 }
 
-/// A 256 MiB file (sparse: no disk used), more than any socket buffers hold.
-fn big_file(site: &Site) {
-    let f = std::fs::File::create(site.path("htdocs/big")).unwrap();
-    f.set_len(256 << 20).unwrap();
+const HOLD_GET: &[u8] = b"GET /hold/sleep.sh HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+/// The vhost, with a CGI location for [`hold_script`]: after the config's own
+/// tables.
+const HOLD: &str = "\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+                    [[vhost.location]]\nprefix = \"/hold/\"\ncgi = true\nscript_timeout = \"300s\"\n";
+
+/// A CGI script that sleeps for five minutes: its worker waits on it.
+fn hold_script(site: &Site) {
+    use std::os::unix::fs::PermissionsExt;
+    site.write("htdocs/hold/sleep.sh", "#!/bin/sh\nexec sleep 300\n");
+    std::fs::set_permissions(site.path("htdocs/hold/sleep.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The worker waiting on a script (in `poll`).
+fn held_worker(p: &Pika) -> i32 {
+    wait_until(DEADLINE, "a worker waiting on its script", || {
+        workers(p).into_iter().find(|&w| blocked_in(w, libc::SYS_poll) && has_child(w))
+    })
+}
+
+/// Whether `pid` has a child process (its script).
+fn has_child(pid: i32) -> bool {
+    !children_of(pid).is_empty()
 }
 
 #[test]
@@ -69,8 +88,13 @@ fn starts_exactly_start_workers_ready() {
 #[test]
 fn a_burst_grows_the_pool_then_it_shrinks_back() {
     let site = Site::new();
-    big_file(&site);
-    site.config("", "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 12\n[http]\nheader_timeout = \"60s\"\n");
+    hold_script(&site);
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 12\n[http]\nheader_timeout = \"60s\"\n{HOLD}"
+        ),
+    );
     let p = Pika::start(&site, "-F");
     let clients: Vec<TcpStream> = (0..20).map(|_| slow_client(p.addr)).collect();
     // The pool grows to max and no further.
@@ -113,8 +137,13 @@ fn a_burst_grows_the_pool_then_it_shrinks_back() {
 #[test]
 fn a_burst_between_ticks_gets_its_workers_before_the_next_tick() {
     let site = Site::new();
-    big_file(&site);
-    site.config("", "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 6\n[http]\nheader_timeout = \"60s\"\n");
+    hold_script(&site);
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 6\n[http]\nheader_timeout = \"60s\"\n{HOLD}"
+        ),
+    );
     let p = Pika::start(&site, "-F");
     wait_status(&site, "one ready worker", DEADLINE, |s| s.contains("states: ready 1"));
     // The status file is rewritten on every tick: once it changes, the next tick is
@@ -141,8 +170,13 @@ fn cpu_ticks(pid: i32) -> u64 {
 #[test]
 fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
     let site = Site::new();
-    big_file(&site);
-    site.config("", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nheader_timeout = \"60s\"\n");
+    hold_script(&site);
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n[http]\nheader_timeout = \"60s\"\n{HOLD}"
+        ),
+    );
     let p = Pika::start(&site, "-F");
     wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
     // Both workers held, a third client queued: every accept found no other worker
@@ -387,21 +421,21 @@ fn killing_the_master_takes_the_workers_and_frees_the_port() {
 #[test]
 fn a_stuck_worker_is_killed() {
     let site = Site::new();
-    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    hold_script(&site);
     // min_spare 2: the pool keeps two idle workers besides the stuck one, and
     // refills once it is gone.
     site.config(
         "",
-        "[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n[http]\nrequest_timeout = \"2s\"\nsend_timeout = \"60s\"\n",
+        &format!("[workers]\nstart = 2\nmin_spare = 2\nmax_spare = 3\n[http]\nrequest_timeout = \"2s\"\n{HOLD}"),
     );
     let p = Pika::start(&site, "-F");
     let mut s = connect(p.addr);
-    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    // Never read: the worker blocks in sendfile until the watchdog kills it.
+    s.write_all(HOLD_GET).unwrap();
+    // The worker waits on its script until the watchdog kills it.
     let line = wait_until(DEADLINE, "the watchdog", || {
         site.error_log().lines().find(|l| l.contains("made no progress")).map(str::to_string)
     });
-    assert!(line.contains("GET /big.bin HTTP/1.1"), "{line}");
+    assert!(line.contains("GET /hold/sleep.sh HTTP/1.1"), "{line}");
     let stuck: i32 = line.split("worker ").nth(1).and_then(|r| r.split(' ').next()?.parse().ok()).expect(&line);
     // Killed, reaped, and the pool has its idle workers again without it.
     wait_until(Duration::from_secs(5), "the stuck worker gone", || (!alive(stuck)).then_some(()));
@@ -410,28 +444,28 @@ fn a_stuck_worker_is_killed() {
     wait_status(&site, "two idle workers again", DEADLINE, |st| in_state(st, "ready") >= 2);
     let now = workers(&p);
     assert!(!now.contains(&stuck) && now.len() >= 2, "{stuck} still among {now:?}");
-    // The client sees what was sent before the kill, then the end of the stream.
+    // The client sees the end of the stream.
     let got = read_until_closed(&mut s, DEADLINE);
-    assert!(got.len() < 64 << 20, "the whole file came from a killed worker");
+    assert!(got.is_empty(), "an answer came from a killed worker");
     assert_eq!(get(p.addr, "/").status, 200);
 }
 
 #[test]
 fn a_stuck_workers_request_line_is_escaped_in_the_error_log() {
     let site = Site::new();
-    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
-    site.config("", "[workers]\nstart = 2\nmin_spare = 1\n[http]\nrequest_timeout = \"2s\"\nsend_timeout = \"60s\"\n");
+    hold_script(&site);
+    site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\n[http]\nrequest_timeout = \"2s\"\n{HOLD}"));
     let p = Pika::start(&site, "-F");
     let mut s = connect(p.addr);
     // A C1 control (CSI, U+009B) and a right-to-left override (U+202E) in the query.
-    s.write_all(b"GET /big.bin?\xc2\x9b\xe2\x80\xae HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    // Never read: the worker blocks in writev until the watchdog sees it stuck.
+    s.write_all(b"GET /hold/sleep.sh?\xc2\x9b\xe2\x80\xae HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    // The worker waits on its script until the watchdog sees it stuck.
     let log = wait_until(DEADLINE, "the watchdog", || {
         let log = std::fs::read(site.path("logs/error.log")).unwrap_or_default();
         log.windows(17).any(|w| w == b"made no progress ").then_some(log)
     });
     let text = String::from_utf8_lossy(&log);
-    assert!(text.contains("made no progress on \"GET /big.bin?\\xc2\\x9b\\xe2\\x80\\xae HTTP/1.1\""), "{text}");
+    assert!(text.contains("made no progress on \"GET /hold/sleep.sh?\\xc2\\x9b\\xe2\\x80\\xae HTTP/1.1\""), "{text}");
     assert!(!log.windows(2).any(|w| w == b"\xc2\x9b"), "a raw C1 byte reached the error log");
     drop(s);
     assert_eq!(get(p.addr, "/").status, 200);
@@ -449,15 +483,16 @@ fn send_signal(pid: i32, sig: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
 }
 
-/// A site whose workers hold access-log records for an hour, with a 64 MB file.
+/// A site whose workers hold access-log records for an hour, with a script that
+/// sleeps.
 fn holding_site(http: &str) -> (Site, Pika) {
     let site = Site::new();
-    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
+    hold_script(&site);
     site.config(
         "",
         &format!(
             "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n[http]\nheader_timeout = \"60s\"\n{http}\n\
-             [[access_log]]\npath = \"logs/access.log\"\nflush = \"1h\"\n"
+             [[access_log]]\npath = \"logs/access.log\"\nflush = \"1h\"\n{HOLD}"
         ),
     );
     let p = Pika::start(&site, "-F");
@@ -477,23 +512,14 @@ fn three_held_then(site: &Site, p: &Pika, lines: usize, next: &[u8]) -> TcpStrea
     s
 }
 
-const BIG: &[u8] = b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n";
-
-/// The worker stuck sending the 64 MB file to a client that does not read.
-fn stalled_sender(p: &Pika) -> i32 {
-    wait_until(DEADLINE, "a worker stalled in sendfile", || {
-        workers(p).into_iter().find(|&w| blocked_in(w, libc::SYS_sendfile))
-    })
-}
-
 #[test]
 fn the_watchdog_terminates_a_stuck_worker_so_its_held_records_are_written() {
     let (site, p) = holding_site("request_timeout = \"2s\"");
-    let _s = three_held_then(&site, &p, 0, BIG);
-    // Stopped while it waits on the client (within its first second, before it
+    let _s = three_held_then(&site, &p, 0, HOLD_GET);
+    // Stopped while it waits on the script (within its first second, before it
     // would write its records itself), the worker makes no progress: the watchdog's
     // case. It is let go once the watchdog has acted.
-    let worker = stalled_sender(&p);
+    let worker = held_worker(&p);
     send_signal(worker, nix::sys::signal::Signal::SIGSTOP);
     wait_until(DEADLINE, "the watchdog", || site.error_log().contains("made no progress").then_some(()));
     send_signal(worker, nix::sys::signal::Signal::SIGCONT);
@@ -506,8 +532,8 @@ fn the_watchdog_terminates_a_stuck_worker_so_its_held_records_are_written() {
 #[test]
 fn a_stuck_worker_that_outlives_its_term_is_killed_after_a_grace() {
     let (site, p) = holding_site("request_timeout = \"2s\"");
-    let _s = three_held_then(&site, &p, 0, BIG);
-    let worker = stalled_sender(&p);
+    let _s = three_held_then(&site, &p, 0, HOLD_GET);
+    let worker = held_worker(&p);
     // Stopped for good: TERM cannot act on it.
     send_signal(worker, nix::sys::signal::Signal::SIGSTOP);
     wait_until(DEADLINE, "the TERM", || site.error_log().contains("terminating it").then_some(()));
@@ -525,13 +551,13 @@ fn a_stuck_worker_that_outlives_its_term_is_killed_after_a_grace() {
 }
 
 #[test]
-fn a_worker_waiting_on_a_slow_client_writes_its_held_records_first() {
+fn a_worker_waiting_on_a_script_writes_its_held_records_first() {
     let (site, p) = holding_site("");
-    // A response the client does not read: once the write has waited a second, the
-    // worker writes what it holds (no timeout, no kill: the client is merely slow).
-    // (A head that stops halfway holds no worker: it waits in the worker's set while
-    // the worker serves others, docs/keepalive.md.)
-    let _unread = three_held_then(&site, &p, 0, BIG);
+    // A script that keeps its worker: once it has waited a second, the worker
+    // writes what it holds (no timeout, no kill: the script is merely slow). (A head
+    // that stops halfway, or a client that stops reading, holds no worker: it waits
+    // in the worker's set while the worker serves others.)
+    let _unread = three_held_then(&site, &p, 0, HOLD_GET);
     wait_until(DEADLINE, "the held records", || (site.access_lines().len() == 3).then_some(()));
 }
 
@@ -610,17 +636,17 @@ fn wait_ticks(site: &Site, n: usize) {
 #[test]
 fn graceful_timeout_cuts_what_outlasts_it_then_the_master_exits() {
     let site = Site::new();
-    site.write("htdocs/big.bin", vec![7u8; 64 << 20]);
-    site.config("graceful_timeout = \"2s\"", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n");
+    hold_script(&site);
+    site.config(
+        "graceful_timeout = \"2s\"",
+        &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n{HOLD}"),
+    );
     let mut p = Pika::start(&site, "-F");
-    // Two downloads never read: each holds one of the two workers in sendfile.
-    let mut clients: Vec<TcpStream> = (0..2).map(|_| connect(p.addr)).collect();
-    for c in &mut clients {
-        c.write_all(BIG).unwrap();
-    }
-    let pids = wait_until(DEADLINE, "both workers stalled in sendfile", || {
+    // Two scripts that sleep: each holds one of the two workers.
+    let clients: Vec<TcpStream> = (0..2).map(|_| slow_client(p.addr)).collect();
+    let pids = wait_until(DEADLINE, "both workers waiting on their scripts", || {
         let w = n_children(p.pid, 2);
-        w.iter().all(|&w| blocked_in(w, libc::SYS_sendfile)).then_some(w)
+        w.iter().all(|&w| blocked_in(w, libc::SYS_poll) && has_child(w)).then_some(w)
     });
     // One is stopped: TERM cannot end it, only the KILL that follows.
     let (termed, stopped) = (pids[0], pids[1]);
@@ -646,10 +672,10 @@ fn graceful_timeout_cuts_what_outlasts_it_then_the_master_exits() {
     assert_eq!(status.code(), Some(0), "{status}");
     let log = site.error_log();
     assert_eq!(log.matches("graceful stop timed out after 2s").count(), 1, "{log}");
-    // Each client got part of the file, then the end of the stream.
+    // Each client got the end of the stream.
     for mut c in clients {
         let got = read_until_closed(&mut c, DEADLINE);
-        assert!(got.len() < 64 << 20, "a whole file arrived");
+        assert!(got.is_empty(), "an answer arrived: {:?}", String::from_utf8_lossy(&got));
     }
 }
 
@@ -779,13 +805,13 @@ fn workers_that_die_young_are_replaced_at_the_spawn_rate_not_at_once() {
 #[test]
 fn a_reload_that_lowers_max_below_busy_old_workers_keeps_serving() {
     let site = Site::new();
-    big_file(&site);
-    let pool = |max: u32| format!("[workers]\nstart = {max}\nmin_spare = 1\nmax_spare = {max}\nmax = {max}\n");
+    hold_script(&site);
+    let pool = |max: u32| format!("[workers]\nstart = {max}\nmin_spare = 1\nmax_spare = {max}\nmax = {max}\n{HOLD}");
     site.config("", &pool(4));
     let p = Pika::start(&site, "-F");
-    // Four slow clients hold the four workers, slots 0 to 3.
+    // Four scripts hold the four workers, slots 0 to 3.
     let held: Vec<TcpStream> = (0..4).map(|_| slow_client(p.addr)).collect();
-    wait_status(&site, "four workers writing", DEADLINE, |s| in_state(s, "writing") == 4);
+    wait_status(&site, "four workers busy", DEADLINE, |s| in_state(s, "reading") == 4);
     // Max lowered to 3 while they still send: the old worker in slot 3 is past the
     // new max, and the new generation finds no free slot until one of them leaves.
     site.config("", &pool(3));

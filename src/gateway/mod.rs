@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::sys::ScriptLimits;
 
 /// How long a script may keep its worker before the worker's idle connections are
-/// handed to others (the slice a stalled write waits, too).
+/// handed to others.
 pub const WAITING: Duration = Duration::from_secs(1);
 
 pub mod answer;

@@ -152,7 +152,7 @@ impl Master {
                 .notes
                 .push(format!("an inherited socket on {addr} ({:?}) matches no listen entry; closed", left.origin));
         }
-        let listeners = Listeners::new(listeners, config.http.send_timeout).map_err(|e| e.to_string())?;
+        let listeners = Listeners::new(listeners).map_err(|e| e.to_string())?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;

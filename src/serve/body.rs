@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 
 use super::input::Input;
-use super::transport::{Pacer, Transport};
+use super::transport::Transport;
 use crate::config::Http;
 use crate::gateway::incoming::{BodyError, Incoming, Keep, RequestBody};
 use crate::http::request::{Framing, HttpError, Request};
@@ -64,9 +64,10 @@ impl Bodies {
         }
         let mut incoming = Incoming::new(head.to_vec(), req.framing, keep)?;
         if req.expect_continue && req.http11 && !input.has_unread() {
-            let (mut beat, mut wait) = (|| {}, || {});
-            let mut pacer = Pacer::new(http.send_timeout, &mut beat, &mut wait);
-            let _ = t.send(b"HTTP/1.1 100 Continue\r\n\r\n", None, false, &mut pacer);
+            // Never waited for: a socket with no room now (full of earlier answers
+            // the client has not read) gets none, and the client sends its body
+            // after its own wait, as it does when an interim answer is lost.
+            let _ = t.send(b"HTTP/1.1 100 Continue\r\n\r\n", None, false);
         }
         match take_body(input, t, &mut incoming) {
             Ok(true) => {

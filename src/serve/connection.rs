@@ -12,8 +12,8 @@
 //! and not a reset) or closes it ([`Next`]).
 //!
 //! This code knows nothing about processes: what the worker needs to see goes through
-//! the [`Observer`](super::observer::Observer) it is given, and what it does when a write stalls is the hook
-//! it passes with each turn ([`Hooks`]).
+//! the [`Observer`](super::observer::Observer) it is given, and what it does when a
+//! script keeps it waiting is the hook it passes with each turn ([`Hooks`]).
 
 use std::net::TcpStream;
 
@@ -25,7 +25,7 @@ use crate::site::Site;
 use crate::tls::stream::{Opening, TlsStream};
 
 use super::body::{self, Bodies};
-use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase, Wait};
+use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase, Unsent, Wait};
 use super::input::{Buffer, HeadError, Input, ProxyFail};
 use super::observer::Hooks;
 use super::output::{HeadWriter, Output};
@@ -51,7 +51,10 @@ pub struct Server<'c> {
     /// The port of the first TLS listener, where `https_redirect` sends clients.
     pub(super) https_port: Option<u16>,
     /// Where TLS responses are staged into records (allocated by the first one).
-    tls_stage: Vec<u8>,
+    pub(super) tls_stage: Vec<u8>,
+    /// An answer the socket did not take whole, on its way from the request's
+    /// stages to its connection's phase (`Phase::Writing`).
+    pub(super) unsent: Option<Box<Unsent>>,
     /// The request bodies read by the event loop.
     pub(super) bodies: Bodies,
 }
@@ -86,16 +89,12 @@ impl<'c> Server<'c> {
             out: Output {
                 logs,
                 request_id: u64::from(std::process::id()) << 32,
-                writer: HeadWriter {
-                    date: DateCache::default(),
-                    server_header,
-                    send_timeout: config.http.send_timeout,
-                    head: Vec::with_capacity(512),
-                },
+                writer: HeadWriter { date: DateCache::default(), server_header, head: Vec::with_capacity(512) },
             },
             extra: Vec::with_capacity(256),
             https_port,
             tls_stage: Vec::new(),
+            unsent: None,
             bodies: Bodies::default(),
         }
     }
@@ -112,12 +111,17 @@ impl<'c> Server<'c> {
     }
 
     /// Serves what a held connection has: every whole request in its buffer or
-    /// arrived (a burst at most), without waiting for more. Says what the worker
-    /// does with it next.
+    /// arrived (a burst at most), without waiting for more; or, while an answer
+    /// waits, as much more of it as the socket takes. Says what the worker does with
+    /// it next.
     pub fn serve_ready(&mut self, h: &mut Held, hooks: &mut Hooks<'_>) -> Next {
-        if let Phase::Lingering { drained } = &mut h.wait.phase {
-            let mut t = &h.stream;
-            return if self.input.drain(&mut t, drained) { Next::Close } else { Next::Linger };
+        match &mut h.wait.phase {
+            Phase::Lingering { drained } => {
+                let mut t = &h.stream;
+                return if self.input.drain(&mut t, drained) { Next::Close } else { Next::Linger };
+            }
+            Phase::Writing(_) => return self.write_more(h, hooks.obs),
+            _ => {}
         }
         self.input.begin(h.wait.take_buffer());
         let mut next = Next::Park;
@@ -127,10 +131,23 @@ impl<'c> Server<'c> {
         if !matches!(h.wait.phase, Phase::Proxy(_)) {
             next = self.serve_heads(h, hooks);
         }
+        if next == Next::Write {
+            self.park_answer(&mut h.wait);
+        }
         h.wait.keep(self.input.end());
         match next {
             Next::Linger => h.linger(&mut self.input),
             next => next,
+        }
+    }
+
+    /// The answer just sent waits for the socket: the connection's phase holds it
+    /// (and, once the turn ends, its unread input).
+    #[cold]
+    #[inline(never)]
+    fn park_answer(&mut self, wait: &mut Wait) {
+        if let Some(u) = self.unsent.take() {
+            wait.enter(Phase::Writing(u));
         }
     }
 
@@ -181,7 +198,9 @@ impl<'c> Server<'c> {
                 (was_open, Opening::Tls) => {
                     let early = if was_open { Vec::new() } else { self.input.take_unread() };
                     let mut stage = std::mem::take(&mut self.tls_stage);
-                    let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
+                    let mut t = TlsStream::new(&h.stream, s, &mut stage);
+                    // What is left of a handshake's flight, as the socket has room.
+                    t.write_now();
                     let next = match t.feed(&early) {
                         Ok(()) => self.serve_on(&mut t, socket, &mut h.conn, &mut h.wait, false, hooks),
                         Err(_) => Next::Close,
@@ -300,11 +319,16 @@ impl<'c> Server<'c> {
 
     /// A held connection's wait ran out ([`Held::deadline_ms`]): an idle one is
     /// closed quietly (the keep-alive timeout), a head that never came whole gets a
-    /// 408, a lingering close ends, a PROXY header or a TLS handshake that never
-    /// ended is closed (one line in the error log).
+    /// 408, an answer the client took nothing of for `send_timeout` is logged with
+    /// what went and closed, a lingering close ends, a PROXY header or a TLS
+    /// handshake that never ended is closed (one line in the error log).
     pub fn expire(&mut self, h: &mut Held, hooks: &mut Hooks<'_>) -> Next {
         match &h.wait.phase {
             Phase::Idle | Phase::Lingering { .. } => return Next::Close,
+            Phase::Writing(_) => {
+                let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "send_timeout");
+                return self.finish_answer(h, Err(timeout), hooks.obs);
+            }
             Phase::Body(incoming) => {
                 // A body that did not come in time: 408, as for a head.
                 log::info!("{}: the request body did not come within body_timeout (and body_min_rate)", h.conn.peer);
@@ -328,16 +352,24 @@ impl<'c> Server<'c> {
         self.input.begin(h.wait.take_buffer());
         // What came of the head counts as its bytes in.
         let came = Some(self.input.unread_end());
-        match &mut h.layer {
+        let next = match &mut h.layer {
             Layer::Plain | Layer::PlainOnTlsPort => {
-                self.refuse_head(&mut &h.stream, &h.conn, came, HttpError::Timeout, hooks);
+                self.refuse_head(&mut &h.stream, &h.conn, came, HttpError::Timeout, hooks)
             }
             Layer::Tls(s) => {
                 let mut stage = std::mem::take(&mut self.tls_stage);
-                let mut t = TlsStream::new(&h.stream, s, &mut stage, self.config.http.send_timeout);
-                self.refuse_head(&mut t, &h.conn, came, HttpError::Timeout, hooks);
+                let mut t = TlsStream::new(&h.stream, s, &mut stage);
+                let next = self.refuse_head(&mut t, &h.conn, came, HttpError::Timeout, hooks);
                 self.tls_stage = stage;
+                next
             }
+        };
+        if next == Next::Write {
+            // The 408 waits for a socket full of earlier answers; the connection
+            // lingers once it is out.
+            self.park_answer(&mut h.wait);
+            h.wait.keep(self.input.end());
+            return next;
         }
         h.linger(&mut self.input)
     }

@@ -14,8 +14,10 @@
 //! - **answer**: the handler fills the [`Reply`] from the [`Ask`].
 //! - **decorate**: what every answer of the vhost gets whatever answered it
 //!   ([`decorate::decorate`]: error pages, HSTS).
-//! - **deliver**: keep alive or not, the head and the body sent (`output`).
-//! - **account**: the metrics (through the [`Observer`]) and one access-log record.
+//! - **deliver**: keep alive or not, the head and the body sent (`output`), as far
+//!   as the socket takes them now; the rest waits with the connection (`unsent`).
+//! - **account**: the metrics (through the [`Observer`]) and one access-log record,
+//!   once the last byte is out (`unsent` for an answer that waited).
 
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpStream};
@@ -25,7 +27,7 @@ use std::time::SystemTime;
 use super::body::BodyState;
 use super::connection::Server;
 use super::decorate;
-use super::held::{Conn, Next};
+use super::held::{Conn, Next, Unsent};
 use super::input::Input;
 use super::observer::{ConnState, Hooks, Observer};
 use super::output::{Answer, Asked, Delivery, Kind};
@@ -45,17 +47,17 @@ const FEW_HEADERS: usize = 100;
 /// Room for a request's headers: the default 100 on the stack; a config allowing
 /// more allocates per request. (A 1000-entry array, 32 KiB, kept eight stack pages
 /// dirty in every worker.)
-struct HeaderSlots<'h> {
+pub(super) struct HeaderSlots<'h> {
     few: [MaybeUninit<httparse::Header<'h>>; FEW_HEADERS],
     many: Vec<MaybeUninit<httparse::Header<'h>>>,
 }
 
 impl<'h> HeaderSlots<'h> {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         HeaderSlots { few: [const { MaybeUninit::uninit() }; FEW_HEADERS], many: Vec::new() }
     }
 
-    fn get(&mut self, max: usize) -> &mut [MaybeUninit<httparse::Header<'h>>] {
+    pub(super) fn get(&mut self, max: usize) -> &mut [MaybeUninit<httparse::Header<'h>>] {
         if max <= FEW_HEADERS {
             return &mut self.few;
         }
@@ -94,10 +96,18 @@ impl Server<'_> {
         // read
         self.req_head.clear();
         self.req_head.extend_from_slice(self.input.take_head(head_end));
-        request::serve_later_minor_as_11(&mut self.req_head);
+        // A copy of a head that says `HTTP/1.2` to `1.9`, rewritten to say 1.1 and
+        // parsed again (rare: the line is looked at only after httparse refused it).
+        let (mut as_11, mut slots_11) = (Vec::new(), HeaderSlots::new());
         let mut slots = HeaderSlots::new();
         let req = match request::parse(&self.req_head, slots.get(self.limits.max_headers), &self.limits) {
             Ok(r) => r,
+            Err(HttpError::Version) if later_minor(&self.req_head, &mut as_11) => {
+                match request::parse(&as_11, slots_11.get(self.limits.max_headers), &self.limits) {
+                    Ok(r) => r,
+                    Err(e) => return self.refuse(t, conn, e, hooks),
+                }
+            }
             Err(e) => return self.refuse(t, conn, e, hooks),
         };
         let reads = req.framing != Framing::None && reads_body(&self.sites, self.config, &req);
@@ -120,9 +130,15 @@ impl Server<'_> {
         let route = route(&self.sites, self.config, &req, (https_port, sni), &self.token, &mut rooted, &mut reply);
         let mut answered_at = None;
         if let Some((place, path, query)) = &route.to {
-            // A script that keeps the worker waits as a write to a slow reader does.
-            let stalled = std::cell::RefCell::new(&mut *hooks.stalled);
-            let waiting = || (stalled.borrow_mut())();
+            // A script that keeps the worker waiting a second: the log records held
+            // are written (a kill meanwhile would lose them), and the worker's idle
+            // connections go to others (`Hooks::stalled`).
+            let stalled = std::cell::RefCell::new((&mut *hooks.stalled, &mut self.out.logs));
+            let waiting = || {
+                let (stalled, logs) = &mut *stalled.borrow_mut();
+                logs.waiting();
+                stalled();
+            };
             let link = Link {
                 peer: if client.ip() == conn.peer.ip() { conn.peer } else { client },
                 local_port: conn.local_port,
@@ -145,15 +161,21 @@ impl Server<'_> {
             && may_keep_alive(&self.config.http, conn, hooks.obs);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let cached = reply.cached;
-        let answer = self.out.deliver(t, reply, start, how, hooks);
+        let answer = self.out.deliver(t, reply, start, how, hooks.obs);
         if let Err(e) = &answer.sent
             && transport::file_shrank(e)
         {
             file_shrank(&self.sites[route.vhost], req.target, e);
         }
-        // account
+        // account (once the answer is out: what the socket did not take waits)
         let asked = Asked::Request { req: &req, vhost: route.vhost, kind: route.kind, client: client.ip(), cached };
-        self.out.account(self.config, conn, &asked, &answer, self.input.bytes_in(), t.tls(), hooks.obs);
+        let bytes_in = self.input.bytes_in();
+        if answer.rest.is_some() {
+            let head = &self.out.writer.head;
+            self.unsent = Some(Unsent::owe(answer, &asked, &self.req_head, head, bytes_in, body == BodyState::Done));
+            return Next::Write;
+        }
+        self.out.account(self.config, conn, &asked, &answer, bytes_in, t.tls(), hooks.obs);
         after(&self.input, t, &answer, body == BodyState::Done, hooks.obs)
     }
 
@@ -169,16 +191,14 @@ impl Server<'_> {
         reply.error(e.status(), &e.to_string());
         // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
         let how = Delivery { http11: true, keep_alive: false, head_only: line.starts_with(b"HEAD ") };
-        let answer = self.out.deliver(t, reply, start, how, hooks);
-        self.out.account(
-            self.config,
-            conn,
-            &Asked::Refused { line },
-            &answer,
-            self.input.bytes_in(),
-            t.tls(),
-            hooks.obs,
-        );
+        let answer = self.out.deliver(t, reply, start, how, hooks.obs);
+        let asked = Asked::Refused { line };
+        if answer.rest.is_some() {
+            let head = &self.out.writer.head;
+            self.unsent = Some(Unsent::owe(answer, &asked, line, head, self.input.bytes_in(), false));
+            return Next::Write;
+        }
+        self.out.account(self.config, conn, &asked, &answer, self.input.bytes_in(), t.tls(), hooks.obs);
         hooks.obs.state(ConnState::Closing);
         Next::Linger
     }
@@ -194,6 +214,15 @@ impl Server<'_> {
             .and_then(|v| forwarded::client(peer.ip(), &self.config.trusted_proxies, header, &v))
             .map_or(peer, |ip| SocketAddr::new(ip, 0))
     }
+}
+
+/// A head refused for its version: if it says `HTTP/1.2` to `1.9`, `as_11` is a copy
+/// that says 1.1 ([`request::serve_later_minor_as_11`]).
+#[cold]
+#[inline(never)]
+fn later_minor(head: &[u8], as_11: &mut Vec<u8>) -> bool {
+    as_11.extend_from_slice(head);
+    request::serve_later_minor_as_11(as_11)
 }
 
 /// Whether the location `req` asks for reads request bodies (runs scripts, echoes).
@@ -307,7 +336,7 @@ fn may_keep_alive(http: &Http, conn: &Conn, obs: &mut dyn Observer) -> bool {
 /// A file got shorter while it was sent: the response was cut, and the vhost's
 /// cached files are looked at again.
 #[cold]
-fn file_shrank(site: &Site<'_>, target: &[u8], e: &std::io::Error) {
+pub(super) fn file_shrank(site: &Site<'_>, target: &[u8], e: &std::io::Error) {
     site.files_changed();
     let mut escaped = Vec::new();
     crate::log::format::escape_into(&mut escaped, target);

@@ -6,17 +6,19 @@
 //! The phases a connection goes through (`Phase`): on a `proxy_protocol`
 //! listener first its PROXY header; on a TLS listener its handshake; then a head
 //! (the first is counted from the accept, the later ones from their first byte);
-//! for a location that reads bodies, the rest of its request's body; between
+//! for a location that reads bodies, the rest of its request's body; an answer the
+//! socket did not take whole, written as it drains (`super::unsent`); between
 //! requests idle (nothing of the next one read); at the end perhaps a
 //! lingering close. Only the request cycle ([`super::connection`]) moves a connection
 //! from one phase to the next; the worker asks when its wait runs out
 //! ([`Held::deadline_ms`]) and whether it may leave this process
 //! ([`Held::can_hand_over`]).
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::SystemTime;
 
 use super::input::{Buffer, Input};
-use super::transport::Transport;
+use super::transport::{Rest, Transport};
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
 use crate::gateway::incoming::Incoming;
@@ -95,6 +97,10 @@ pub(super) enum Phase {
     /// bodies (`body_timeout`, longer by what `body_min_rate` earns); the request is
     /// served once it is whole.
     Body(Box<Incoming>),
+    /// An answer the socket did not take whole: the rest waits for room
+    /// (`send_timeout` from the last write that moved bytes), and with it the
+    /// connection's unread input; no next request is read meanwhile.
+    Writing(Box<Unsent>),
     /// Between requests, nothing of the next one read (`keepalive_timeout`).
     Idle,
     /// Shut for writing; what still comes is read and dropped.
@@ -109,14 +115,23 @@ impl Wait {
     /// Moves to `phase`. The clock starts again when a wait of another kind begins:
     /// idle after an answer, a head on an idle connection, a lingering close. The
     /// first head keeps the accept's moment through the PROXY header and handshake.
+    /// An answer's wait starts when it is parked, and again at each write
+    /// ([`Wait::progress`]).
     #[inline]
     pub(super) fn enter(&mut self, phase: Phase) {
-        let restart =
-            matches!((&self.phase, &phase), (_, Phase::Idle | Phase::Lingering { .. }) | (Phase::Idle, Phase::Head(_)));
+        let restart = matches!(
+            (&self.phase, &phase),
+            (_, Phase::Idle | Phase::Lingering { .. } | Phase::Writing(_)) | (Phase::Idle, Phase::Head(_))
+        );
         if restart {
             self.since_ms = now_ms();
         }
         self.phase = phase;
+    }
+
+    /// A parked answer's write moved bytes: its send timeout starts over.
+    pub(super) fn progress(&mut self) {
+        self.since_ms = now_ms();
     }
 
     /// Takes the bytes this phase holds, for a turn ([`Input::begin`]).
@@ -128,14 +143,49 @@ impl Wait {
     }
 
     /// Gives back what a turn left unread ([`Input::end`]): the rest of a PROXY
-    /// header or a head; bytes on an idle connection begin a head.
+    /// header or a head, or the pipelined requests behind a parked answer; bytes on
+    /// an idle connection begin a head.
     pub(super) fn keep(&mut self, unread: Buffer) {
         match &mut self.phase {
             Phase::Proxy(b) | Phase::Head(b) => *b = unread,
+            Phase::Writing(u) => u.input = unread,
             Phase::Idle | Phase::Handshaking if !unread.is_empty() => self.enter(Phase::Head(unread)),
             _ => {}
         }
     }
+}
+
+/// An answer the socket did not take whole, waiting for room with what its record
+/// needs at the end (`super::unsent` writes and accounts it).
+pub(super) struct Unsent {
+    pub(super) rest: Box<Rest>,
+    pub(super) owed: Owed,
+    /// The connection's bytes read and not used yet (pipelined requests).
+    pub(super) input: Buffer,
+}
+
+/// What the access log and the metrics need of an answer once it is out.
+pub(super) struct Owed {
+    /// The request's head (parsed again for the record: a microsecond, on this path
+    /// only), or a refused head's line.
+    pub(super) head: Vec<u8>,
+    pub(super) refused: bool,
+    pub(super) vhost: usize,
+    /// Its `Kind` for the logs' filters (`super::output::Kind`).
+    pub(super) internal: bool,
+    pub(super) health: bool,
+    pub(super) auth: bool,
+    pub(super) client: Option<IpAddr>,
+    pub(super) cached: Option<bool>,
+    pub(super) status: u16,
+    pub(super) body_bytes: u64,
+    pub(super) keep_alive: bool,
+    pub(super) start: SystemTime,
+    pub(super) bytes_in: u64,
+    /// The response's head (the log may quote its fields).
+    pub(super) response_head: Vec<u8>,
+    /// The request's body was read whole (else the connection lingers after).
+    pub(super) body_done: bool,
 }
 
 /// What the worker does with a connection after a turn on it.
@@ -143,6 +193,9 @@ impl Wait {
 pub enum Next {
     /// Keep it in the set until it has input (or its deadline).
     Park,
+    /// Keep it in the set until its socket has room for the rest of its answer (or
+    /// its deadline).
+    Write,
     /// A whole request is already buffered: serve it again after the others.
     Again,
     /// It lingers in the set, shut for writing, until the client closes or
@@ -231,11 +284,29 @@ impl Held {
         matches!(self.wait.phase, Phase::Lingering { .. })
     }
 
+    /// An answer waits for room in the socket.
+    pub fn writing(&self) -> bool {
+        matches!(self.wait.phase, Phase::Writing(_))
+    }
+
+    /// Whether the worker watches the socket for room (`EPOLLOUT`) rather than for
+    /// input: an answer waits, or a TLS session's records do (the rest of a
+    /// handshake's flight).
+    #[inline]
+    pub fn wants_room(&self) -> bool {
+        match &self.layer {
+            Layer::Tls(s) => s.wants_write() || self.writing(),
+            Layer::Plain | Layer::PlainOnTlsPort => self.writing(),
+        }
+    }
+
     /// When its current wait runs out: `header_timeout` for a PROXY header, a
-    /// handshake or a head, `keepalive_timeout` between requests, `LINGER_MS` for a
-    /// lingering close.
+    /// handshake or a head, `send_timeout` since an answer's last write that moved
+    /// bytes, `keepalive_timeout` between requests, `LINGER_MS` for a lingering
+    /// close.
     pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
         let wait = match &self.wait.phase {
+            Phase::Writing(_) => http.send_timeout.as_millis() as u64,
             Phase::Body(body) => return body.deadline_ms(http.body_timeout, http.body_min_rate),
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Idle => http.keepalive_timeout.as_millis() as u64,

@@ -4,7 +4,8 @@
 //! TLS session ([`transport`]), the turns the worker gives a connection
 //! ([`connection`]), the stages that serve one request (`cycle`: read, route,
 //! admit, answer, decorate (`decorate`), deliver, account), the answer's delivery
-//! and its access-log record (`output`), and the worker's view into all of it
+//! and its access-log record (`output`), an answer the socket did not take whole,
+//! written as it drains (`unsent`), and the worker's view into all of it
 //! ([`observer`]).
 //!
 //! The protocol's own rules (parsing, paths, ranges, preconditions, the response
@@ -21,3 +22,4 @@ pub mod input;
 pub mod observer;
 mod output;
 pub mod transport;
+mod unsent;

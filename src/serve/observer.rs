@@ -1,5 +1,5 @@
 //! The worker's view into a connection: what the request cycle tells it (state
-//! changes for the scoreboard, progress for the watchdog, what the metrics count) and
+//! changes for the scoreboard and the watchdog, what the metrics count) and
 //! asks it (must this worker stop keeping connections alive?), without knowing about
 //! processes.
 
@@ -22,15 +22,13 @@ pub trait Observer {
     /// A request has been answered (not the master's internal ones): what the
     /// metrics count of it.
     fn served(&mut self, outcome: &crate::scoreboard::counters::Outcome<'_>);
-    /// Progress on a long write (a stuck-worker watchdog reads it).
-    fn heartbeat(&mut self);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
 }
 
 /// What the worker lends a turn on a connection: its observer, and what to do when a
-/// write to a slow reader has waited a slice (the worker hands its idle connections
-/// to others meanwhile).
+/// script has kept it waiting a second (the worker hands its idle connections to
+/// others meanwhile).
 pub struct Hooks<'a> {
     pub obs: &'a mut dyn Observer,
     pub stalled: &'a mut dyn FnMut(),

@@ -6,8 +6,8 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 use super::held::Conn;
-use super::observer::{ConnState, Hooks, Observer};
-use super::transport::{Pacer, Transport};
+use super::observer::{ConnState, Observer};
+use super::transport::{Rest, Sent, Transport};
 use crate::config::Config;
 use crate::http::date::DateCache;
 use crate::http::request::Request;
@@ -27,7 +27,6 @@ pub(super) struct Output {
 pub(super) struct HeadWriter {
     pub(super) date: DateCache,
     pub(super) server_header: &'static str,
-    pub(super) send_timeout: Duration,
     /// The last head sent (the access log may quote its fields).
     pub(super) head: Vec<u8>,
 }
@@ -58,8 +57,12 @@ pub(super) struct Answer {
     pub(super) status: u16,
     /// The body's length (0 when only the head was sent).
     pub(super) body_bytes: u64,
-    /// The bytes written, or why the write failed.
+    /// The bytes written (so far, when `rest` waits), or why the write failed.
     pub(super) sent: io::Result<u64>,
+    /// What the socket did not take: it waits with the connection.
+    pub(super) rest: Option<Box<Rest>>,
+    /// The bytes written before the write failed (a parked answer's).
+    pub(super) cut_at: u64,
     pub(super) keep_alive: bool,
     pub(super) start: SystemTime,
     /// How long answering took (%D, %T, the metrics' histogram).
@@ -68,8 +71,7 @@ pub(super) struct Answer {
 
 impl HeadWriter {
     /// Sends `reply`: the head made from it, then its body unless the request or
-    /// the status wants none. `waiting` when the client has kept the worker waiting
-    /// a slice (see [`Pacer`]).
+    /// the status wants none, as far as the socket takes it now.
     #[inline(always)]
     fn send(
         &mut self,
@@ -78,7 +80,6 @@ impl HeadWriter {
         start: SystemTime,
         mut how: Delivery,
         obs: &mut dyn Observer,
-        waiting: &mut dyn FnMut(),
     ) -> Answer {
         obs.state(ConnState::Writing);
         let mut body = std::mem::replace(&mut reply.body, Body::None);
@@ -88,25 +89,36 @@ impl HeadWriter {
         let date = self.date.at(start);
         response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
         let send_body = !how.head_only && !response::bodiless(reply.status);
-        // Both callbacks reach the observer; they never run at the same time.
-        let obs = std::cell::RefCell::new(obs);
-        let mut heartbeat = || obs.borrow_mut().heartbeat();
-        let mut pacer = Pacer::new(self.send_timeout, &mut heartbeat, waiting);
         if !how.keep_alive {
             t.last_response();
         }
         let chunked = how.http11 && body.length().is_none();
-        let sent = t.send(&self.head, send_body.then_some(&mut body), chunked, &mut pacer);
-        let body_bytes = if send_body { body.sent() } else { 0 };
+        // Known before the send: a file's range may move into what waits.
+        let known = if send_body { body.sent() } else { 0 };
+        let (sent, rest) = match t.send(&self.head, send_body.then_some(&mut body), chunked) {
+            Ok(Sent::All(n)) => (Ok(n), None),
+            Ok(Sent::Parked(rest)) => (Ok(rest.sent), Some(rest)),
+            Err(e) => (Err(e), None),
+        };
+        let body_bytes = match &rest {
+            Some(r) => r.streamed().unwrap_or(known),
+            None if send_body && matches!(body, Body::Stream(_)) => body.sent(),
+            None => known,
+        };
         let duration = start.elapsed().unwrap_or_default();
-        Answer { status: reply.status, body_bytes, sent, keep_alive: how.keep_alive, start, duration }
+        Answer { status: reply.status, body_bytes, sent, rest, cut_at: 0, keep_alive: how.keep_alive, start, duration }
     }
 }
 
 impl Answer {
+    /// The bytes written, all of the answer or as far as it went.
+    pub(super) fn bytes_out(&self) -> u64 {
+        *self.sent.as_ref().unwrap_or(&self.cut_at)
+    }
+
     /// The request as the metrics count it.
     pub(super) fn outcome<'a>(&self, method: &'a [u8], cached: Option<bool>, refused: bool) -> Outcome<'a> {
-        let bytes = *self.sent.as_ref().unwrap_or(&0);
+        let bytes = self.bytes_out();
         Outcome { method, status: self.status, bytes, duration: self.duration, cached, refused }
     }
 }
@@ -116,10 +128,8 @@ fn vhost_name(config: &Config, index: usize) -> &str {
 }
 
 impl Output {
-    /// The deliver stage: sends `reply` as `how` says. When the client has kept the
-    /// worker waiting a slice, the access-log records held back are written out (a
-    /// kill or crash while a slow client holds it would lose them) and the worker's
-    /// stall hook runs.
+    /// The deliver stage: sends `reply` as `how` says, as far as the socket takes it
+    /// now (the rest, if any, in the [`Answer`]).
     #[inline(always)]
     pub(super) fn deliver(
         &mut self,
@@ -127,15 +137,9 @@ impl Output {
         reply: Reply<'_>,
         start: SystemTime,
         how: Delivery,
-        hooks: &mut Hooks<'_>,
+        obs: &mut dyn Observer,
     ) -> Answer {
-        let logs = &mut self.logs;
-        let stalled = &mut *hooks.stalled;
-        let mut waiting = || {
-            logs.waiting();
-            stalled();
-        };
-        self.writer.send(t, reply, start, how, hooks.obs, &mut waiting)
+        self.writer.send(t, reply, start, how, obs)
     }
 
     /// The account stage: the metrics count the request (not the master's dummy
@@ -227,7 +231,7 @@ impl Output {
             status: answer.status,
             body_bytes: answer.body_bytes,
             bytes_in,
-            bytes_out: *answer.sent.as_ref().unwrap_or(&0),
+            bytes_out: answer.bytes_out(),
             start: answer.start,
             duration: answer.duration,
             vhost: vhost_name(config, vhost),

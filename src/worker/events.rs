@@ -1,6 +1,6 @@
 //! A worker's loop: one `epoll` set holds the listeners, the handover socket and every
 //! connection this worker keeps between requests; whichever has something ready is
-//! served, one request at a time, with blocking writes.
+//! served, one request at a time, and nothing waits on a client.
 //!
 //! Why (docs/keepalive.md has the measurements): a prefork worker that waits on an
 //! idle kept-alive connection serves nobody, so a few hundred browsers thinking
@@ -17,19 +17,24 @@
 //! trickling client holds no worker. A connection on a TLS listener carries its
 //! rustls session: its handshake advances a turn of this loop at a time as records
 //! arrive, under the same `header_timeout` (`tls::stream`). Request bodies are never
-//! waited for (`http::body`). Only writes block, each bounded by `send_timeout` and
-//! watched by the master's stuck-worker watchdog.
+//! waited for (`http::body`). Nor are writes: sockets are non-blocking from the
+//! accept, and an answer the socket does not take whole waits in the set, watched
+//! for room (`EPOLLOUT`) instead of input, and is written as the client reads,
+//! between the worker's other turns, under `send_timeout` from its last progress
+//! (`serve::unsent`). A client that stops reading costs a socket and a small box,
+//! not a worker.
 //!
-//! A worker whose write to a slow reader has waited a second hands the idle
-//! connections it holds to the others meanwhile (`Parked::hand_over`), so one slow
-//! download does not hold up the requests of the connections parked beside it.
+//! A worker whose script keeps it waiting a second hands the idle connections it
+//! holds to the others meanwhile (`Parked::relieve`), so their next requests do not
+//! wait for the script.
 //!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
 //! stops taking connections and hands every idle plain connection to a worker that
 //! stays ([`crate::handover`]); what cannot be handed over (a TLS session's state is
-//! this process's) is served with `Connection: close` at its next request, or closed
-//! between requests after a second's grace, so no connection is ever closed under a
-//! request on its way. Then the worker exits.
+//! this process's, an answer still being written) is served with `Connection:
+//! close` at its next request, written to its end, or closed between requests after
+//! a second's grace, so no connection is ever closed under a request on its way.
+//! Then the worker exits. A hard stop (`TERM`) closes all of them.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
@@ -39,12 +44,22 @@ use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
-use super::parked::{Parked, Table, handover_open, publish_counts};
+use super::parked::{Parked, Table, handover_open, interest, publish_counts};
 use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next};
 use crate::serve::observer::Hooks;
+
+/// Takes a connection from `listener`, its socket non-blocking (`accept4` with
+/// `SOCK_NONBLOCK`: no write of ours ever waits on a client) and closed on exec.
+fn accept_nonblocking(
+    listener: &std::net::TcpListener,
+) -> std::io::Result<(std::net::TcpStream, std::net::SocketAddr)> {
+    let (socket, addr) = socket2::SockRef::from(listener).accept4(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)?;
+    let peer = addr.as_socket().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    Ok((socket.into(), peer))
+}
 
 /// Event tags above any index into the connection table.
 const LISTENER: u64 = 1 << 62;
@@ -98,7 +113,8 @@ pub(super) struct Loop<'a, 'c> {
     cap: usize,
     full: bool,
     leaving: Option<Leaving>,
-    /// When a leaving worker closes the idle connections it still holds.
+    /// When a leaving worker closes the idle connections it still holds (and from
+    /// then on, those that become idle).
     close_idle_at: u64,
     accept_paused_until: u64,
     next_sweep: u64,
@@ -223,8 +239,8 @@ impl<'a, 'c> Loop<'a, 'c> {
                     self.leave(why);
                 }
             }
-            if self.leaving.is_some() && now >= self.close_idle_at && self.close_idle_at != 0 {
-                self.close_idle_at = 0;
+            // After the grace, and again as answers being written end.
+            if self.leaving.is_some() && now >= self.close_idle_at {
                 let closed = self.parked.close_idle();
                 if closed > 0 {
                     log::debug!("leaving: closed {closed} idle connections");
@@ -264,7 +280,7 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// Takes one connection from listener `i` and serves what it brought.
     fn accept(&mut self, i: usize) -> Result<(), ChildExit> {
         let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(()) };
-        let (stream, peer) = match l.socket.accept() {
+        let (stream, peer) = match accept_nonblocking(&l.socket) {
             Ok(c) => c,
             Err(e) => {
                 return match e.raw_os_error() {
@@ -361,11 +377,12 @@ impl<'a, 'c> Loop<'a, 'c> {
             return;
         }
         let fd = held.stream().as_raw_fd();
+        let room = held.wants_room();
         let p = &mut self.parked;
-        let i = p.table.insert(held);
+        let i = p.table.insert(held, room);
         let h = p.table.get(i).expect("just inserted");
         // The tag is the table index, the connection's until it leaves the table.
-        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)) {
+        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(interest(room), i as u64)) {
             log::warn!("cannot watch connection {fd}: {e}");
             p.table.remove(i);
             return;
@@ -376,18 +393,19 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.publish();
     }
 
-    /// A held connection has input (or was left with a whole request buffered). It
-    /// is out of the table while it is served.
+    /// A held connection has input, or room for the rest of its answer (or was left
+    /// with a whole request buffered). It is out of the table while it is served.
     fn serve(&mut self, i: usize) {
         let Some(mut h) = self.parked.table.take_out(i) else { return };
         let next = self.turn(&mut h, false);
         self.settle(i, h, next);
     }
 
-    /// One turn on a connection out of the table: what it has is served, or (`expired`)
-    /// its wait has run out. A write that waits on a slow reader hands the idle
-    /// connections this worker holds to the others meanwhile (not while it leaves: it
-    /// finishes them itself), so their next requests do not wait for it.
+    /// One turn on a connection out of the table: what it has is served (or the rest
+    /// of its answer written), or (`expired`) its wait has run out. A script that
+    /// keeps the worker waiting hands the idle connections this worker holds to the
+    /// others meanwhile (not while it leaves: it finishes them itself), so their next
+    /// requests do not wait for it.
     fn turn(&mut self, h: &mut Held, expired: bool) -> Next {
         let Loop { server, obs, parked, ctx, .. } = self;
         server.sync_logs();
@@ -405,9 +423,9 @@ impl<'a, 'c> Loop<'a, 'c> {
     fn settle(&mut self, i: usize, h: Held, next: Next) {
         let p = &mut self.parked;
         match next {
-            Next::Park | Next::Linger => p.table.put_back(i, h),
+            Next::Park | Next::Write | Next::Linger => p.put_back(i, h),
             Next::Again => {
-                p.table.put_back(i, h);
+                p.put_back(i, h);
                 if !p.ready.contains(&i) {
                     p.ready.push_back(i);
                 }
@@ -423,7 +441,8 @@ impl<'a, 'c> Loop<'a, 'c> {
     }
 
     /// Deadlines: idle connections past `keepalive_timeout`, heads past
-    /// `header_timeout`, lingering closes past their moment.
+    /// `header_timeout`, answers the client took nothing of for `send_timeout`,
+    /// lingering closes past their moment.
     fn sweep(&mut self, now: u64) {
         let http = &self.ctx.config.http;
         let slots = self.parked.table.slots.len();

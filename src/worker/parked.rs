@@ -28,20 +28,26 @@ pub(crate) struct Parked {
 #[derive(Default)]
 pub(super) struct Table {
     pub(super) slots: Vec<Option<Held>>,
+    /// Whether each slot's socket is watched for room (`EPOLLOUT`: an answer waits)
+    /// rather than input.
+    room: Vec<bool>,
     free: Vec<usize>,
     pub(super) len: usize,
 }
 
 impl Table {
-    pub(super) fn insert(&mut self, h: Held) -> usize {
+    /// Holds `h`, watched for room (`room`) or for input.
+    pub(super) fn insert(&mut self, h: Held, room: bool) -> usize {
         self.len += 1;
         match self.free.pop() {
             Some(i) => {
                 self.slots[i] = Some(h);
+                self.room[i] = room;
                 i
             }
             None => {
                 self.slots.push(Some(h));
+                self.room.push(room);
                 self.slots.len() - 1
             }
         }
@@ -74,21 +80,39 @@ impl Table {
 }
 
 impl Parked {
+    /// Puts a connection back after a turn, watched from now on for what it waits
+    /// for: room for an answer, or input.
+    #[inline]
+    pub(super) fn put_back(&mut self, i: usize, h: Held) {
+        let room = h.wants_room();
+        if room != self.table.room[i] {
+            let ev = EpollEvent::new(interest(room), i as u64);
+            match self.epoll.modify(h.stream().as_fd(), &mut { ev }) {
+                Ok(()) => self.table.room[i] = room,
+                Err(e) => log::warn!("cannot watch connection {i}: {e}"),
+            }
+        }
+        self.table.put_back(i, h);
+    }
+
     /// Connections kept alive (held between requests: waiting for a request, or
-    /// for the rest of one), and lingering closes.
-    pub(super) fn counts(&self) -> (u32, u32) {
-        let (mut keepalive, mut closing) = (0, 0);
+    /// for the rest of one), answers waiting for room in their socket, and
+    /// lingering closes.
+    pub(super) fn counts(&self) -> (u32, u32, u32) {
+        let (mut keepalive, mut writing, mut closing) = (0, 0, 0);
         for h in self.table.slots.iter().flatten() {
             if h.lingering() {
                 closing += 1;
+            } else if h.writing() {
+                writing += 1;
             } else {
                 keepalive += 1;
             }
         }
-        (keepalive, closing)
+        (keepalive, writing, closing)
     }
 
-    /// A write has waited on a slow reader: the idle connections go to workers that
+    /// A script has kept the worker waiting: the idle connections go to workers that
     /// are free meanwhile, if a worker of this generation stays to adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot) {
         let Some(handover) = handover_open(ctx) else { return };
@@ -127,6 +151,7 @@ impl Parked {
                     sent += 1;
                 }
                 Err(e) => {
+                    // Handed over only while it waits for input.
                     let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
                     let _ = self.epoll.add(h.stream().as_fd(), ev);
                     kept += 1;
@@ -155,6 +180,11 @@ impl Parked {
     }
 }
 
+/// What a connection is watched for: input, or room for the rest of an answer.
+pub(super) fn interest(room: bool) -> EpollFlags {
+    if room { EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN }
+}
+
 /// Whether idle connections may be handed over now: a worker of the current
 /// generation stays to adopt them (not while stopping, nor after WINCH).
 pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
@@ -166,7 +196,8 @@ pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
 /// Writes what a worker holds into its scoreboard slot (the status page's async
 /// connections).
 pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
-    let (keepalive, closing) = parked.counts();
+    let (keepalive, writing, closing) = parked.counts();
     slot.conns_keepalive.store(keepalive, Relaxed);
+    slot.conns_writing.store(writing, Relaxed);
     slot.conns_closing.store(closing, Relaxed);
 }

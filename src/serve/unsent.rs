@@ -1,0 +1,158 @@
+//! An answer the socket did not take whole: a client that reads slowly, or not at
+//! all, costs a socket and this box, never a worker.
+//!
+//! What is left of the answer ([`Rest`]: the bytes not written, a file's range, a
+//! stream's reader; over TLS also the records sealed in the session) waits with the
+//! connection in the worker's set (`Phase::Writing`), which watches the socket for
+//! room and gives it a turn when there is some: [`Server::write_more`] writes what
+//! the socket takes then (about [`SEND_CHUNK`](super::transport::SEND_CHUNK) at
+//! most, so one fast reader does not starve the others) between the worker's other
+//! turns. The connection reads no further request meanwhile: its unread bytes wait
+//! here too, and are served once the answer is out. The answer's access-log record
+//! and its count in the metrics are made then ([`Server::finish_answer`]), or when
+//! the write fails or `send_timeout` passes with no byte taken, with the bytes sent
+//! by then: every answered request is logged once, with its real size.
+
+use super::connection::Server;
+use super::cycle::{HeaderSlots, file_shrank};
+use super::held::{Held, Layer, Next, Owed, Phase, Unsent};
+use super::input::Buffer;
+use super::observer::{ConnState, Observer};
+use super::output::{Answer, Asked, Kind};
+use super::transport::{self, Transport};
+use crate::http::request;
+use crate::tls::stream::TlsStream;
+
+impl Unsent {
+    /// The rest of `answer` (whose [`Answer::rest`] is some), for the request `asked`
+    /// whose head is `head`; `response_head`: the head sent.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn owe(
+        mut answer: Answer,
+        asked: &Asked<'_>,
+        head: &[u8],
+        response_head: &[u8],
+        bytes_in: u64,
+        body_done: bool,
+    ) -> Box<Unsent> {
+        let (head, refused, vhost, kind, client, cached) = match *asked {
+            Asked::Request { vhost, kind, client, cached, .. } => {
+                (head.to_vec(), false, vhost, kind, Some(client), cached)
+            }
+            Asked::Refused { line } => (line.to_vec(), true, 0, Kind::default(), None, None),
+        };
+        let owed = Owed {
+            head,
+            refused,
+            vhost,
+            internal: kind.internal,
+            health: kind.health,
+            auth: kind.auth,
+            client,
+            cached,
+            status: answer.status,
+            body_bytes: answer.body_bytes,
+            keep_alive: answer.keep_alive,
+            start: answer.start,
+            bytes_in,
+            response_head: response_head.to_vec(),
+            body_done,
+        };
+        let rest = answer.rest.take().expect("an answer with a rest");
+        Box::new(Unsent { rest, owed, input: Buffer::default() })
+    }
+}
+
+impl Server<'_> {
+    /// A turn on a connection whose answer waits: the socket has room (or broke).
+    /// Writes what it takes; once all is out (or the write failed), the answer is
+    /// accounted and the connection goes on as the answer said.
+    pub(super) fn write_more(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
+        let Phase::Writing(u) = &mut h.wait.phase else { return Next::Park };
+        let done = match &mut h.layer {
+            Layer::Plain | Layer::PlainOnTlsPort => (&h.stream).resume(&mut u.rest),
+            Layer::Tls(s) => {
+                let mut stage = std::mem::take(&mut self.tls_stage);
+                let done = TlsStream::new(&h.stream, s, &mut stage).resume(&mut u.rest);
+                self.tls_stage = stage;
+                done
+            }
+        };
+        match done {
+            Ok(false) => {
+                // The socket took bytes: the send timeout starts over.
+                h.wait.progress();
+                Next::Write
+            }
+            Ok(true) => self.finish_answer(h, Ok(()), obs),
+            Err(e) => self.finish_answer(h, Err(e), obs),
+        }
+    }
+
+    /// The answer of a connection in `Phase::Writing` is out, or failed (`result`),
+    /// or its send timeout passed: it is counted and logged, and the connection goes
+    /// on: its next request (pipelined: [`Next::Again`]), idle, a lingering close, or
+    /// closed.
+    pub(super) fn finish_answer(&mut self, h: &mut Held, result: std::io::Result<()>, obs: &mut dyn Observer) -> Next {
+        let Phase::Writing(u) = std::mem::replace(&mut h.wait.phase, Phase::Idle) else { return Next::Park };
+        // Idle from now: the keep-alive wait starts when the answer is out.
+        h.wait.enter(Phase::Idle);
+        let Unsent { rest, owed, input } = *u;
+        let answer = Answer {
+            status: owed.status,
+            body_bytes: rest.streamed().unwrap_or(owed.body_bytes),
+            sent: result.map(|()| rest.sent),
+            rest: None,
+            cut_at: rest.sent,
+            keep_alive: owed.keep_alive,
+            start: owed.start,
+            duration: owed.start.elapsed().unwrap_or_default(),
+        };
+        let mut stage = std::mem::take(&mut self.tls_stage);
+        let mut tls = match &mut h.layer {
+            Layer::Tls(s) => Some(TlsStream::new(&h.stream, s, &mut stage)),
+            Layer::Plain | Layer::PlainOnTlsPort => None,
+        };
+        let fields = tls.as_ref().and_then(|t| t.tls());
+        // The head sent, for the record (the worker's buffer is the next answer's).
+        self.out.writer.head = owed.response_head;
+        let mut slots = HeaderSlots::new();
+        let mut head = owed.head;
+        let parsed = if owed.refused {
+            None
+        } else {
+            // Served as 1.1 if it said `HTTP/1.2` to `1.9`, as when it was read.
+            request::serve_later_minor_as_11(&mut head);
+            request::parse(&head, slots.get(self.limits.max_headers), &self.limits).ok()
+        };
+        let asked = match (&parsed, owed.client) {
+            (Some(req), Some(client)) => {
+                if let Err(e) = &answer.sent
+                    && transport::file_shrank(e)
+                {
+                    file_shrank(&self.sites[owed.vhost], req.target, e);
+                }
+                let kind = Kind { internal: owed.internal, health: owed.health, auth: owed.auth };
+                Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached }
+            }
+            _ => Asked::Refused { line: request::request_line(&head) },
+        };
+        self.out.account(self.config, &h.conn, &asked, &answer, owed.bytes_in, fields, obs);
+        let buffered = tls.as_mut().is_some_and(|t| t.buffered());
+        drop(tls);
+        self.tls_stage = stage;
+        if answer.sent.is_err() {
+            return Next::Close;
+        }
+        let unread = !input.is_empty() || buffered;
+        // A worker told to leave while it wrote closes the connection now, at the
+        // request's end, rather than keep it idle.
+        if answer.keep_alive && !obs.must_close() {
+            h.wait.keep(input);
+            return if unread { Next::Again } else { Next::Park };
+        }
+        obs.state(ConnState::Closing);
+        if !owed.body_done || unread { h.linger(&mut self.input) } else { Next::Close }
+    }
+}
