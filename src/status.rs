@@ -168,7 +168,6 @@ impl Snapshot {
         let _ = writeln!(s, "IdleWorkers: {}", self.idle());
         // Apache event's names, so its monitoring templates read these too.
         let _ = writeln!(s, "ConnsTotal: {}", self.conns_total());
-        let _ = writeln!(s, "ConnsAsyncWriting: 0");
         let _ = writeln!(s, "ConnsAsyncWriting: {}", self.conns_writing());
         let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_keepalive());
         let _ = writeln!(s, "ConnsAsyncClosing: {}", self.conns_closing());

@@ -188,6 +188,14 @@ pub(super) struct Owed {
     pub(super) body_done: bool,
 }
 
+/// What the worker watches a connection's socket for ([`Held::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    Input,
+    Room,
+    Both,
+}
+
 /// What the worker does with a connection after a turn on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -289,14 +297,17 @@ impl Held {
         matches!(self.wait.phase, Phase::Writing(_))
     }
 
-    /// Whether the worker watches the socket for room (`EPOLLOUT`) rather than for
-    /// input: an answer waits, or a TLS session's records do (the rest of a
-    /// handshake's flight).
+    /// What the worker watches the socket for: input; room alone while an answer
+    /// waits (no next request is read meanwhile); or both while a TLS session's
+    /// sealed records wait (the rest of a handshake's flight, which the client waits
+    /// for; the turn writes them first). A lingering close watches input only: what
+    /// it still had to say is dropped, as a close never waits.
     #[inline]
-    pub fn wants_room(&self) -> bool {
-        match &self.layer {
-            Layer::Tls(s) => s.wants_write() || self.writing(),
-            Layer::Plain | Layer::PlainOnTlsPort => self.writing(),
+    pub fn watch(&self) -> Watch {
+        match (&self.layer, &self.wait.phase) {
+            (_, Phase::Writing(_)) => Watch::Room,
+            (Layer::Tls(s), phase) if s.wants_write() && !matches!(phase, Phase::Lingering { .. }) => Watch::Both,
+            _ => Watch::Input,
         }
     }
 

@@ -146,11 +146,20 @@ impl Server<'_> {
             return Next::Close;
         }
         let unread = !input.is_empty() || buffered;
-        // A worker told to leave while it wrote closes the connection now, at the
-        // request's end, rather than keep it idle.
-        if answer.keep_alive && !obs.must_close() {
+        if answer.keep_alive {
+            // The next request, already here, is served (with `Connection: close`
+            // if the worker is leaving); else the connection waits for one, or, if
+            // the worker was told to leave while it wrote, is closed at this
+            // request boundary.
             h.wait.keep(input);
-            return if unread { Next::Again } else { Next::Park };
+            if unread {
+                return Next::Again;
+            }
+            if !obs.must_close() {
+                return Next::Park;
+            }
+            obs.state(ConnState::Closing);
+            return Next::Close;
         }
         obs.state(ConnState::Closing);
         if !owed.body_done || unread { h.linger(&mut self.input) } else { Next::Close }

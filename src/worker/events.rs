@@ -194,8 +194,11 @@ impl<'a, 'c> Loop<'a, 'c> {
     pub(super) fn run(mut self) -> ChildExit {
         let mut events = [EpollEvent::empty(); EVENTS];
         loop {
-            if self.leaving.is_none() && self.obs.slot.state() != State::Ready {
-                self.obs.slot.set_state(State::Ready);
+            // Between turns the worker waits for work, whatever its last turn set
+            // (a parked answer's included): ready, or graceful once it leaves.
+            let resting = if self.leaving.is_none() { State::Ready } else { State::Graceful };
+            if self.obs.slot.state() != resting {
+                self.obs.slot.set_state(resting);
             }
             let wait = if self.parked.ready.is_empty() {
                 self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
@@ -377,12 +380,12 @@ impl<'a, 'c> Loop<'a, 'c> {
             return;
         }
         let fd = held.stream().as_raw_fd();
-        let room = held.wants_room();
+        let watch = held.watch();
         let p = &mut self.parked;
-        let i = p.table.insert(held, room);
+        let i = p.table.insert(held, watch);
         let h = p.table.get(i).expect("just inserted");
         // The tag is the table index, the connection's until it leaves the table.
-        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(interest(room), i as u64)) {
+        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(interest(watch), i as u64)) {
             log::warn!("cannot watch connection {fd}: {e}");
             p.table.remove(i);
             return;

@@ -11,7 +11,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
 use super::WorkerCtx;
 use crate::handover::{self, Handover};
-use crate::serve::held::Held;
+use crate::serve::held::{Held, Watch};
 
 /// What a worker holds between requests: its `epoll` set and the connections in it.
 pub(crate) struct Parked {
@@ -28,26 +28,25 @@ pub(crate) struct Parked {
 #[derive(Default)]
 pub(super) struct Table {
     pub(super) slots: Vec<Option<Held>>,
-    /// Whether each slot's socket is watched for room (`EPOLLOUT`: an answer waits)
-    /// rather than input.
-    room: Vec<bool>,
+    /// What each slot's socket is watched for.
+    watch: Vec<Watch>,
     free: Vec<usize>,
     pub(super) len: usize,
 }
 
 impl Table {
-    /// Holds `h`, watched for room (`room`) or for input.
-    pub(super) fn insert(&mut self, h: Held, room: bool) -> usize {
+    /// Holds `h`, its socket watched for `watch`.
+    pub(super) fn insert(&mut self, h: Held, watch: Watch) -> usize {
         self.len += 1;
         match self.free.pop() {
             Some(i) => {
                 self.slots[i] = Some(h);
-                self.room[i] = room;
+                self.watch[i] = watch;
                 i
             }
             None => {
                 self.slots.push(Some(h));
-                self.room.push(room);
+                self.watch.push(watch);
                 self.slots.len() - 1
             }
         }
@@ -81,14 +80,14 @@ impl Table {
 
 impl Parked {
     /// Puts a connection back after a turn, watched from now on for what it waits
-    /// for: room for an answer, or input.
+    /// for: input, or room for an answer.
     #[inline]
     pub(super) fn put_back(&mut self, i: usize, h: Held) {
-        let room = h.wants_room();
-        if room != self.table.room[i] {
-            let ev = EpollEvent::new(interest(room), i as u64);
+        let watch = h.watch();
+        if watch != self.table.watch[i] {
+            let ev = EpollEvent::new(interest(watch), i as u64);
             match self.epoll.modify(h.stream().as_fd(), &mut { ev }) {
-                Ok(()) => self.table.room[i] = room,
+                Ok(()) => self.table.watch[i] = watch,
                 Err(e) => log::warn!("cannot watch connection {i}: {e}"),
             }
         }
@@ -180,9 +179,13 @@ impl Parked {
     }
 }
 
-/// What a connection is watched for: input, or room for the rest of an answer.
-pub(super) fn interest(room: bool) -> EpollFlags {
-    if room { EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN }
+/// The `epoll` events for what a connection is watched for (level-triggered).
+pub(super) fn interest(watch: Watch) -> EpollFlags {
+    match watch {
+        Watch::Input => EpollFlags::EPOLLIN,
+        Watch::Room => EpollFlags::EPOLLOUT,
+        Watch::Both => EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT,
+    }
 }
 
 /// Whether idle connections may be handed over now: a worker of the current
