@@ -159,6 +159,15 @@ impl Incoming {
         self.len() == 0
     }
 
+    /// The bytes of a body of known length still to come (None: chunked, its
+    /// end not known yet).
+    pub fn left(&self) -> Option<u64> {
+        match self.framing {
+            Decode::Length(n) => Some(n),
+            Decode::Chunked(_) => None,
+        }
+    }
+
     /// Whether the body is whole.
     pub fn done(&self) -> bool {
         matches!(self.framing, Decode::Length(0))

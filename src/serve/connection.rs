@@ -298,7 +298,7 @@ impl<'c> Server<'c> {
         hooks: &mut Hooks<'_>,
     ) -> Option<Next> {
         let Phase::Body(incoming) = &mut wait.phase else { return None };
-        match body::take_body(&mut self.input, t, incoming) {
+        match body::take_body(&mut self.input, t, incoming, &mut self.bodies.scratch) {
             Ok(false) => Some(Next::Park),
             Ok(true) => {
                 if let Phase::Body(whole) = std::mem::replace(&mut wait.phase, Phase::Head(Buffer::default())) {

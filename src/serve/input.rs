@@ -8,7 +8,7 @@
 //! more come. [`Input::drop_body`] drops a request body that is all there (for the
 //! locations that need none) or says that it is not, and the answer closes the
 //! connection; a body a location reads is taken from here by the event loop
-//! ([`Input::consume`], [`Input::read_more`]); [`Input::drain`] reads and drops
+//! ([`Input::consume`], then [`Input::read_past`] into the worker's scratch); [`Input::drain`] reads and drops
 //! what a closing client still sends, so it reads our answer rather than a reset.
 //! Everything goes through a [`Transport`], so unit tests and the `framing` fuzz
 //! target run this code on bytes in memory.
@@ -245,15 +245,33 @@ impl Input {
         self.bytes_in += n as u64;
     }
 
-    /// Reads what has arrived into the buffer (for a request body taken out of it
-    /// with [`Input::consume`]); `Ok(0)` is end of stream.
-    pub fn read_more(&mut self, t: &mut impl Transport) -> io::Result<usize> {
+    /// Reads what has arrived past the buffer, straight into `scratch` (a request
+    /// body's bytes, which the caller takes from there: a large upload moves in
+    /// reads of the scratch's size, not the buffer's); only when nothing is left
+    /// unread. `Ok(0)` is end of stream.
+    pub fn read_past(&mut self, t: &mut impl Transport, scratch: &mut [u8]) -> io::Result<usize> {
+        debug_assert!(!self.has_unread());
         loop {
-            match self.fill(t, self.limit) {
+            match t.read(scratch) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return other,
             }
         }
+    }
+
+    /// Counts `n` bytes taken from a [`Input::read_past`] scratch as read, and keeps
+    /// `rest`, what followed them (the next request), as unread.
+    pub fn took_past(&mut self, n: usize, rest: &[u8]) {
+        self.bytes_in += n as u64;
+        if rest.is_empty() {
+            return;
+        }
+        self.buf.start = 0;
+        self.buf.end = rest.len();
+        if self.buf.bytes.len() < rest.len() {
+            self.buf.bytes.resize(rest.len(), 0);
+        }
+        self.buf.bytes[..rest.len()].copy_from_slice(rest);
     }
 
     /// Reads a PROXY protocol header from what has arrived (`proxy_protocol`):
