@@ -742,3 +742,56 @@ fn try_files_sends_every_path_that_is_not_a_file_to_a_php_front_controller() {
     assert_eq!(var(&t, "PATH_INFO"), Some("/api/v2/items"), "{t}");
     assert_eq!(var(&t, "GET_a"), Some("x y"), "{t}");
 }
+
+#[test]
+fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
+    let site = cgi_site();
+    script(&site, "htdocs/cgi-bin/ppid.sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n%s' \"$PPID\"");
+    let (started, go) = (site.path("started"), site.path("go"));
+    script(
+        &site,
+        "htdocs/cgi-bin/waits.sh",
+        &format!(
+            "touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; printf 'Content-Type: text/plain\\r\\n\\r\\ndone'",
+            started = started.display(),
+            go = go.display()
+        ),
+    );
+    cgi_config(&site, "\n[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n");
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
+    std::fs::write(site.path("conf/pika.toml"), text.replace("script_timeout = \"2s\"", "script_timeout = \"60s\""))
+        .unwrap();
+    let p = Pika::start(&site, "-F");
+    // Which worker (the script's parent) answers on a kept-alive connection.
+    let ask = |s: &mut std::net::TcpStream| -> String {
+        s.write_all(b"GET /cgi-bin/ppid.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        read_response(s, false).expect("an answer").text()
+    };
+    // Three kept-alive connections on two workers: two are held by the same one.
+    let mut conns: Vec<(std::net::TcpStream, String)> = (0..3)
+        .map(|_| {
+            let mut s = connect(p.addr);
+            s.set_read_timeout(Some(DEADLINE)).unwrap();
+            let w = ask(&mut s);
+            (s, w)
+        })
+        .collect();
+    let (i, j) =
+        [(0, 1), (0, 2), (1, 2)].into_iter().find(|&(i, j)| conns[i].1 == conns[j].1).expect("a shared worker");
+    let worker = conns[i].1.clone();
+    let (mut idle, mut busy) = {
+        let b = conns.remove(j).0;
+        (conns.remove(i).0, b)
+    };
+    // That worker runs a script that waits for the test; meanwhile a request on its
+    // idle connection is answered, by the other worker: the connection was handed
+    // over once the script had kept the worker a second. Were it not, the request
+    // would wait for the script, which waits for this answer: the read times out.
+    busy.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
+    let other = ask(&mut idle);
+    assert_ne!(other, worker, "answered by the worker that waits on the script");
+    std::fs::write(&go, "").unwrap();
+    let r = read_response(&mut busy, false).expect("the script's answer");
+    assert_eq!((r.status, r.text().as_str()), (200, "done"));
+}
