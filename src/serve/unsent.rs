@@ -1,7 +1,7 @@
 //! An answer the socket did not take whole: a client that reads slowly, or not at
 //! all, costs a socket and this box, never a worker.
 //!
-//! What is left of the answer ([`Rest`]: the bytes not written, a file's range, a
+//! What is left of the answer ([`Rest`](super::transport::Rest): the bytes not written, a file's range, a
 //! stream's reader; over TLS also the records sealed in the session) waits with the
 //! connection in the worker's set (`Phase::Writing`), which watches the socket for
 //! room and gives it a turn when there is some: [`Server::write_more`] writes what

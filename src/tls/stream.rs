@@ -337,11 +337,15 @@ impl<'a> TlsStream<'a> {
     fn pour(&mut self, rest: &mut Rest, budget: u64) -> io::Result<bool> {
         let mut moved = 0;
         loop {
-            if !self.write_out(&mut moved)? {
-                return Ok(false);
+            let all_out = self.write_out(&mut moved)?;
+            if all_out && rest.done() {
+                return Ok(true);
             }
-            if rest.done() || moved >= budget {
-                return Ok(rest.done());
+            if !all_out || moved >= budget {
+                // What `send` staged (a head before its file) is sealed after what
+                // waited before it.
+                self.seal()?;
+                return Ok(false);
             }
             let mut records = 0;
             while records < FLUSH_AT {
