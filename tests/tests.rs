@@ -26,6 +26,7 @@ mod package;
 mod path_props;
 mod prefork;
 mod rules;
+mod slowreaders;
 mod systemd;
 mod tls;
 mod upgrade;
