@@ -370,3 +370,59 @@ fn a_slow_reader_does_not_hold_up_the_connections_beside_it() {
     assert!(sent > 0 && sent < 256 << 20, "the bytes that went, not the file's size: {line}");
     assert_eq!(lines.iter().filter(|l| field(l, 1) == "slow").count(), 1, "logged once");
 }
+
+/// An answer its client takes nothing of for `send_timeout` is given up: logged once,
+/// with the bytes that went and status `X`, and its connection closed; the pipelined
+/// request behind it is not served. Its worker meanwhile answers everyone else.
+#[test]
+fn an_answer_no_one_reads_is_given_up_after_send_timeout() {
+    let site = Site::new();
+    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(64 << 20).unwrap();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = 1\n\
+         [http]\nsend_timeout = \"2s\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%r %>s %O %X\"\nbuffer = 0\n",
+    );
+    let p = Pika::start(&site, "-F");
+    let mut slow = connect(p.addr);
+    nix::sys::socket::setsockopt(&slow, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
+    slow.write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\nGET /?after HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(DEADLINE)).unwrap();
+    assert!(slow.peek(&mut [0u8; 1]).unwrap() > 0, "the answer began");
+    let t = Instant::now();
+    // The one worker serves others while it holds the unread answer.
+    assert_eq!(get(p.addr, "/").status, 200);
+    let lines = wait_lines(&site, 2);
+    let big = lines.iter().find(|l| l.starts_with("GET /big ")).expect("logged once given up");
+    let waited = t.elapsed();
+    let fields: Vec<&str> = big.split(' ').collect();
+    let sent: u64 = fields[4].parse().unwrap();
+    assert_eq!((fields[3], fields[5]), ("200", "X"), "{big}");
+    assert!(sent > 0 && sent < 64 << 20, "the bytes that went: {big}");
+    assert!(waited >= Duration::from_millis(1500), "given up after {waited:?}, before send_timeout");
+    // Closed by the server (its side past ESTABLISHED; the bytes it had sent still
+    // queued for the client's 4 KiB window), and the pipelined request never read.
+    let client_port = slow.local_addr().unwrap().port();
+    wait_until(DEADLINE, "the server's side closed", || {
+        tcp_state(p.addr.port(), client_port).filter(|&st| st != TCP_ESTABLISHED)
+    });
+    let lines = site.access_lines();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("GET /big ")).count(), 1, "{lines:?}");
+    assert!(!lines.iter().any(|l| l.starts_with("GET /?after")), "{lines:?}");
+}
+
+const TCP_ESTABLISHED: u8 = 1;
+
+/// The state (`/proc/net/tcp`'s `st`) of the IPv4 loopback socket from `local_port`
+/// to `remote_port`.
+fn tcp_state(local_port: u16, remote_port: u16) -> Option<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (port(f.get(1)?)? == local_port && port(f.get(2)?)? == remote_port)
+            .then(|| u8::from_str_radix(f[3], 16).ok())?
+    })
+}
