@@ -51,6 +51,17 @@ use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next};
 use crate::serve::observer::Hooks;
 
+/// Whether another worker of this one's generation is a spare holding no answer
+/// being written (one the master's pipe of death had better retire).
+fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
+    ctx.scoreboard.slots.iter().enumerate().any(|(i, s)| {
+        i != ctx.slot
+            && s.generation.load(Relaxed) == ctx.generation
+            && s.is_spare()
+            && s.conns_writing.load(Relaxed) == 0
+    })
+}
+
 /// Takes a connection from `listener`, its socket non-blocking (`accept4` with
 /// `SOCK_NONBLOCK`: no write of ours ever waits on a client) and closed on exec.
 fn accept_nonblocking(
@@ -482,11 +493,19 @@ impl<'a, 'c> Loop<'a, 'c> {
     }
 
     /// `quiet`: nothing happened for a while, so the pipe of death is read even with
-    /// no byte announced (end of file there means the master is gone).
+    /// no byte announced (end of file there means the master is gone). A worker
+    /// writing answers leaves the pipe to a spare of its generation that writes none,
+    /// if there is one (it reads it within a second): a worker that leaves finishes
+    /// its answers first, which a client that stops reading makes last until
+    /// `send_timeout`, holding the worker's slot.
     fn must_leave(&self, quiet: bool) -> Option<Leaving> {
         let ctx = self.ctx;
         let header = ctx.scoreboard.header;
-        let pod = ctx.pod.as_deref().is_some_and(|p| if quiet { p.check_idle(header) } else { p.check(header) });
+        let defer = || self.obs.slot.conns_writing.load(Relaxed) > 0 && spare_writing_none(ctx);
+        let pod = ctx.pod.as_deref().is_some_and(|p| {
+            let pending = quiet || header.pod_pending.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            pending && !defer() && if quiet { p.check_idle(header) } else { p.check(header) }
+        });
         if pod || must_retire(ctx) {
             return Some(Leaving::Retire);
         }
