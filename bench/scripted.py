@@ -70,8 +70,17 @@ class Script:
     servers = ()          # the servers the script can start, in bench/run's names
     not_run = {}          # server -> why the script's cells leave it out
 
-    def ids(self, quick):  # -> [(workload id, script's own cell id or spec)]
-        raise NotImplementedError
+    def ids(self, quick):
+        """[(workload id, the script's own cell id or spec)]: by default the ids
+        of the script's CELLS, after its name."""
+        return [(f"{self.name}-{c}", c) for c in _cells_of(self.name)]
+
+    def argv(self, chosen, servers, rounds, seconds):
+        """The script's command line for these cells and servers, up to its
+        own options."""
+        return [os.path.join(BENCH_DIR, self.name), "--rounds", str(rounds),
+                "--seconds", str(seconds), "--cells", _one_of(c for _, c in chosen),
+                "--only", ",".join(servers)]
 
     def runs(self, chosen, servers, rounds, quick, tmp):
         """-> [(argv, json path or None, parse(stdout, json) -> rows)]"""
@@ -93,15 +102,10 @@ class Rules(Script):
         **{"nginx-buffered": "bench/rules's nginx logs buffered already "
                              "(buffer=32k flush=1s)"})
 
-    def ids(self, quick):
-        return [(f"rules-{c}", c) for c in _cells_of("rules")]
-
     def runs(self, chosen, servers, rounds, quick, tmp):
         k = QUICK if quick else FULL
         out = os.path.join(tmp, "rules")
-        argv = [os.path.join(BENCH_DIR, "rules"), "--rounds", str(rounds),
-                "--seconds", str(k["rules_seconds"]), "--cells", _one_of(c for _, c in chosen),
-                "--only", ",".join(servers), "--out", out]
+        argv = self.argv(chosen, servers, rounds, k["rules_seconds"]) + ["--out", out]
 
         def parse(_stdout, data):
             rows = []
@@ -144,16 +148,11 @@ class Dynamic(Script):
         self.not_run = dict(STATIC_ONLY, **{k: v for k, v in self.WHY.items()
                                             if k not in self.servers or k in ("nginx", "lighttpd")})
 
-    def ids(self, quick):
-        return [(f"dynamic-{c}", c) for c in _cells_of("dynamic")]
-
     def runs(self, chosen, servers, rounds, quick, tmp):
         k = QUICK if quick else FULL
         out = os.path.join(tmp, "dynamic.json")
-        argv = [os.path.join(BENCH_DIR, "dynamic"), "--rounds", str(rounds),
-                "--seconds", str(k["dynamic_seconds"]), "--uploads", str(k["uploads"]),
-                "--cells", _one_of(c for _, c in chosen), "--only", ",".join(servers),
-                "--json", out]
+        argv = self.argv(chosen, servers, rounds, k["dynamic_seconds"]) + [
+            "--uploads", str(k["uploads"]), "--json", out]
 
         def parse(_stdout, data):
             return [dict(cell=f"dynamic-{x['cell']}", server=x["server"],
