@@ -141,9 +141,10 @@
 //!
 //! # How a request travels
 //!
-//! The worker's event loop accepts a socket (options inherited from the listener) or
-//! finds input on one it holds ([`serve::held::Held`]: the socket, the client, what it
-//! speaks, and its phase: a PROXY header, a TLS handshake, a head, idle, lingering) and
+//! The worker's event loop accepts a socket (non-blocking, other options inherited
+//! from the listener) or finds input on one it holds ([`serve::held::Held`]: the
+//! socket, the client, what it speaks, and its phase: a PROXY header, a TLS
+//! handshake, a head, a request body, an answer being written, idle, lingering) and
 //! gives it a turn, [`serve::connection::Server::serve_ready`]: its buffer moves into
 //! the worker's [`serve::input::Input`], which takes what has arrived without waiting
 //! over a [`serve::transport::Transport`] (the socket, or on a TLS listener the rustls
