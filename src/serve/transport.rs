@@ -1,14 +1,15 @@
 //! What a connection reads from and writes to: the one place the HTTP code meets a
 //! socket.
 //!
-//! A [`Transport`] reads what has arrived (never waiting) and sends whole responses
-//! (blocking, paced by the send timeout). Plain TCP ([`TcpStream`]) writes heads and
-//! bodies with `writev`, and large files with `sendfile` ([`Stream`], through
-//! [`send`]); a TLS session (`tls::stream`) encrypts what it sends, so it
-//! reads a file's bytes itself, never through a mapping that a shrinking file would
-//! turn into `SIGBUS`. [`Memory`] serves unit tests and the fuzz targets:
-//! the read side and the chunked decoder run on bytes in memory, cut where a test
-//! says.
+//! A [`Transport`] reads what has arrived and sends responses, never waiting: what
+//! the socket does not take now is the answer's [`Rest`] ([`Sent::Parked`]), which
+//! the connection keeps and [`Transport::resume`] writes as the socket drains. Plain
+//! TCP ([`TcpStream`]) writes heads and bodies with `writev`, and large files with
+//! `sendfile` ([`Stream`], through [`send`]); a TLS session (`tls::stream`) encrypts
+//! what it sends, so it reads a file's bytes itself, never through a mapping that a
+//! shrinking file would turn into `SIGBUS`. [`Memory`] serves unit tests and the
+//! fuzz targets: the read side and the chunked decoder run on bytes in memory, cut
+//! where a test says, and writes go to a socket of the room a test gives.
 //!
 //! The connection code is generic over the transport, so the TCP path costs what
 //! direct calls on the socket cost.
@@ -250,8 +251,8 @@ pub const SEND_CHUNK: usize = 256 * 1024;
 
 /// Most bytes an answer's first turn writes before it waits in the set like a
 /// parked one: a file the socket keeps taking goes out in one turn up to this (the
-/// 1.7 MB of a large image in one go, as with a blocking write), a larger one
-/// between the worker's other turns.
+/// 1.7 MB of a large image in one go), a larger one between the worker's other
+/// turns.
 pub const FIRST_TURN: u64 = 8 * SEND_CHUNK as u64;
 
 /// How far a send went.
