@@ -175,7 +175,10 @@
 //! cached mapping ([`handlers::file_cache`], revalidated by one `fstatat`, with its
 //! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's
 //! or the vhost's directory → file, index, listing ([`handlers::listing`]), redirect or
-//! error → [`http::conditional`] and [`http::range`])) → **decorate** (the vhost's
+//! error → [`http::conditional`] and [`http::range`]); an answer that is an internal
+//! redirect (a script's local `Location`, `try_files`' last entry,
+//! [`handlers::try_files`]) is served again at its path through the locations, at
+//! most 10 times) → **decorate** (the vhost's
 //! error pages, the location's [`rules::Decor`]: headers, `expires`, `charset`, pika's own
 //! pages compressed; HTTPS answers its `hsts`) → **deliver** (the head built from
 //! [`http::response::Reply`] and sent with the body in one `writev`; files of 32 KiB
