@@ -413,6 +413,41 @@ fn an_answer_no_one_reads_is_given_up_after_send_timeout() {
     assert!(!lines.iter().any(|l| l.starts_with("GET /?after")), "{lines:?}");
 }
 
+/// A worker that leaves (here for a reload) gives up an answer its client has taken
+/// nothing of for 5 s, well before `send_timeout`: a burst of clients that never read
+/// cannot keep leaving workers, and their slots, for the whole of it.
+#[test]
+fn a_leaving_worker_gives_up_a_stalled_answer_within_seconds() {
+    let site = Site::new();
+    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(64 << 20).unwrap();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = 2\n\
+         [http]\nsend_timeout = \"120s\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%r %>s %O %X\"\nbuffer = 0\n",
+    );
+    let p = Pika::start(&site, "-F");
+    let old = n_children(p.pid, 1)[0];
+    let mut slow = connect(p.addr);
+    nix::sys::socket::setsockopt(&slow, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
+    slow.write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    slow.set_read_timeout(Some(DEADLINE)).unwrap();
+    assert!(slow.peek(&mut [0u8; 1]).unwrap() > 0, "the answer began");
+    // Its answer parked, the worker serves others.
+    assert_eq!(get(p.addr, "/").status, 200);
+    let t = Instant::now();
+    p.signal(libc::SIGHUP);
+    wait_until(Duration::from_secs(40), "the old worker gone", || (!alive(old)).then_some(()));
+    let gone = t.elapsed();
+    assert!(gone < Duration::from_secs(30), "the leaving worker waited {gone:?} on a client that reads nothing");
+    let lines = wait_lines(&site, 2);
+    let big = lines.iter().find(|l| l.starts_with("GET /big ")).expect("the given-up answer logged");
+    let fields: Vec<&str> = big.split(' ').collect();
+    assert_eq!((fields[3], fields[5]), ("200", "X"), "{big}");
+    // The new generation serves.
+    assert_eq!(get(p.addr, "/").status, 200);
+}
+
 const TCP_ESTABLISHED: u8 = 1;
 
 /// The state (`/proc/net/tcp`'s `st`) of the IPv4 loopback socket from `local_port`

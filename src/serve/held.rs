@@ -53,6 +53,14 @@ impl Conn {
 /// lingering close is 2 s too).
 const LINGER_MS: u64 = 2000;
 
+/// How long a leaving worker (the pool shrinks, a reload, `max_requests`) waits on an
+/// answer the client takes nothing of before it gives the answer up, when that is
+/// sooner than `send_timeout`. A download that moves goes on to its end; one that
+/// stalls would keep the leaving worker, and its slot in the pool, for the whole
+/// `send_timeout`: a burst of clients that never read, spread over the workers the
+/// burst made the pool grow to, would keep the pool at `workers.max` that long.
+pub const LEAVING_STALL_MS: u64 = 5000;
+
 /// A connection the worker holds.
 pub struct Held {
     pub(super) stream: TcpStream,
@@ -313,10 +321,11 @@ impl Held {
 
     /// When its current wait runs out: `header_timeout` for a PROXY header, a
     /// handshake or a head, `send_timeout` since an answer's last write that moved
-    /// bytes, `keepalive_timeout` between requests, `LINGER_MS` for a lingering
-    /// close.
-    pub fn deadline_ms(&self, http: &HttpConfig) -> u64 {
+    /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`),
+    /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
+    pub fn deadline_ms(&self, http: &HttpConfig, leaving: bool) -> u64 {
         let wait = match &self.wait.phase {
+            Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
             Phase::Body(body) => return body.deadline_ms(http.body_timeout, http.body_min_rate),
             Phase::Lingering { .. } => LINGER_MS,

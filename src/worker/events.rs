@@ -455,14 +455,16 @@ impl<'a, 'c> Loop<'a, 'c> {
     }
 
     /// Deadlines: idle connections past `keepalive_timeout`, heads past
-    /// `header_timeout`, answers the client took nothing of for `send_timeout`,
-    /// lingering closes past their moment.
+    /// `header_timeout`, answers the client took nothing of for `send_timeout` (for
+    /// [`LEAVING_STALL_MS`](crate::serve::held::LEAVING_STALL_MS) at most once the
+    /// worker is leaving), lingering closes past their moment.
     fn sweep(&mut self, now: u64) {
         let http = &self.ctx.config.http;
+        let leaving = self.leaving.is_some();
         let slots = self.parked.table.slots.len();
         for i in 0..slots {
             let due = match self.parked.table.get(i) {
-                Some(h) => h.deadline_ms(http) <= now,
+                Some(h) => h.deadline_ms(http, leaving) <= now,
                 None => false,
             };
             let Some(mut h) = due.then(|| self.parked.table.take_out(i)).flatten() else { continue };
