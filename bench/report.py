@@ -333,8 +333,9 @@ SCRIPT_TITLES = {
               "(level 6), precompressed siblings; `wrk -t2 -c50` keep-alive and "
               "`Connection: close` on a 1,400-byte page, keep-alive with "
               "`Accept-Encoding: gzip` on a 50 KB page for the two compression cells; two "
-              "workers each, combined access log (buffered). Rounds interleaved by the "
-              "script, the server order flipped each round."),
+              "workers each (Caddy: `GOMAXPROCS=2`), an access log (pika and nginx: "
+              "combined, buffered; Caddy: JSON, a write a record). Rounds interleaved by "
+              "the script, the server order flipped each round."),
     "dynamic": ("Dynamic content (`bench/dynamic`)",
                 "CGI (a shell script, a C program) at 20 clients, PHP through one "
                 "php-fpm pool (`pm = static`, 16 children, a unix socket, the same pool "
