@@ -216,7 +216,7 @@ def workloads(quick):
                         (5, 1000, "page50.html"), (50, 1000, "page50.html"),
                         (100, 1000, "page50.html")]
                        if quick else
-                       [(20, 50_000, "page17.html"), (20, 5_000, "img1700.jpg"),
+                       [(20, 100_000, "page17.html"), (20, 10_000, "img1700.jpg"),
                         (5, 10_000, "page50.html"), (50, 10_000, "page50.html"),
                         (100, 10_000, "page50.html")]):
         W.append(dict(tool="ab", path=path, c=c, n=n,
