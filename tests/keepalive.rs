@@ -377,20 +377,7 @@ fn a_slow_reader_does_not_hold_up_the_connections_beside_it() {
 #[test]
 fn an_answer_no_one_reads_is_given_up_after_send_timeout() {
     let site = Site::new();
-    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(64 << 20).unwrap();
-    site.config(
-        "",
-        "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = 1\n\
-         [http]\nsend_timeout = \"2s\"\n\
-         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%r %>s %O %X\"\nbuffer = 0\n",
-    );
-    let p = Pika::start(&site, "-F");
-    let mut slow = connect(p.addr);
-    nix::sys::socket::setsockopt(&slow, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
-    slow.write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\nGET /?after HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    slow.set_read_timeout(Some(DEADLINE)).unwrap();
-    assert!(slow.peek(&mut [0u8; 1]).unwrap() > 0, "the answer began");
+    let (p, slow) = an_answer_no_one_reads(&site, 1, "2s", "GET /?after HTTP/1.1\r\nHost: localhost\r\n\r\n");
     let t = Instant::now();
     // The one worker serves others while it holds the unread answer.
     assert_eq!(get(p.addr, "/").status, 200);
@@ -419,20 +406,8 @@ fn an_answer_no_one_reads_is_given_up_after_send_timeout() {
 #[test]
 fn a_leaving_worker_gives_up_a_stalled_answer_within_seconds() {
     let site = Site::new();
-    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(64 << 20).unwrap();
-    site.config(
-        "",
-        "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = 2\n\
-         [http]\nsend_timeout = \"120s\"\n\
-         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%r %>s %O %X\"\nbuffer = 0\n",
-    );
-    let p = Pika::start(&site, "-F");
+    let (p, _slow) = an_answer_no_one_reads(&site, 2, "120s", "");
     let old = n_children(p.pid, 1)[0];
-    let mut slow = connect(p.addr);
-    nix::sys::socket::setsockopt(&slow, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
-    slow.write_all(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    slow.set_read_timeout(Some(DEADLINE)).unwrap();
-    assert!(slow.peek(&mut [0u8; 1]).unwrap() > 0, "the answer began");
     // Its answer parked, the worker serves others.
     assert_eq!(get(p.addr, "/").status, 200);
     let t = Instant::now();
@@ -446,6 +421,28 @@ fn a_leaving_worker_gives_up_a_stalled_answer_within_seconds() {
     assert_eq!((fields[3], fields[5]), ("200", "X"), "{big}");
     // The new generation serves.
     assert_eq!(get(p.addr, "/").status, 200);
+}
+
+/// A pika of one worker (`max` at most) with `send_timeout`, and a client with a
+/// 4 KiB receive buffer that asked for a 64 MB file (then `pipelined`) and reads
+/// none of it; returned once the answer began.
+fn an_answer_no_one_reads(site: &Site, max: u32, send_timeout: &str, pipelined: &str) -> (Pika, TcpStream) {
+    std::fs::File::create(site.path("htdocs/big")).unwrap().set_len(64 << 20).unwrap();
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 1\nmin_spare = 0\nmax_spare = 1\nmax = {max}\n\
+             [http]\nsend_timeout = \"{send_timeout}\"\n\
+             [[access_log]]\npath = \"logs/access.log\"\nformat = \"%r %>s %O %X\"\nbuffer = 0\n"
+        ),
+    );
+    let p = Pika::start(site, "-F");
+    let mut slow = connect(p.addr);
+    nix::sys::socket::setsockopt(&slow, nix::sys::socket::sockopt::RcvBuf, &4096).unwrap();
+    slow.write_all(format!("GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n{pipelined}").as_bytes()).unwrap();
+    slow.set_read_timeout(Some(DEADLINE)).unwrap();
+    assert!(slow.peek(&mut [0u8; 1]).unwrap() > 0, "the answer began");
+    (p, slow)
 }
 
 const TCP_ESTABLISHED: u8 = 1;
