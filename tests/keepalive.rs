@@ -400,9 +400,9 @@ fn an_answer_no_one_reads_is_given_up_after_send_timeout() {
     assert!(!lines.iter().any(|l| l.starts_with("GET /?after")), "{lines:?}");
 }
 
-/// A worker that leaves (here for a reload) gives up an answer its client has taken
-/// nothing of for 5 s, well before `send_timeout`: a burst of clients that never read
-/// cannot keep leaving workers, and their slots, for the whole of it.
+/// A worker a reload replaces gives up an answer its client has taken nothing of for
+/// 5 s, well before `send_timeout`: clients that never read cannot hold the slots the
+/// new generation needs for the whole of it.
 #[test]
 fn a_leaving_worker_gives_up_a_stalled_answer_within_seconds() {
     let site = Site::new();

@@ -53,12 +53,14 @@ impl Conn {
 /// lingering close is 2 s too).
 const LINGER_MS: u64 = 2000;
 
-/// How long a leaving worker (the pool shrinks, a reload, `max_requests`) waits on an
+/// How long a worker that a reload (a new generation) or a stop replaces waits on an
 /// answer the client takes nothing of before it gives the answer up, when that is
 /// sooner than `send_timeout`. A download that moves goes on to its end; one that
-/// stalls would keep the leaving worker, and its slot in the pool, for the whole
-/// `send_timeout`: a burst of clients that never read, spread over the workers the
-/// burst made the pool grow to, would keep the pool at `workers.max` that long.
+/// stalls would keep the old worker, and the slot the new generation needs, for the
+/// whole `send_timeout`: clients that never read, spread over every worker, would
+/// hold a reload back that long. A worker the pool lets go (fewer spares,
+/// `max_requests`) keeps `send_timeout`: a client that paused reading, a video's
+/// buffer full, is not cut for it.
 pub const LEAVING_STALL_MS: u64 = 5000;
 
 /// A connection the worker holds.

@@ -456,11 +456,13 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Deadlines: idle connections past `keepalive_timeout`, heads past
     /// `header_timeout`, answers the client took nothing of for `send_timeout` (for
-    /// [`LEAVING_STALL_MS`](crate::serve::held::LEAVING_STALL_MS) at most once the
-    /// worker is leaving), lingering closes past their moment.
+    /// [`LEAVING_STALL_MS`](crate::serve::held::LEAVING_STALL_MS) at most once a
+    /// reload or a stop replaces the worker), lingering closes past their moment.
     fn sweep(&mut self, now: u64) {
         let http = &self.ctx.config.http;
-        let leaving = self.leaving.is_some();
+        // Only a worker a new generation (or a stop) replaces gives up a stalled
+        // answer early: its slot is the new generation's.
+        let leaving = self.leaving.is_some() && must_retire(self.ctx);
         let slots = self.parked.table.slots.len();
         for i in 0..slots {
             let due = match self.parked.table.get(i) {
