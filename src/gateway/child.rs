@@ -6,7 +6,9 @@
 //! The child gets an environment built from nothing ([`super::env`]), its own
 //! process group, the script's directory as its working directory, no descriptor of
 //! the worker beyond 0-2, the default action for every signal, CPU and memory
-//! rlimits, and it dies with the worker (`sys::prepare_script`). It is never left
+//! rlimits, and it dies with the worker (`sys::spawn_script`: it shares the worker's
+//! memory until its exec, as `posix_spawn`'s child does, no copy of page tables for a
+//! process that replaces them at once). It is never left
 //! behind: past the run-time limit, past the output limit, or when the client hangs
 //! up, its whole group is killed; when it exits, whatever it started in its group
 //! and left running is killed too (it would hold our pipes); and it is always
@@ -14,16 +16,16 @@
 //! "search" query as arguments is how `php-cgi -s` once read a site's source from a
 //! URL (CVE-2012-1823).
 
-use std::ffi::OsStr;
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -100,30 +102,50 @@ impl Stdin {
 
 /// Starts `spec` with `body` to be fed on its stdin.
 pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
-    let program = spec.interpreter.unwrap_or(spec.script);
-    let mut cmd = Command::new(program);
+    let program = c_string(spec.interpreter.unwrap_or(spec.script).as_os_str().as_bytes())?;
+    let script = c_string(spec.script.as_os_str().as_bytes())?;
+    let mut argv = vec![program.as_ptr()];
     if spec.interpreter.is_some() {
-        cmd.arg(spec.script);
+        argv.push(script.as_ptr());
     }
-    cmd.env_clear()
-        .envs(spec.env.iter().map(|(n, v)| (OsStr::from_bytes(n), OsStr::from_bytes(v))))
-        .current_dir(spec.script.parent().unwrap_or(Path::new("/")))
-        .stdin(if body.is_empty() { Stdio::null() } else { Stdio::piped() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    sys::prepare_script(&mut cmd, spec.limits);
-    let mut child = cmd.spawn()?;
-    let group = Pid::from_raw(child.id() as i32);
-    let exited = match sys::pidfd_open(child.id()) {
+    argv.push(std::ptr::null());
+    let env: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(n, v)| c_string(&[n.as_slice(), b"=", v.as_slice()].concat()))
+        .collect::<io::Result<_>>()?;
+    let mut envp: Vec<_> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let cwd = c_string(spec.script.parent().unwrap_or(Path::new("/")).as_os_str().as_bytes())?;
+    // The pipes, close-on-exec on both ends: the child's ends are moved to 0-2.
+    let (stdin, child_stdin) = if body.is_empty() {
+        (None, OwnedFd::from(File::open("/dev/null")?))
+    } else {
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        (Some(File::from(w)), r)
+    };
+    let (stdout, child_stdout) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let (stderr, child_stderr) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let exec = sys::ScriptExec {
+        program: &program,
+        argv: &argv,
+        envp: &envp,
+        cwd: &cwd,
+        stdio: [child_stdin.as_fd(), child_stdout.as_fd(), child_stderr.as_fd()],
+        limits: spec.limits,
+    };
+    let pid = sys::spawn_script(&exec)?;
+    drop((child_stdin, child_stdout, child_stderr));
+    let exited = match sys::pidfd_open(pid.as_raw() as u32) {
         Ok(fd) => fd,
         Err(e) => {
-            let _ = killpg(group, Signal::SIGKILL);
-            let _ = child.wait();
+            let _ = killpg(pid, Signal::SIGKILL);
+            let _ = reap(pid);
             return Err(e);
         }
     };
-    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (stdout, stderr) = (Some(File::from(stdout)), Some(File::from(stderr)));
+    // Ours non-blocking (each end is its own open file: the script's stay blocking).
     for fd in
         [stdin.as_ref().map(|s| s.as_fd()), stdout.as_ref().map(|s| s.as_fd()), stderr.as_ref().map(|s| s.as_fd())]
             .into_iter()
@@ -132,8 +154,7 @@ pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
         let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
     }
     Ok(Running {
-        child,
-        group,
+        group: pid,
         exited,
         stdin,
         stdout,
@@ -161,13 +182,13 @@ fn slot<'f>(fd: Option<BorrowedFd<'f>>, fds: &mut Vec<PollFd<'f>>, flags: PollFl
 /// A script running: its process, our ends of its pipes, and what moved through
 /// them. Dropped, it kills the script's group and reaps it.
 pub struct Running {
-    child: Child,
+    /// The script's process, the leader of its group.
     group: Pid,
     /// Readable once the leader has exited (a pidfd).
     exited: OwnedFd,
-    stdin: Option<ChildStdin>,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    stdin: Option<File>,
+    stdout: Option<File>,
+    stderr: Option<File>,
     body: Stdin,
     /// Body bytes written.
     sent: u64,
@@ -349,8 +370,24 @@ impl Drop for Running {
         let _ = killpg(self.group, Signal::SIGKILL);
         self.read_errors();
         self.errors.flush();
-        let _ = self.child.wait();
+        let _ = reap(self.group);
     }
+}
+
+/// Waits for our child `pid` to end.
+fn reap(pid: Pid) -> nix::Result<nix::sys::wait::WaitStatus> {
+    loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Err(nix::errno::Errno::EINTR) => {}
+            done => return done,
+        }
+    }
+}
+
+/// `bytes` as a C string (a NUL inside: refused).
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a script's path or environment"))
 }
 
 /// A script's stderr for the error log, with the script's name: what one write
