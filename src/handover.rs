@@ -7,8 +7,11 @@
 //! master made before the first fork (`SCM_RIGHTS`). Every worker of the current
 //! generation waits on the receiving end beside its listeners, with
 //! `EPOLLEXCLUSIVE`, so one idle worker wakes per connection and adopts it. The
-//! sockets carry only connections between requests: whole requests are never in
-//! flight here.
+//! sockets carry connections between requests, and connections in the middle of a
+//! request body (a worker about to run a script sends them on, so their uploads go
+//! on arriving): the decoder's state travels in the message ([`Meta::body`]), what
+//! was kept of the body in a file whose descriptor travels beside the socket's.
+//! Whole requests are never in flight here.
 //!
 //! A connection that cannot be sent (the queue is full, or nobody may adopt it: the
 //! server is stopping) stays with its worker, which serves its next request with
@@ -37,19 +40,25 @@ pub struct Meta {
     pub waited_ms: u64,
     /// Bytes read but not used yet: the start of the next request.
     pub pending: Vec<u8>,
+    /// A request body on its way: its reader's state
+    /// (`gateway::incoming::Incoming::freeze`); empty between requests.
+    pub body: Vec<u8>,
 }
 
 /// Bytes of [`Meta`] before `pending`: the format's version, two addresses (family,
-/// IPv6 or mapped IPv4 bytes, port), the local port, three counts.
-const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4;
+/// IPv6 or mapped IPv4 bytes, port), the local port, two counts, the lengths of
+/// `pending` and `body`.
+const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4 + 4;
 const ADDR: usize = 1 + 16 + 2;
 /// The layout's version, first in every message. A binary upgrade passes this
 /// socket to the new master, whose workers adopt the old ones' connections: a new
 /// layout takes a new number, and a master that finds another number makes a
 /// socket of its own.
-pub const VERSION: u8 = 1;
-/// The most pending bytes a connection may carry over; one with more (a head larger
-/// than 64 KiB on its way, under a config that allows it) stays with its worker.
+/// 2: a request body's state and file (1 carried connections between requests only).
+pub const VERSION: u8 = 2;
+/// The most bytes of its state a connection may carry over (pending input, or a
+/// body's request head and decoder); one with more (a head larger than 64 KiB on
+/// its way, under a config that allows it) stays with its worker.
 pub const MAX_PENDING: usize = 64 * 1024;
 /// The largest message.
 const MAX_MESSAGE: usize = FIXED + MAX_PENDING;
@@ -93,7 +102,14 @@ impl Meta {
         out.extend_from_slice(&self.requests.to_le_bytes());
         out.extend_from_slice(&self.waited_ms.to_le_bytes());
         out.extend_from_slice(&(self.pending.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.pending);
+        out.extend_from_slice(&self.body);
+    }
+
+    /// Whether the message fits what a worker receives.
+    pub fn fits(&self) -> bool {
+        self.pending.len() + self.body.len() <= MAX_PENDING
     }
 
     pub fn decode(b: &[u8]) -> Option<Meta> {
@@ -105,8 +121,9 @@ impl Meta {
         let peer = addr_at(&b[1..]).ok()??;
         let balancer = addr_at(&b[1 + ADDR..]).ok()?;
         let at = 1 + 2 * ADDR;
-        let len = u32::from_le_bytes(b[at + 18..at + 22].try_into().expect("4 bytes")) as usize;
-        if b.len() != FIXED + len {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
+        let (len, body) = (u32_at(at + 18), u32_at(at + 22));
+        if b.len() != FIXED + len + body {
             return None;
         }
         Some(Meta {
@@ -115,9 +132,18 @@ impl Meta {
             local_port: u16_at(at),
             requests: u64_at(at + 2),
             waited_ms: u64_at(at + 10),
-            pending: b[FIXED..].to_vec(),
+            pending: b[FIXED..FIXED + len].to_vec(),
+            body: b[FIXED + len..].to_vec(),
         })
     }
+}
+
+/// A connection taken from the socket pair.
+pub struct Received {
+    pub conn: OwnedFd,
+    /// The file holding what arrived of its request body, when it is in one.
+    pub body_file: Option<OwnedFd>,
+    pub meta: Meta,
 }
 
 /// The socket pair: workers send on one end and receive on the other.
@@ -160,11 +186,19 @@ impl Handover {
         self.recv.as_fd()
     }
 
-    /// Sends one connection. Never blocks: `WouldBlock` when the queue is full.
-    pub fn send(&self, conn: BorrowedFd<'_>, meta: &Meta, scratch: &mut Vec<u8>) -> io::Result<()> {
+    /// Sends one connection, and the file of its request body if it is in the
+    /// middle of one. Never blocks: `WouldBlock` when the queue is full.
+    pub fn send(
+        &self,
+        conn: BorrowedFd<'_>,
+        body: Option<BorrowedFd<'_>>,
+        meta: &Meta,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<()> {
         meta.encode(scratch);
-        let fds = [conn.as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let both = [conn.as_raw_fd(), body.map_or(-1, |f| f.as_raw_fd())];
+        let fds = if body.is_some() { &both[..] } else { &both[..1] };
+        let cmsg = [ControlMessage::ScmRights(fds)];
         let iov = [IoSlice::new(scratch)];
         match sendmsg::<()>(self.send.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL, None) {
             Ok(_) => Ok(()),
@@ -173,10 +207,10 @@ impl Handover {
     }
 
     /// Takes one connection if one is queued (`Ok(None)`: another worker was first).
-    pub fn receive(&self, buf: &mut Vec<u8>) -> io::Result<Option<(OwnedFd, Meta)>> {
+    pub fn receive(&self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
         buf.resize(MAX_MESSAGE, 0);
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let (bytes, fd) = {
+        let mut space = nix::cmsg_space!([RawFd; 2]);
+        let (bytes, fd, file) = {
             let mut iov = [IoSliceMut::new(buf)];
             let msg = match recvmsg::<()>(
                 self.recv.as_raw_fd(),
@@ -188,23 +222,22 @@ impl Handover {
                 Err(nix::errno::Errno::EAGAIN) => return Ok(None),
                 Err(e) => return Err(e.into()),
             };
-            let mut fd = None;
+            let mut fds = Vec::new();
             for c in msg.cmsgs()? {
-                if let ControlMessageOwned::ScmRights(fds) = c {
-                    for raw in fds {
-                        // Every descriptor received is ours to close; keep the first.
-                        let owned = crate::sys::own_fd(raw);
-                        if fd.is_none() {
-                            fd = Some(owned);
-                        }
-                    }
+                if let ControlMessageOwned::ScmRights(raw) = c {
+                    // Every descriptor received is ours to close.
+                    fds.extend(raw.into_iter().map(crate::sys::own_fd));
                 }
             }
-            (msg.bytes, fd)
+            let mut fds = fds.into_iter();
+            (msg.bytes, fds.next(), fds.next())
         };
-        let Some(fd) = fd else { return Err(io::Error::other("handover message without a descriptor")) };
+        let Some(conn) = fd else { return Err(io::Error::other("handover message without a descriptor")) };
         let meta = Meta::decode(&buf[..bytes]).ok_or_else(|| io::Error::other("malformed handover message"))?;
-        Ok(Some((fd, meta)))
+        if meta.body.is_empty() != file.is_none() {
+            return Err(io::Error::other("handover message: a request body without its file, or a file without one"));
+        }
+        Ok(Some(Received { conn, body_file: file, meta }))
     }
 }
 
@@ -222,6 +255,7 @@ mod tests {
             requests: 7,
             waited_ms: 1234,
             pending: pending.to_vec(),
+            body: Vec::new(),
         }
     }
 
@@ -240,6 +274,10 @@ mod tests {
         let m = Meta { balancer: Some("127.0.0.9:1234".parse().unwrap()), ..meta("192.0.2.7:40000", b"x") };
         m.encode(&mut buf);
         assert_eq!(Meta::decode(&buf), Some(m));
+        // In the middle of a body: its state after what was read of the next request.
+        let m = Meta { body: b"state".to_vec(), ..meta("192.0.2.7:40000", b"") };
+        m.encode(&mut buf);
+        assert_eq!(Meta::decode(&buf), Some(m));
     }
 
     #[test]
@@ -247,6 +285,9 @@ mod tests {
         let mut buf = Vec::new();
         meta("192.0.2.7:1", b"abc").encode(&mut buf);
         assert_eq!(Meta::decode(&buf[..buf.len() - 1]), None, "pending shorter than its length");
+        let mut longer = buf.clone();
+        longer.push(b'x');
+        assert_eq!(Meta::decode(&longer), None, "a byte past what the lengths say");
         assert_eq!(Meta::decode(&buf[..FIXED - 1]), None, "truncated");
         buf[1] = 9;
         assert_eq!(Meta::decode(&buf), None, "unknown family");
@@ -265,11 +306,12 @@ mod tests {
         let mut scratch = Vec::new();
         assert!(h.receive(&mut scratch).unwrap().is_none(), "nothing queued yet");
         let m = meta("192.0.2.7:40000", b"GE");
-        h.send(server_side.as_fd(), &m, &mut scratch).unwrap();
+        h.send(server_side.as_fd(), None, &m, &mut scratch).unwrap();
         drop(server_side); // the sender's copy goes; the one in flight keeps it open
-        let (fd, got) = h.receive(&mut scratch).unwrap().expect("a connection");
-        assert_eq!(got, m);
-        let mut adopted = TcpStream::from(fd);
+        let got = h.receive(&mut scratch).unwrap().expect("a connection");
+        assert_eq!(got.meta, m);
+        assert!(got.body_file.is_none());
+        let mut adopted = TcpStream::from(got.conn);
         client.write_all(b"ping").unwrap();
         let mut four = [0u8; 4];
         adopted.read_exact(&mut four).unwrap();
@@ -277,5 +319,26 @@ mod tests {
         adopted.write_all(b"pong").unwrap();
         client.read_exact(&mut four).unwrap();
         assert_eq!(&four, b"pong");
+    }
+
+    #[test]
+    fn a_connection_in_a_body_crosses_with_its_file() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"kept so far").unwrap();
+        let h = Handover::new().unwrap();
+        let mut scratch = Vec::new();
+        let m = Meta { body: b"state".to_vec(), ..meta("192.0.2.7:40000", b"") };
+        h.send(server_side.as_fd(), Some(file.as_fd()), &m, &mut scratch).unwrap();
+        drop(file);
+        let got = h.receive(&mut scratch).unwrap().expect("a connection");
+        assert_eq!(got.meta, m);
+        let mut kept = String::new();
+        let mut file = std::fs::File::from(got.body_file.expect("the body's file"));
+        std::io::Seek::rewind(&mut file).unwrap();
+        file.read_to_string(&mut kept).unwrap();
+        assert_eq!(kept, "kept so far");
     }
 }

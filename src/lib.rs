@@ -62,8 +62,10 @@
 //!   idle. Once a second it also accepts whatever waits on the listeners (a wake-up
 //!   may have gone to a worker that was just killed). It looks at the pipe of death
 //!   ([`pod`]) and the generation on every turn;
-//!   when it must leave it stops accepting, hands its idle plain connections to a
-//!   worker that stays ([`handover`], `SCM_RIGHTS`), finishes the rest (TLS sessions
+//!   when it must leave it stops accepting, hands its idle plain connections (and
+//!   those in the middle of a request body) to a worker that stays ([`handover`],
+//!   `SCM_RIGHTS`; the same before it runs a script with a body, and after a
+//!   script has kept it a second), finishes the rest (TLS sessions
 //!   and answers being written among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
 //!   [`serve::observer::Observer`] it hands to the request cycle ([`serve`]), which knows nothing
 //!   about processes.

@@ -757,10 +757,23 @@ fn try_files_sends_every_path_that_is_not_a_file_to_a_php_front_controller() {
     assert_eq!(var(&t, "GET_a"), Some("x y"), "{t}");
 }
 
-#[test]
-fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
+/// Two kept-alive connections held by one of two workers (`ppid.sh` tells which),
+/// with `waits.sh`, a script that says it started and waits for the test's `go`.
+struct SharedWorker {
+    site: Site,
+    p: Pika,
+    /// The worker's pid, and the two connections it holds.
+    worker: String,
+    idle: std::net::TcpStream,
+    busy: std::net::TcpStream,
+    started: std::path::PathBuf,
+    go: std::path::PathBuf,
+}
+
+fn shared_worker(extra_script: (&str, &str)) -> SharedWorker {
     let site = cgi_site();
     script(&site, "htdocs/cgi-bin/ppid.sh", "printf 'Content-Type: text/plain\\r\\n\\r\\n%s' \"$PPID\"");
+    script(&site, extra_script.0, extra_script.1);
     let (started, go) = (site.path("started"), site.path("go"));
     script(
         &site,
@@ -776,34 +789,79 @@ fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
     std::fs::write(site.path("conf/pika.toml"), text.replace("script_timeout = \"2s\"", "script_timeout = \"60s\""))
         .unwrap();
     let p = Pika::start(&site, "-F");
-    // Which worker (the script's parent) answers on a kept-alive connection.
-    let ask = |s: &mut std::net::TcpStream| -> String {
-        s.write_all(b"GET /cgi-bin/ppid.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-        read_response(s, false).expect("an answer").text()
-    };
     // Three kept-alive connections on two workers: two are held by the same one.
     let mut conns: Vec<(std::net::TcpStream, String)> = (0..3)
         .map(|_| {
             let mut s = connect(p.addr);
             s.set_read_timeout(Some(DEADLINE)).unwrap();
-            let w = ask(&mut s);
+            let w = ask_ppid(&mut s);
             (s, w)
         })
         .collect();
     let (i, j) =
         [(0, 1), (0, 2), (1, 2)].into_iter().find(|&(i, j)| conns[i].1 == conns[j].1).expect("a shared worker");
     let worker = conns[i].1.clone();
-    let (mut idle, mut busy) = {
-        let b = conns.remove(j).0;
-        (conns.remove(i).0, b)
+    let busy = conns.remove(j).0;
+    let idle = conns.remove(i).0;
+    SharedWorker { site, p, worker, idle, busy, started, go }
+}
+
+/// Which worker (the script's parent) answers on a kept-alive connection.
+fn ask_ppid(s: &mut std::net::TcpStream) -> String {
+    s.write_all(b"GET /cgi-bin/ppid.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    read_response(s, false).expect("an answer").text()
+}
+
+#[test]
+fn a_worker_about_to_run_a_script_lets_uploads_on_their_way_go_to_a_sibling() {
+    let sum = "printf 'Content-Type: text/plain\\r\\n\\r\\n%s %s' \"$PPID\" \"$(sha256sum | cut -d' ' -f1)\"";
+    let mut w = shared_worker(("htdocs/cgi-bin/sum.sh", sum));
+    // An upload on one connection, its first 60 KB sent (past client_body_buffer:
+    // kept in a file), the rest to come: it waits in the worker's set.
+    let body = pseudo_random(100_000);
+    let head = format!("POST /cgi-bin/sum.sh HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n", body.len());
+    w.idle.write_all(head.as_bytes()).unwrap();
+    w.idle.write_all(&body[..60_000]).unwrap();
+    let bodies = w.site.path("bodies/tmp");
+    let holds_a_body = |worker: &str| {
+        let fds = std::fs::read_dir(format!("/proc/{worker}/fd")).unwrap();
+        fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to.starts_with(&bodies)))
     };
+    wait_until(DEADLINE, "the upload kept in a file by its worker", || holds_a_body(&w.worker).then_some(()));
+    // Its worker takes a request with a body to a script that waits for the test.
+    // Before it runs it, the upload goes to the other worker with what came of it;
+    // were it not, the rest of the body would go unread until the script ends, and
+    // the script waits for this answer: the read times out.
+    w.busy.write_all(b"POST /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi").unwrap();
+    wait_until(DEADLINE, "the waiting script to start", || w.started.exists().then_some(()));
+    // Sent on before the script started, not a second into its wait.
+    assert!(!holds_a_body(&w.worker), "the upload's file still open in the worker running the script");
+    w.idle.write_all(&body[60_000..]).unwrap();
+    let r = read_response(&mut w.idle, false).expect("the upload's answer while the script waits");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    let (parent, got) = t.split_once(' ').expect("ppid and checksum");
+    assert_ne!(parent, w.worker, "answered by the worker that waits on the script");
+    assert_eq!(got, sha256(&body), "the body arrived whole, both halves in order");
+    // The connection stays usable with its new worker.
+    assert_eq!(ask_ppid(&mut w.idle), parent);
+    std::fs::write(&w.go, "").unwrap();
+    let r = read_response(&mut w.busy, false).expect("the script's answer");
+    assert_eq!((r.status, r.text().as_str()), (200, "done"));
+    assert!(!w.site.error_log().contains("handover:"), "{}", w.site.error_log());
+}
+
+#[test]
+fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
+    let SharedWorker { site: _site, p: _p, worker, mut idle, mut busy, started, go } =
+        shared_worker(("htdocs/cgi-bin/x.sh", "true"));
     // That worker runs a script that waits for the test; meanwhile a request on its
     // idle connection is answered, by the other worker: the connection was handed
     // over once the script had kept the worker a second. Were it not, the request
     // would wait for the script, which waits for this answer: the read times out.
     busy.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
-    let other = ask(&mut idle);
+    let other = ask_ppid(&mut idle);
     assert_ne!(other, worker, "answered by the worker that waits on the script");
     std::fs::write(&go, "").unwrap();
     let r = read_response(&mut busy, false).expect("the script's answer");

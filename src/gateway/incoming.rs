@@ -278,15 +278,105 @@ impl Incoming {
                 v.extend_from_slice(bytes);
                 return Ok(());
             }
-            let mut file = temp_file(&self.keep.dir)?;
-            file.write_all(v)?;
-            self.kept = Store::File(file, v.len() as u64);
+            self.spill()?;
         }
         if let Store::File(f, n) = &mut self.kept {
             f.write_all(bytes)?;
             *n += bytes.len() as u64;
         }
         Ok(())
+    }
+
+    /// Moves what memory holds of the body into a temporary file.
+    fn spill(&mut self) -> io::Result<&File> {
+        if let Store::Memory(v) = &self.kept {
+            let mut file = temp_file(&self.keep.dir)?;
+            file.write_all(v)?;
+            self.kept = Store::File(file, v.len() as u64);
+        }
+        match &self.kept {
+            Store::File(f, _) => Ok(f),
+            Store::Memory(_) => unreachable!("just moved to a file"),
+        }
+    }
+
+    /// For another worker to go on reading the body (`crate::handover`): what is
+    /// kept goes to a file (one in memory is written to one), whose descriptor
+    /// travels beside the socket; the rest of the state is written to `out`, for
+    /// [`Incoming::thaw`]. This reader stays whole: if the connection cannot be
+    /// sent, it goes on here.
+    pub fn freeze(&mut self, out: &mut Vec<u8>) -> io::Result<&File> {
+        let (tag, value) = match self.framing {
+            Decode::Length(n) => (0, n),
+            Decode::Chunked(Chunk::Size) => (1, 0),
+            Decode::Chunked(Chunk::Data(left)) => (2, left),
+            Decode::Chunked(Chunk::DataEnd) => (3, 0),
+            Decode::Chunked(Chunk::Trailer) => (4, 0),
+        };
+        out.clear();
+        out.extend_from_slice(&(self.head.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.head);
+        out.push(tag);
+        out.extend_from_slice(&value.to_le_bytes());
+        out.extend_from_slice(&(self.line.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.line);
+        out.extend_from_slice(&self.wire_bytes.to_le_bytes());
+        out.extend_from_slice(&crate::clock::now_ms().saturating_sub(self.started_ms).to_le_bytes());
+        out.extend_from_slice(&self.len().to_le_bytes());
+        self.spill()
+    }
+
+    /// A reader another worker froze ([`Incoming::freeze`]), with the file of what
+    /// it kept; `None` if `state` is not one.
+    pub fn thaw(state: &[u8], mut file: File, keep: Keep) -> Option<Incoming> {
+        let mut c = Cursor(state);
+        let head = c.bytes_u32()?.to_vec();
+        let (tag, value) = (c.bytes(1)?[0], c.u64()?);
+        let framing = match tag {
+            0 => Decode::Length(value),
+            1 => Decode::Chunked(Chunk::Size),
+            2 if value > 0 => Decode::Chunked(Chunk::Data(value)),
+            3 => Decode::Chunked(Chunk::DataEnd),
+            4 => Decode::Chunked(Chunk::Trailer),
+            _ => return None,
+        };
+        let line = c.bytes_u32()?.to_vec();
+        let (wire_bytes, ago, kept) = (c.u64()?, c.u64()?, c.u64()?);
+        if !c.0.is_empty() {
+            return None;
+        }
+        // Appends go on where the other worker stopped.
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(kept)).ok()?;
+        Some(Incoming {
+            head,
+            framing,
+            kept: Store::File(file, kept),
+            keep,
+            line,
+            wire_bytes,
+            started_ms: crate::clock::now_ms().saturating_sub(ago),
+        })
+    }
+}
+
+/// Reads a frozen reader's fields in order.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let b = self.0.get(..n)?;
+        self.0 = &self.0[n..];
+        Some(b)
+    }
+
+    /// Bytes after their length (four bytes).
+    fn bytes_u32(&mut self) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(self.bytes(4)?.try_into().ok()?);
+        self.bytes(n as usize)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
     }
 }
 
@@ -390,6 +480,40 @@ mod tests {
         let b = inc.into_body();
         assert!(matches!(b, RequestBody::File(..)));
         assert_eq!(contents(b), body);
+    }
+
+    #[test]
+    fn a_reader_frozen_anywhere_goes_on_in_another_worker() {
+        let d = tempfile::tempdir().unwrap();
+        let chunked = &b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nX-T: 1\r\n\r\n"[..];
+        let plain = &b"hello world"[..];
+        for (framing, wire) in [(Framing::Chunked, chunked), (Framing::Length(11), plain)] {
+            // Frozen after every byte, in memory (4 KiB kept there) or a file (4 bytes).
+            for memory in [4, 4096] {
+                for cut in 0..wire.len() {
+                    let head = b"POST /x HTTP/1.1\r\n\r\n".to_vec();
+                    let mut inc = Incoming::new(head.clone(), framing, keep(d.path(), memory)).unwrap();
+                    assert_eq!(inc.take(&wire[..cut]).unwrap(), cut);
+                    let mut state = Vec::new();
+                    let file = inc.freeze(&mut state).unwrap().try_clone().unwrap();
+                    drop(inc); // the sending worker's reader goes
+                    let mut inc = Incoming::thaw(&state, file, keep(d.path(), memory)).expect("thawed");
+                    assert_eq!(inc.head, head);
+                    let mut used = cut;
+                    while !inc.done() {
+                        used += inc.take(&wire[used..]).unwrap();
+                    }
+                    assert_eq!((used, inc.wire_bytes), (wire.len(), wire.len() as u64), "cut {cut}");
+                    assert_eq!(contents(inc.into_body()), b"hello world", "{memory}, cut {cut}");
+                }
+            }
+        }
+        let mut state = Vec::new();
+        let mut inc = Incoming::new(Vec::new(), Framing::Length(3), keep(d.path(), 10)).unwrap();
+        let file = inc.freeze(&mut state).unwrap();
+        for bad in [&state[..state.len() - 1], &[state.as_slice(), b"x"].concat()] {
+            assert!(Incoming::thaw(bad, file.try_clone().unwrap(), keep(d.path(), 10)).is_none());
+        }
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl Bodies {
         if self.current.is_some() {
             return Ok(BodyState::Done);
         }
-        let keep = Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone() };
+        let keep = keep(http);
         if !self.dir_ready {
             self.dir_ready = prepare_body_dir(&http.body_temp_dir);
         }
@@ -83,6 +83,11 @@ impl Bodies {
             Err(e) => Err(refusal(&e, peer)),
         }
     }
+}
+
+/// How the config says request bodies are kept.
+pub fn keep(http: &Http) -> Keep {
+    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone() }
 }
 
 /// Bytes a worker reads of a request body at a time once the connection's buffer

@@ -29,7 +29,7 @@ use super::connection::Server;
 use super::decorate;
 use super::held::{Conn, Next, Unsent};
 use super::input::Input;
-use super::observer::{ConnState, Hooks, Observer};
+use super::observer::{ConnState, Hooks, Observer, Relief};
 use super::output::{Answer, Asked, Delivery, Kind};
 use super::transport::{self, Transport};
 use crate::config::{Config, Http};
@@ -130,6 +130,12 @@ impl Server<'_> {
         let route = route(&self.sites, self.config, &req, (https_port, sni), &self.token, &mut rooted, &mut reply);
         let mut answered_at = None;
         if let Some((place, path, query)) = &route.to {
+            if self.bodies.current.is_some() {
+                // A request with a body goes to a script: the worker's connections in
+                // the middle of their bodies go to others first, so their uploads do
+                // not wait for this script.
+                (hooks.stalled)(Relief::Bodies);
+            }
             // A script that keeps the worker waiting a second: the log records held
             // are written (a kill meanwhile would lose them), and the worker's idle
             // connections go to others (`Hooks::stalled`).
@@ -137,7 +143,7 @@ impl Server<'_> {
             let waiting = || {
                 let (stalled, logs) = &mut *stalled.borrow_mut();
                 logs.waiting();
-                stalled();
+                stalled(Relief::All);
             };
             let link = Link {
                 peer: if client.ip() == conn.peer.ip() { conn.peer } else { client },

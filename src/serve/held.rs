@@ -15,6 +15,7 @@
 //! ([`Held::can_hand_over`]).
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::SystemTime;
 
 use super::input::{Buffer, Input};
@@ -62,6 +63,12 @@ const LINGER_MS: u64 = 2000;
 /// `max_requests`) keeps `send_timeout`: a client that paused reading, a video's
 /// buffer full, is not cut for it.
 pub const LEAVING_STALL_MS: u64 = 5000;
+
+/// The reader of a request body another worker was reading (`state` and the `file`
+/// of what it kept: `crate::handover`), to go on under this worker's `http` limits.
+pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig) -> Option<Incoming> {
+    Incoming::thaw(state, file, super::body::keep(http))
+}
 
 /// A connection the worker holds.
 pub struct Held {
@@ -248,10 +255,14 @@ impl Held {
     }
 
     /// A connection taken over from another worker, with the bytes of its next
-    /// request read so far (`pending`), waiting since `waited_ms` ago.
-    pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, waited_ms: u64) -> Held {
-        let phase =
-            if pending.is_empty() && conn.requests > 0 { Phase::Idle } else { Phase::Head(Buffer::holding(pending)) };
+    /// request read so far (`pending`), or in the middle of a request body (`body`),
+    /// waiting since `waited_ms` ago.
+    pub fn resume(stream: TcpStream, conn: Conn, pending: Vec<u8>, body: Option<Incoming>, waited_ms: u64) -> Held {
+        let phase = match body {
+            Some(incoming) => Phase::Body(Box::new(incoming)),
+            None if pending.is_empty() && conn.requests > 0 => Phase::Idle,
+            None => Phase::Head(Buffer::holding(pending)),
+        };
         let since_ms = now_ms().saturating_sub(waited_ms);
         Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms } }
     }
@@ -266,17 +277,32 @@ impl Held {
 
     /// Whether another worker can take this connection over now: a plain one waiting
     /// for a head or idle can (its state is what `handover::Meta` carries), with at
-    /// most `max_pending` bytes read of its next request. A TLS session's state lives
-    /// in this process (and a TLS port's plain-HTTP connection must stay refused); a
+    /// most `max_pending` bytes read of its next request, and one in the middle of a
+    /// request body ([`Held::freeze_body`]). A TLS session's state lives in this
+    /// process (and a TLS port's plain-HTTP connection must stay refused); a
     /// connection owing its PROXY header finishes it here, so the header's client
-    /// always travels with it; a lingering close ends here.
+    /// always travels with it; an answer being written and a lingering close end
+    /// here.
     pub fn can_hand_over(&self, max_pending: usize) -> bool {
         matches!(self.layer, Layer::Plain)
             && match &self.wait.phase {
-                Phase::Idle => true,
+                Phase::Idle | Phase::Body(_) => true,
                 Phase::Head(b) => b.unread().len() <= max_pending,
                 _ => false,
             }
+    }
+
+    /// Whether it waits for the rest of a request body.
+    pub fn in_body(&self) -> bool {
+        matches!(self.wait.phase, Phase::Body(_))
+    }
+
+    /// For a connection in the middle of a request body: its reader's state written
+    /// to `out` ([`Incoming::freeze`]), and the socket and the file of what was kept,
+    /// to be sent together. `None` in any other phase.
+    pub fn freeze_body(&mut self, out: &mut Vec<u8>) -> Option<std::io::Result<[BorrowedFd<'_>; 2]>> {
+        let Phase::Body(incoming) = &mut self.wait.phase else { return None };
+        Some(incoming.freeze(out).map(|file| [self.stream.as_fd(), file.as_fd()]))
     }
 
     /// Bytes of the next request already read.

@@ -27,9 +27,19 @@ pub trait Observer {
 }
 
 /// What the worker lends a turn on a connection: its observer, and what to do when a
-/// script has kept it waiting a second (the worker hands its idle connections to
-/// others meanwhile).
+/// script keeps it (the worker hands connections to others meanwhile: those in the
+/// middle of a body before a script with a body runs, [`Relief::Bodies`]; its idle
+/// ones too once a script has kept it waiting a second, [`Relief::All`]).
 pub struct Hooks<'a> {
     pub obs: &'a mut dyn Observer,
-    pub stalled: &'a mut dyn FnMut(),
+    pub stalled: &'a mut dyn FnMut(Relief),
+}
+
+/// Which connections a worker that a script keeps sends to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relief {
+    /// Those in the middle of a request body.
+    Bodies,
+    /// Every one it can.
+    All,
 }

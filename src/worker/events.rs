@@ -24,13 +24,15 @@
 //! (`serve::unsent`). A client that stops reading costs a socket and a small box,
 //! not a worker.
 //!
-//! A worker whose script keeps it waiting a second hands the idle connections it
-//! holds to the others meanwhile (`Parked::relieve`), so their next requests do not
-//! wait for the script.
+//! A worker about to run a script with a request body first hands the connections
+//! it holds in the middle of their bodies to the others (their uploads go on
+//! arriving, not held up for the script), and one whose script keeps it waiting a
+//! second hands its idle connections too (`Parked::relieve`), so their next
+//! requests do not wait for the script.
 //!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
-//! stops taking connections and hands every idle plain connection to a worker that
-//! stays ([`crate::handover`]); what cannot be handed over (a TLS session's state is
+//! stops taking connections and hands every idle plain connection, and every one
+//! in the middle of a request body, to a worker that stays ([`crate::handover`]); what cannot be handed over (a TLS session's state is
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
@@ -48,8 +50,8 @@ use super::parked::{Parked, Table, handover_open, interest, publish_counts};
 use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
-use crate::serve::held::{Conn, Held, Next};
-use crate::serve::observer::Hooks;
+use crate::serve::held::{Conn, Held, Next, thaw_body};
+use crate::serve::observer::{Hooks, Relief};
 
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written (one the master's pipe of death had better retire).
@@ -369,15 +371,24 @@ impl<'a, 'c> Loop<'a, 'c> {
     fn adopt(&mut self) {
         let Some(h) = self.ctx.handover else { return };
         match h.receive(&mut self.scratch) {
-            Ok(Some((fd, meta))) => {
+            Ok(Some(got)) => {
+                let meta = got.meta;
                 let conn = Conn {
                     peer: meta.peer,
                     balancer: meta.balancer,
                     local_port: meta.local_port,
                     requests: meta.requests,
                 };
-                let held = Held::resume(std::net::TcpStream::from(fd), conn, meta.pending, meta.waited_ms);
-                self.take(held);
+                // In the middle of a request body: its reader goes on here.
+                let body = match got.body_file {
+                    None => None,
+                    Some(file) => match thaw_body(&meta.body, file.into(), &self.ctx.config.http) {
+                        Some(incoming) => Some(incoming),
+                        None => return log::warn!("handover: a request body's state that does not read"),
+                    },
+                };
+                let stream = std::net::TcpStream::from(got.conn);
+                self.take(Held::resume(stream, conn, meta.pending, body, meta.waited_ms));
             }
             Ok(None) => {} // another worker was first
             Err(e) => log::warn!("handover: {e}"),
@@ -424,9 +435,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         let Loop { server, obs, parked, ctx, .. } = self;
         server.sync_logs();
         let (slot, retiring) = (obs.slot, obs.retiring);
-        let mut stalled = || {
+        let mut stalled = |which| {
             if !retiring {
-                parked.relieve(ctx, slot);
+                parked.relieve(ctx, slot, which);
             }
         };
         let mut hooks = Hooks { obs: &mut **obs, stalled: &mut stalled };
@@ -527,7 +538,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.full.store(0, Relaxed);
         self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
         let Some(handover) = handover_open(self.ctx) else { return };
-        let (sent, kept) = self.parked.hand_over(handover);
+        let (sent, kept) = self.parked.hand_over(handover, Relief::All);
         if sent + kept > 0 {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }

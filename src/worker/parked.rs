@@ -12,6 +12,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 use super::WorkerCtx;
 use crate::handover::{self, Handover};
 use crate::serve::held::{Held, Watch};
+use crate::serve::observer::Relief;
 
 /// What a worker holds between requests: its `epoll` set and the connections in it.
 pub(crate) struct Parked {
@@ -111,39 +112,71 @@ impl Parked {
         (keepalive, writing, closing)
     }
 
-    /// A script has kept the worker waiting: the idle connections go to workers that
-    /// are free meanwhile, if a worker of this generation stays to adopt them.
-    pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot) {
+    /// A script keeps the worker (`Relief::Bodies`: it is about to run one with a
+    /// request body; `Relief::All`: one has kept it waiting a second): the
+    /// connections in the middle of a body, and after a second the idle ones too, go
+    /// to workers that are free meanwhile, if a worker of this generation stays to
+    /// adopt them.
+    pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
+        if which == Relief::Bodies && !self.table.slots.iter().flatten().any(Held::in_body) {
+            return;
+        }
         let Some(handover) = handover_open(ctx) else { return };
-        let (sent, _) = self.hand_over(handover);
+        let (sent, _) = self.hand_over(handover, which);
         if sent > 0 {
-            log::debug!("a slow client holds this worker: handed {sent} idle connections to others");
+            log::debug!("a script holds this worker: handed {sent} connections to others");
             publish_counts(slot, self);
         }
     }
 
-    /// Sends every connection it can to the workers that stay (all but lingering
-    /// closes and oversized pending heads). Returns how many went and how many stay.
-    pub(crate) fn hand_over(&mut self, handover: &Handover) -> (usize, usize) {
+    /// Sends every connection it can (of `which`) to the workers that stay: all but
+    /// lingering closes, answers being written, TLS sessions and oversized pending
+    /// heads. Returns how many went and how many stay.
+    pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief) -> (usize, usize) {
         let (mut sent, mut kept) = (0, 0);
+        let mut state = Vec::new();
         for i in 0..self.table.slots.len() {
-            let Some(h) = self.table.slots[i].as_ref() else { continue };
+            let Some(h) = self.table.slots[i].as_mut() else { continue };
             if !h.can_hand_over(handover::MAX_PENDING) {
                 kept += 1;
                 continue;
             }
-            // Out of this worker's set first, so it never reports the socket again.
-            let _ = self.epoll.delete(h.stream().as_fd());
-            let conn = h.conn();
+            if which == Relief::Bodies && !h.in_body() {
+                continue;
+            }
+            let conn = *h.conn();
+            let (waited_ms, pending) = (h.waited_ms(), h.pending().to_vec());
+            let in_body = h.in_body();
+            // The socket, and the file of what came of a body.
+            let (socket, body) = if in_body {
+                match h.freeze_body(&mut state) {
+                    Some(Ok([socket, file])) => (socket, Some(file)),
+                    Some(Err(e)) => {
+                        log::warn!("handover: cannot pass on a request body: {e}");
+                        kept += 1;
+                        continue;
+                    }
+                    None => unreachable!("in a body"),
+                }
+            } else {
+                (h.stream().as_fd(), None)
+            };
             let meta = handover::Meta {
                 peer: conn.peer,
                 balancer: conn.balancer,
                 local_port: conn.local_port,
                 requests: conn.requests,
-                waited_ms: h.waited_ms(),
-                pending: h.pending().to_vec(),
+                waited_ms,
+                pending,
+                body: if in_body { std::mem::take(&mut state) } else { Vec::new() },
             };
-            match handover.send(h.stream().as_fd(), &meta, &mut self.scratch) {
+            if !meta.fits() {
+                kept += 1;
+                continue;
+            }
+            // Out of this worker's set first, so it never reports the socket again.
+            let _ = self.epoll.delete(socket);
+            match handover.send(socket, body, &meta, &mut self.scratch) {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
@@ -152,7 +185,7 @@ impl Parked {
                 Err(e) => {
                     // Handed over only while it waits for input.
                     let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-                    let _ = self.epoll.add(h.stream().as_fd(), ev);
+                    let _ = self.epoll.add(socket, ev);
                     kept += 1;
                     if e.kind() != std::io::ErrorKind::WouldBlock {
                         log::warn!("handover: {e}");
