@@ -104,6 +104,10 @@ const WORKER_IGNORES: [Signal; 9] = [
     Signal::SIGPIPE,
 ];
 
+/// Signals a worker gives their default action after the fork (the master handles
+/// them; a worker's `SIGTERM` may then get the handler of [`write_on_term`]).
+const WORKER_DEFAULTS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGCHLD, Signal::SIGALRM];
+
 /// In a freshly forked child: replace every handler inherited from the master
 /// (signal-hook's handlers survive `fork` and would write into the master's
 /// self-pipe) and unblock all signals. TERM and CHLD get their default action.
@@ -114,7 +118,7 @@ pub fn reset_signals_in_child() {
         // SAFETY: installing SIG_IGN runs no code of ours in signal context.
         let _ = unsafe { nix::sys::signal::sigaction(sig, &ignore) };
     }
-    for sig in [Signal::SIGTERM, Signal::SIGCHLD, Signal::SIGALRM] {
+    for sig in WORKER_DEFAULTS {
         // SAFETY: installing SIG_DFL runs no code of ours in signal context.
         let _ = unsafe { nix::sys::signal::sigaction(sig, &default) };
     }
@@ -491,23 +495,6 @@ pub struct ScriptExec<'a> {
     pub limits: ScriptLimits,
 }
 
-/// The signals a worker ignores or handles (its `SIGTERM` writes the log records it
-/// holds): a script starts with each at its default.
-const SCRIPT_DEFAULTS: [Signal; 12] = [
-    Signal::SIGHUP,
-    Signal::SIGINT,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGWINCH,
-    Signal::SIGTTIN,
-    Signal::SIGTTOU,
-    Signal::SIGPIPE,
-    Signal::SIGTERM,
-    Signal::SIGCHLD,
-    Signal::SIGALRM,
-];
-
 /// Bytes of stack for the child between its clone and its `exec` (a dozen system
 /// calls; glibc's `posix_spawn` gives its child 32 KiB).
 const SPAWN_STACK: usize = 64 * 1024;
@@ -626,7 +613,9 @@ extern "C" fn script_child(arg: *mut libc::c_void) -> libc::c_int {
         }
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
-        for sig in SCRIPT_DEFAULTS {
+        // Those the worker ignores or handles (its TERM writes the log records it
+        // holds): 12 calls, not 31.
+        for &sig in WORKER_IGNORES.iter().chain(&WORKER_DEFAULTS) {
             libc::sigaction(sig as libc::c_int, &action, std::ptr::null_mut());
         }
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
