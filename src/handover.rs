@@ -281,6 +281,17 @@ mod tests {
     }
 
     #[test]
+    fn a_message_fits_what_a_worker_receives_or_is_not_sent() {
+        let at_most = Meta { body: vec![1; 100], ..meta("192.0.2.7:1", &vec![b'x'; MAX_PENDING - 100]) };
+        assert!(at_most.fits());
+        let mut buf = Vec::new();
+        at_most.encode(&mut buf);
+        assert!(buf.len() <= MAX_MESSAGE);
+        let over = Meta { body: vec![1; 101], ..at_most };
+        assert!(!over.fits(), "pending and body together past MAX_PENDING");
+    }
+
+    #[test]
     fn malformed_messages_are_refused() {
         let mut buf = Vec::new();
         meta("192.0.2.7:1", b"abc").encode(&mut buf);

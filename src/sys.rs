@@ -582,8 +582,18 @@ pub fn spawn_script(x: &ScriptExec<'_>) -> io::Result<Pid> {
         0 => Ok(pid),
         errno => {
             // It exited (127) without its exec: reaped here.
-            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+            let _ = reap(pid);
             Err(io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// Waits for our child `pid` to end.
+pub fn reap(pid: Pid) -> nix::Result<nix::sys::wait::WaitStatus> {
+    loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Err(nix::errno::Errno::EINTR) => {}
+            done => return done,
         }
     }
 }

@@ -140,7 +140,7 @@ pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
         Ok(fd) => fd,
         Err(e) => {
             let _ = killpg(pid, Signal::SIGKILL);
-            let _ = reap(pid);
+            let _ = sys::reap(pid);
             return Err(e);
         }
     };
@@ -370,17 +370,7 @@ impl Drop for Running {
         let _ = killpg(self.group, Signal::SIGKILL);
         self.read_errors();
         self.errors.flush();
-        let _ = reap(self.group);
-    }
-}
-
-/// Waits for our child `pid` to end.
-fn reap(pid: Pid) -> nix::Result<nix::sys::wait::WaitStatus> {
-    loop {
-        match nix::sys::wait::waitpid(pid, None) {
-            Err(nix::errno::Errno::EINTR) => {}
-            done => return done,
-        }
+        let _ = sys::reap(self.group);
     }
 }
 

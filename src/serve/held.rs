@@ -188,7 +188,8 @@ pub(super) struct Owed {
     pub(super) head: Vec<u8>,
     pub(super) refused: bool,
     pub(super) vhost: usize,
-    /// Its `Kind` for the logs' filters (`super::output::Kind`).
+    /// Its `Kind` for the logs' filters (`super::output::Kind`), field by field:
+    /// `output` imports this module, so this one cannot name its type.
     pub(super) internal: bool,
     pub(super) health: bool,
     pub(super) auth: bool,

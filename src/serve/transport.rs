@@ -568,13 +568,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn what_the_socket_does_not_take_waits_and_goes_out_as_it_drains() {
+    /// A file a little over two `SEND_CHUNK`s long (kept while its folder is), its
+    /// bytes, and the file open.
+    fn a_file_of_two_chunks() -> (tempfile::TempDir, Vec<u8>, std::rc::Rc<File>) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let data: Vec<u8> = (0..SEND_CHUNK * 2 + 10).map(|i| (i % 251) as u8).collect();
         std::fs::write(&p, &data).unwrap();
         let file = std::rc::Rc::new(File::open(&p).unwrap());
+        (dir, data, file)
+    }
+
+    #[test]
+    fn what_the_socket_does_not_take_waits_and_goes_out_as_it_drains() {
+        let (_dir, data, file) = a_file_of_two_chunks();
 
         // A body in memory: the rest is copied at the stall.
         let mut t = Memory { room: Some(3), ..Memory::default() };
@@ -607,11 +614,7 @@ mod tests {
 
     #[test]
     fn bodies_the_socket_takes_whole_go_out_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let data: Vec<u8> = (0..SEND_CHUNK * 2 + 10).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&p, &data).unwrap();
-        let file = std::rc::Rc::new(File::open(&p).unwrap());
+        let (_dir, data, file) = a_file_of_two_chunks();
         let mut t = Memory::default();
         let mut body = Body::File { file, start: 5, end: data.len() as u64 };
         let Sent::All(n) = send(&mut t, b"HEAD", Some(&mut body), false).unwrap() else { panic!("parked") };

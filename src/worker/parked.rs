@@ -118,9 +118,6 @@ impl Parked {
     /// to workers that are free meanwhile, if a worker of this generation stays to
     /// adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
-        if which == Relief::Bodies && !self.table.slots.iter().flatten().any(Held::in_body) {
-            return;
-        }
         let Some(handover) = handover_open(ctx) else { return };
         let (sent, _) = self.hand_over(handover, which);
         if sent > 0 {
