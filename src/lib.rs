@@ -177,9 +177,10 @@
 //! cached mapping ([`handlers::file_cache`], revalidated by one `fstatat`, with its
 //! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's
 //! or the vhost's directory → file, index, listing ([`handlers::listing`]), redirect or
-//! error → [`http::conditional`] and [`http::range`]); an answer that is an internal
+//! error → [`http::conditional`] and [`http::range`]; a file a script location runs is
+//! never sent, [`handlers::reach`]); an answer that is an internal
 //! redirect (a script's local `Location`, `try_files`' last entry,
-//! [`handlers::try_files`]) is served again at its path through the locations, at
+//! [`handlers::try_files`], an index file) is served again at its path through the locations, at
 //! most 10 times) → **decorate** (the vhost's
 //! error pages, the location's [`rules::Decor`]: headers, `expires`, `charset`, pika's own
 //! pages compressed; HTTPS answers its `hsts`) → **deliver** (the head built from

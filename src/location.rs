@@ -18,43 +18,9 @@ use std::borrow::Cow;
 
 use regex_lite::Regex;
 
+pub use crate::http::pattern::Pattern;
 use crate::kinds::Kind;
 use crate::rules::Rules;
-
-/// What a location matches.
-#[derive(Debug, Clone)]
-pub enum Pattern {
-    Exact(String),
-    Prefix(String),
-    Regex(Regex),
-}
-
-impl Pattern {
-    /// The config key that sets it.
-    pub fn key(&self) -> &'static str {
-        match self {
-            Pattern::Exact(_) => "exact",
-            Pattern::Prefix(_) => "prefix",
-            Pattern::Regex(_) => "regex",
-        }
-    }
-
-    /// As written in the config.
-    pub fn text(&self) -> &str {
-        match self {
-            Pattern::Exact(s) | Pattern::Prefix(s) => s,
-            Pattern::Regex(r) => r.as_str(),
-        }
-    }
-
-    pub fn matches(&self, path: &[u8]) -> bool {
-        match self {
-            Pattern::Exact(s) => path == s.as_bytes(),
-            Pattern::Prefix(s) => path.starts_with(s.as_bytes()),
-            Pattern::Regex(r) => r.is_match(&String::from_utf8_lossy(path)),
-        }
-    }
-}
 
 /// One `[[vhost.location]]` block.
 #[derive(Debug, Clone)]
@@ -101,6 +67,11 @@ impl Locations {
     #[inline]
     pub fn find(&self, path: &[u8]) -> Option<usize> {
         self.table.find(path)
+    }
+
+    /// Whether the location that answers `path` runs scripts.
+    pub fn runs_script(&self, path: &[u8]) -> bool {
+        self.find(path).is_some_and(|i| self.list[i].kind.runs_scripts())
     }
 
     /// What `f` makes of each location, picked by the same table.

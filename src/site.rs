@@ -14,11 +14,12 @@ use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
 use crate::handlers::Handler;
+use crate::handlers::reach::Reach;
 use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;
 use crate::http::response::Reply;
 use crate::kinds::Build;
-use crate::location::Routes;
+use crate::location::{Locations, Routes};
 use crate::rules::{Decor, Gate, Rules};
 
 /// One vhost, ready to serve.
@@ -42,27 +43,39 @@ pub struct Place<'c> {
 }
 
 impl<'c> Place<'c> {
-    /// A place answered by `handler` under the rules in force `rules`.
-    fn new(rules: &Rules, mut handler: Handler<'c>) -> Place<'c> {
+    /// A place answered by `handler` under the rules in force `rules`, among the
+    /// vhost's `locations`.
+    fn new(rules: &Rules, mut handler: Handler<'c>, locations: &Locations) -> Place<'c> {
         if let Handler::Files(files) = &mut handler {
             files.rules = rules.files();
+            files.index_runs = files.index.iter().any(|i| locations.runs_script(format!("/{i}").as_bytes()));
         }
         Place { gate: rules.gate(), handler, decor: rules.decor() }
     }
 }
 
-/// The directories already opened in this worker, so each is opened once.
-#[derive(Default)]
-pub struct Roots(Vec<Rc<Root>>);
+/// The directories already opened in this worker, so each is opened once, and the
+/// files that scripts run, which none of them sends as they are.
+pub struct Roots {
+    open: Vec<Rc<Root>>,
+    reach: Rc<Reach>,
+}
 
 impl Roots {
+    pub fn new(config: &Config) -> Roots {
+        let locations = config.vhosts.iter().flat_map(|v| &v.locations.list);
+        let scripts = locations.filter_map(|l| l.kind.scripts_dir().map(|(dir, alias)| (dir, alias, &l.pattern)));
+        Roots { open: Vec::new(), reach: Rc::new(Reach::new(scripts)) }
+    }
+
     /// `dir` as `vhost` serves it (its links rule), opened once.
     fn get(&mut self, dir: &Path, vhost: &Vhost, config: &Config) -> io::Result<Rc<Root>> {
-        if let Some(r) = self.0.iter().find(|r| r.path == dir && r.symlinks == vhost.symlinks) {
+        if let Some(r) = self.open.iter().find(|r| r.path == dir && r.symlinks == vhost.symlinks) {
             return Ok(r.clone());
         }
-        let root = Rc::new(Root::open(dir, vhost.symlinks, config.http.file_check_interval)?);
-        self.0.push(root.clone());
+        let interval = config.http.file_check_interval;
+        let root = Rc::new(Root::open(dir, vhost.symlinks, interval, self.reach.clone())?);
+        self.open.push(root.clone());
         Ok(root)
     }
 }
@@ -70,7 +83,7 @@ impl Roots {
 impl<'c> Site<'c> {
     /// Every vhost of `config`, in order, with its directories opened.
     pub fn open_all(config: &'c Config, status: StatusPage<'c>) -> io::Result<Vec<Site<'c>>> {
-        let mut roots = Roots::default();
+        let mut roots = Roots::new(config);
         config.vhosts.iter().map(|v| Site::open(v, config, status, &mut roots)).collect()
     }
 
@@ -99,10 +112,10 @@ impl<'c> Site<'c> {
             server_name: vhost.server_names.first().map_or("localhost", String::as_str),
             open: &mut open,
         };
-        let files = Place::new(&vhost.rules, vhost.files.build("", &mut b)?);
+        let files = Place::new(&vhost.rules, vhost.files.build(None, &mut b)?, &vhost.locations);
         let at = vhost.locations.map(|l| {
             let rules = l.rules.over(&l.kind.rules(config)).over(&vhost.rules);
-            let mut place = Place::new(&rules, l.kind.build(l.pattern.text(), &mut b)?);
+            let mut place = Place::new(&rules, l.kind.build(Some(&l.pattern), &mut b)?, &vhost.locations);
             if let Handler::FastCgi(app) = &mut place.handler {
                 // Its own only: a vhost's try_files is for its files.
                 app.try_files = l.rules.try_files.clone().unwrap_or_default();

@@ -705,6 +705,10 @@ fn try_files_sends_every_path_that_is_not_a_file_to_a_php_front_controller() {
     let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
     let fpm = Fpm::start(&php_fpm, None);
     let site = Site::new();
+    // No index.html: "$uri/" of "/" names a directory with no index, which falls
+    // through to the router (as "$uri", which names files only).
+    std::fs::remove_file(site.path("htdocs/index.html")).unwrap();
+    std::fs::create_dir_all(site.path("htdocs/docs")).unwrap();
     site.write("htdocs/index.php", ROUTER_PHP);
     site.write("htdocs/other.php", "<?php header('Content-Type: text/plain'); echo 'other';\n");
     site.write("htdocs/style.css", "body{}\n");
@@ -737,6 +741,12 @@ fn try_files_sends_every_path_that_is_not_a_file_to_a_php_front_controller() {
     assert_eq!(var(&t, "PATH_INFO"), Some("(unset)"), "{t}");
     assert_eq!(var(&t, "QUERY_STRING"), Some("a=1&b=2"), "{t}");
     assert_eq!(var(&t, "GET_a"), Some("1"), "{t}");
+    for dir in ["/", "/docs/"] {
+        let r = get(p.addr, dir);
+        let t = r.text();
+        assert_eq!(r.status, 200, "{dir}: {t}");
+        assert_eq!((var(&t, "REQUEST_URI"), var(&t, "SCRIPT_NAME")), (Some(dir), Some("/index.php")), "{t}");
+    }
     // A POST reaches the front controller as a POST, with its body.
     let r = post(p.addr, "/users", "Content-Type: text/plain\r\n", b"new user");
     let t = r.text();
@@ -866,4 +876,48 @@ fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
     std::fs::write(&go, "").unwrap();
     let r = read_response(&mut busy, false).expect("the script's answer");
     assert_eq!((r.status, r.text().as_str()), (200, "done"));
+}
+
+#[test]
+fn an_index_php_runs_as_the_script_at_its_path() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    site.write("htdocs/index.php", ROUTER_PHP);
+    site.write("htdocs/app/index.php", ROUTER_PHP);
+    site.write("htdocs/docs/index.html", "docs\n");
+    site.write("htdocs/uploads/evil.jpg", "<?php echo 'evil';\n");
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    // The README's complete site: index.php first, a \.php location.
+    site.config(
+        "",
+        &format!(
+            "[http]\nbody_temp_dir = \"{bodies}\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\nindex = [\"index.php\", \"index.html\"]\n\
+             [[vhost.location]]\nregex = '\\.php(/|$)'\nfastcgi = \"unix:{sock}\"\n",
+            bodies = site.path("bodies/tmp").display(),
+            sock = fpm.socket().display()
+        ),
+    );
+    let p = Pika::start(&site, "-X");
+    for (dir, script) in [("/", "/index.php"), ("/app/", "/app/index.php"), ("/app/?a=1", "/app/index.php")] {
+        let r = get(p.addr, dir);
+        let t = r.text();
+        assert_eq!(r.status, 200, "{dir}: {t}");
+        assert!(!t.contains("<?php"), "{dir}: the source: {t}");
+        assert_eq!((var(&t, "REQUEST_URI"), var(&t, "SCRIPT_NAME")), (Some(dir), Some(script)), "{t}");
+    }
+    assert_eq!(var(&get(p.addr, "/app/?a=1").text(), "GET_a"), Some("1"));
+    // A POST to the directory reaches its index script with its body, as in nginx.
+    let r = post(p.addr, "/", "Content-Type: text/plain\r\n", b"form");
+    let t = r.text();
+    assert_eq!((var(&t, "REQUEST_METHOD"), var(&t, "BODY")), (Some("POST"), Some("form")), "{t}");
+    // An index.html is still a file, and a folder without a slash is redirected.
+    assert_eq!(get(p.addr, "/docs/").text(), "docs\n");
+    assert_eq!(get(p.addr, "/app").status, 301);
+    // A path whose script part is not a .php file is not sent to php-fpm at all
+    // (its own limit_extensions would answer 403).
+    let r = get(p.addr, "/uploads/evil.jpg/x.php");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(!r.text().contains("evil"));
 }

@@ -11,6 +11,7 @@ mod browser;
 mod config;
 mod control;
 mod corpus;
+mod disclosure;
 mod dynamic;
 mod hostile;
 mod http_engine;

@@ -290,8 +290,8 @@ fn valid_hsts(v: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::http::pattern::Pattern;
     use crate::kinds::Kind;
-    use crate::location::Pattern;
     use crate::rules::Rules;
     use crate::rules::access::{Access, Who};
 

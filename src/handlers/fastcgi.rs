@@ -117,7 +117,7 @@ impl<'c> FastCgi<'c> {
         if self.try_files.is_empty() || ask.redirected {
             return self.run(ask, reply);
         }
-        let exists = |c: &CleanPath<'_>| self.scripts.runs_exactly(&c.bytes);
+        let exists = |c: &CleanPath<'_>, dir: bool| self.scripts.runs_exactly(&c.bytes, dir);
         match try_files::try_files(&self.try_files, ask.path, ask.query, exists) {
             Tried::Found(path) => {
                 let ask = Ask {

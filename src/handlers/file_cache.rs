@@ -72,6 +72,10 @@ pub struct Entry {
     /// made on the first request that asks: one compression per file version and
     /// worker, within the worker's bound (`rules::compress::MAX_KEPT`).
     pub coded: std::cell::RefCell<[Option<Rc<crate::rules::compress::Kept>>; 3]>,
+    /// A script location runs this file ([`super::reach`]): never sent as it is.
+    pub script: bool,
+    /// That a request for it was refused is said in the error log (once).
+    pub said: Cell<bool>,
 }
 
 impl Entry {
@@ -103,6 +107,8 @@ impl Entry {
             checked: Cell::new(Some(Instant::now())),
             file_headers: OnceCell::new(),
             coded: Default::default(),
+            script: false,
+            said: Cell::new(false),
         })
     }
 

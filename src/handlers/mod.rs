@@ -15,6 +15,7 @@ pub mod file_cache;
 pub mod health;
 pub mod listing;
 pub mod metrics;
+pub mod reach;
 pub mod script;
 pub mod static_file;
 pub mod status_page;

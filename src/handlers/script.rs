@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::gateway::output::{Failed, Fault, Got, Source};
 use crate::gateway::script::{self, Missing, Policy};
 use crate::gateway::{env, incoming};
+use crate::http::pattern::Pattern;
 use crate::http::response::{Body, Internal, Reply, Streamed};
 use crate::sys::Symlinks;
 
@@ -26,6 +27,9 @@ pub struct Scripts<'c> {
     pub strip: usize,
     pub server_name: &'c str,
     pub policy: Policy,
+    /// What the location matches: a script's own URL path must match it too, or
+    /// it is not run (`/uploads/a.jpg/x.php` names `a.jpg`, no `.php`).
+    pub pattern: Option<&'c Pattern>,
 }
 
 /// A script found for a request, with what the meta-variables say of it.
@@ -56,16 +60,16 @@ impl Scripts<'_> {
         Some(Prepared { found, name, env })
     }
 
-    /// Whether `path` names a script here by itself: a file (or, ending in `/`, a
-    /// directory with an index), with nothing left over for `PATH_INFO`.
-    pub fn runs_exactly(&self, path: &[u8]) -> bool {
+    /// Whether `path` names a script here by itself: a file (or, `dir`, a directory
+    /// with an index), with nothing left over for `PATH_INFO`.
+    pub fn runs_exactly(&self, path: &[u8], dir: bool) -> bool {
         let rest = match path.get(self.strip.min(path.len())..) {
             Some(r) => r,
             None => return false,
         };
         match script::find(&self.dir, self.dir_path, self.symlinks, rest, &self.policy) {
-            Ok(s) if s.index.is_some() => path.ends_with(b"/"),
-            Ok(s) => s.name_len == rest.len(),
+            Ok(s) if s.index.is_some() => dir,
+            Ok(s) => !dir && s.name_len == rest.len(),
             Err(_) => false,
         }
     }
@@ -85,6 +89,12 @@ impl Scripts<'_> {
                     script_name.extend_from_slice(index.as_bytes());
                 }
                 let path_info = if script.index.is_some() { Vec::new() } else { info.to_vec() };
+                if self.pattern.is_some_and(|p| !p.matches(&script_name)) {
+                    // The file that would run is not one this location runs by its
+                    // own name: never sent (as nginx's Debian snippet answers).
+                    reply.error(404, "The requested resource was not found.");
+                    return None;
+                }
                 let filename = self.dir_path.join(&script.rel);
                 Some(Found { script, script_name, filename, path_info })
             }

@@ -20,6 +20,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::ask::{Ask, Methods};
 use super::file_cache::{Entry, FileCache};
+use super::reach::Reach;
 use super::try_files::{self, Tried};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -40,13 +41,15 @@ pub struct Root {
     pub symlinks: Symlinks,
     dir: File,
     cache: RefCell<FileCache>,
+    /// The files script locations run, which are never sent as they are.
+    reach: Rc<Reach>,
 }
 
 impl Root {
-    pub fn open(path: &Path, symlinks: Symlinks, check_interval: Duration) -> io::Result<Root> {
+    pub fn open(path: &Path, symlinks: Symlinks, check_interval: Duration, reach: Rc<Reach>) -> io::Result<Root> {
         let dir = File::open(path)?;
         let cache = RefCell::new(FileCache::new(check_interval));
-        Ok(Root { path: path.to_path_buf(), dir, symlinks, cache })
+        Ok(Root { path: path.to_path_buf(), dir, symlinks, cache, reach })
     }
 
     /// Sending a file failed because it shrank (see `connection`): look at every
@@ -72,7 +75,9 @@ impl Root {
         if !meta.is_file() {
             return Ok(Found::Other);
         }
-        let entry = Rc::new(Entry::from_file(file, &meta)?);
+        let mut entry = Entry::from_file(file, &meta)?;
+        entry.script = self.reach.claims(&self.path, rel);
+        let entry = Rc::new(entry);
         self.cache.borrow_mut().insert(rel, &entry);
         Ok(Found::File(entry, false))
     }
@@ -82,7 +87,7 @@ impl Root {
     pub fn error_page(&self, url_path: &str) -> Option<Rc<Entry>> {
         let rel = Path::new(std::ffi::OsStr::from_bytes(url_path.trim_start_matches('/').as_bytes()));
         match self.lookup(rel) {
-            Ok(Found::File(entry, _)) => Some(entry),
+            Ok(Found::File(entry, _)) if !entry.script => Some(entry),
             _ => None,
         }
     }
@@ -110,6 +115,9 @@ pub struct StaticFiles<'c> {
     pub max_ranges: usize,
     /// The location's rules for its files: `try_files`, `precompressed`, `compress`.
     pub rules: FileRules,
+    /// An index file here may name a script (`index.php` beside a `\.php` location):
+    /// every method is let through, and bodies read, for the script it runs.
+    pub index_runs: bool,
 }
 
 /// How a file goes out when a coding is chosen.
@@ -131,7 +139,7 @@ impl StaticFiles<'_> {
         let path = if self.rules.try_files.is_empty() || ask.redirected {
             ask.path
         } else {
-            match try_files::try_files(&self.rules.try_files, ask.path, ask.query, |c| self.names_here(c)) {
+            match try_files::try_files(&self.rules.try_files, ask.path, ask.query, |c, dir| self.names_here(c, dir)) {
                 Tried::Found(p) => {
                     tried = p;
                     &tried
@@ -146,9 +154,6 @@ impl StaticFiles<'_> {
                 }
             }
         };
-        if self.may_redirect() && !Methods::ReadOnly.admit(ask.req.method, reply) {
-            return;
-        }
         if !self.serve_hidden && path.is_hidden() {
             reply.error(404, "The requested resource was not found.");
             return;
@@ -158,6 +163,14 @@ impl StaticFiles<'_> {
             return;
         };
         match self.root.lookup(rel) {
+            Ok(Found::File(entry, _)) if entry.script => {
+                if !std::ptr::eq(path, ask.path) {
+                    // A try_files candidate that a script location runs: it runs.
+                    return redirect_to(path, ask.query, reply);
+                }
+                script_refused(ask, &self.root.path.join(rel), &entry, reply);
+            }
+            Ok(Found::File(..)) if !self.answers(ask, reply) => {}
             Ok(Found::File(entry, cached)) => {
                 let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
                 reply.cached = Some(cached);
@@ -171,24 +184,38 @@ impl StaticFiles<'_> {
         }
     }
 
-    /// Whether `try_files` may send a request elsewhere (its last entry is a path):
-    /// then every method reaches this handler (the gate's method check is here).
-    pub fn may_redirect(&self) -> bool {
-        self.rules.try_files.last().is_some_and(|l| l.starts_with('/'))
+    /// Whether this handler answers the request's method itself (a location that
+    /// lets every method through for a script answers only GET and HEAD with
+    /// files); when not, `reply` holds the answer.
+    fn answers(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+        !self.may_redirect() || Methods::ReadOnly.admit(ask.req.method, reply)
     }
 
-    /// Whether a `try_files` candidate names a file here (or, ending in `/`, a
-    /// directory).
-    fn names_here(&self, candidate: &CleanPath<'_>) -> bool {
+    /// Whether a request may be sent elsewhere to a script: by `try_files` (its last
+    /// entry is a path) or by an index that names one; then every method reaches
+    /// this handler (the gate's method check is here).
+    pub fn may_redirect(&self) -> bool {
+        self.index_runs || self.rules.try_files.last().is_some_and(|l| l.starts_with('/'))
+    }
+
+    /// Whether a `try_files` candidate names a file here, or (`dir`: its entry ends
+    /// in `/`) a directory that answers: one with an index file, or listed.
+    fn names_here(&self, candidate: &CleanPath<'_>, dir: bool) -> bool {
         if !self.serve_hidden && candidate.is_hidden() {
             return false;
         }
         let Some(rel) = self.under_root(candidate) else { return false };
         match self.root.lookup(rel) {
-            Ok(Found::File(..)) => !candidate.ends_with_slash(),
-            Ok(Found::Dir(_)) => candidate.ends_with_slash(),
+            Ok(Found::File(..)) => !dir,
+            Ok(Found::Dir(_)) => dir && (self.autoindex || self.index_of(rel).is_some()),
             _ => false,
         }
+    }
+
+    /// The first of the index files that the directory `rel` holds.
+    fn index_of(&self, rel: &Path) -> Option<&str> {
+        let index = self.index.iter().find(|i| matches!(self.root.lookup(&rel.join(i)), Ok(Found::File(..))))?;
+        Some(index.as_str())
     }
 
     /// Where `path` lies under the root: the whole path, or (with an alias) what
@@ -207,8 +234,9 @@ impl StaticFiles<'_> {
         Some(Path::new(std::ffi::OsStr::from_bytes(rest)))
     }
 
-    /// A directory: redirect to add the slash, else the first index file, else a
-    /// listing. `rel`: where it is under the root.
+    /// A directory: redirect to add the slash, else the first index file (served
+    /// again at its path: an internal redirect), else a listing. `rel`: where it is
+    /// under the root.
     fn directory(&self, ask: &Ask<'_>, path: &CleanPath<'_>, dir: File, rel: &Path, reply: &mut Reply<'_>) {
         let query = ask.query;
         if !path.ends_with_slash() {
@@ -222,12 +250,15 @@ impl StaticFiles<'_> {
             reply.header("Location", location);
             return;
         }
-        for index in self.index {
-            let file = rel.join(index);
-            if let Ok(Found::File(entry, cached)) = self.root.lookup(&file) {
-                reply.cached = Some(cached);
-                return self.answer_file(ask.req, &entry, &file, index.as_bytes(), reply);
-            }
+        if let Some(index) = self.index_of(rel) {
+            // Served at its own path through the vhost's locations, as nginx's
+            // `index` does: `index.php` runs where `.php` runs, with the rules there.
+            let mut at = path.bytes.to_vec();
+            at.extend_from_slice(index.as_bytes());
+            return redirect_to(&CleanPath { bytes: at.into() }, query, reply);
+        }
+        if !self.answers(ask, reply) {
+            return;
         }
         if self.autoindex {
             super::listing::render(dir, self.serve_hidden, ask.req, path, query, reply);
@@ -499,6 +530,35 @@ fn answer_coded(
     // A copy per answer (a few KiB: the compressed size), which the transports send
     // like any body pika makes.
     reply.body = Body::Owned(bytes.to_vec());
+}
+
+/// Serves the request again at `path` (with the request's `query`) through the
+/// vhost's locations.
+fn redirect_to(path: &CleanPath<'_>, query: Option<&[u8]>, reply: &mut Reply<'_>) {
+    let mut target = encode_path(&path.bytes).into_bytes();
+    if let Some(q) = query {
+        target.push(b'?');
+        target.extend_from_slice(q);
+    }
+    reply.internal = Some(Internal { target, as_get: false });
+}
+
+/// A file that a script location runs, reached by its own path at a location that
+/// serves files (another vhost's, or one that takes the path from the scripts'):
+/// refused, said once per file version in this worker.
+#[cold]
+fn script_refused(ask: &Ask<'_>, file: &Path, entry: &Entry, reply: &mut Reply<'_>) {
+    if !entry.said.replace(true) {
+        let mut path = Vec::new();
+        crate::log::format::escape_into(&mut path, &ask.path.bytes);
+        log::warn!(
+            "{}: {} is a script that a script location runs; refused as a file (403): \
+             route its path to that location",
+            String::from_utf8_lossy(&path),
+            file.display()
+        );
+    }
+    reply.error(403, "Access to this resource is forbidden.");
 }
 
 fn open_error(e: io::Error, reply: &mut Reply<'_>) {

@@ -27,12 +27,13 @@ pub enum Tried {
 
 /// Tries `list` (checked when the config was read: at least two entries, the last
 /// a path or `=status`) for `path` with `query`; `exists` tells whether a candidate
-/// names something here.
+/// names something here: a file, or a directory when its entry ends in `/` (the
+/// entry decides, as nginx's does: `$uri` of `/` is no file).
 pub fn try_files(
     list: &[String],
     path: &CleanPath<'_>,
     query: Option<&[u8]>,
-    exists: impl Fn(&CleanPath<'_>) -> bool,
+    exists: impl Fn(&CleanPath<'_>, bool) -> bool,
 ) -> Tried {
     let (last, tried) = list.split_last().expect("checked when the config was read");
     for t in tried {
@@ -49,7 +50,7 @@ pub fn try_files(
             p.remove(at);
         }
         let candidate = CleanPath { bytes: Cow::Owned(p) };
-        if exists(&candidate) {
+        if exists(&candidate, t.ends_with('/')) {
             return Tried::Found(candidate);
         }
     }
@@ -104,7 +105,7 @@ mod tests {
     #[test]
     fn the_first_entry_that_exists_answers() {
         let l = list(&["$uri", "$uri/", "/index.php?$query_string"]);
-        let only_dirs = |c: &CleanPath<'_>| c.bytes.ends_with(b"/");
+        let only_dirs = |_: &CleanPath<'_>, dir: bool| dir;
         match try_files(&l, &path("/docs"), None, only_dirs) {
             Tried::Found(p) => assert_eq!(&p.bytes[..], b"/docs/"),
             _ => panic!("the directory"),
@@ -118,7 +119,7 @@ mod tests {
     #[test]
     fn none_existing_sends_the_request_to_the_last_entry() {
         let l = list(&["$uri", "$uri/", "/index.php?$query_string"]);
-        let nothing = |_: &CleanPath<'_>| false;
+        let nothing = |_: &CleanPath<'_>, _| false;
         let target = |q, l: &[String]| match try_files(l, &path("/users/7 x"), q, nothing) {
             Tried::Fallback(t) => String::from_utf8(t).unwrap(),
             _ => panic!("a fallback"),

@@ -9,6 +9,7 @@ pub mod forwarded;
 pub mod https;
 pub mod mime;
 pub mod path;
+pub mod pattern;
 pub mod range;
 pub mod request;
 pub mod response;

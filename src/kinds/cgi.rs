@@ -15,6 +15,7 @@ use crate::gateway::script::Policy;
 use crate::handlers::Handler;
 use crate::handlers::cgi::Cgi;
 use crate::handlers::script::Scripts;
+use crate::http::pattern::Pattern;
 use crate::sys::ScriptLimits;
 
 /// The keys that choose it.
@@ -81,12 +82,13 @@ pub(super) fn show(c: &CgiConfig, t: &mut Toml) {
     t.key("cgi_memory", size(c.limits.memory));
 }
 
-pub(super) fn build<'c>(c: &'c CgiConfig, at: &str, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+pub(super) fn build<'c>(c: &'c CgiConfig, at: Option<&'c Pattern>, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
     let scripts = Scripts {
         dir: std::fs::File::open(&c.dir)?,
         dir_path: &c.dir,
         symlinks: b.symlinks,
-        strip: if c.alias { at.len() } else { 0 },
+        strip: if c.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
+        pattern: at,
         server_name: b.server_name,
         policy: c.policy.clone(),
     };

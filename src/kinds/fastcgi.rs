@@ -11,6 +11,7 @@ use crate::gateway::{AppAddr, FastCgiConfig};
 use crate::handlers::Handler;
 use crate::handlers::fastcgi::FastCgi;
 use crate::handlers::script::Scripts;
+use crate::http::pattern::Pattern;
 
 /// The key that chooses it.
 pub const KEY: &str = "fastcgi";
@@ -41,12 +42,17 @@ pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
     t.key("script_timeout", duration(f.timeout));
 }
 
-pub(super) fn build<'c>(f: &'c FastCgiConfig, at: &str, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+pub(super) fn build<'c>(
+    f: &'c FastCgiConfig,
+    at: Option<&'c Pattern>,
+    b: &Build<'c, '_>,
+) -> std::io::Result<Handler<'c>> {
     let scripts = Scripts {
         dir: std::fs::File::open(&f.dir)?,
         dir_path: &f.dir,
         symlinks: b.symlinks,
-        strip: if f.alias { at.len() } else { 0 },
+        strip: if f.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
+        pattern: at,
         server_name: b.server_name,
         // The application runs the file; the index files are tried for a directory.
         policy: Policy { executables: false, interpreters: Default::default(), fastcgi: true, index: f.index.clone() },

@@ -13,6 +13,7 @@ use crate::config::read::{ConfigError, Ctx, Keys};
 use crate::config::show::{Toml, int, path, strings};
 use crate::handlers::Handler;
 use crate::handlers::static_file::StaticFiles;
+use crate::http::pattern::Pattern;
 
 /// Its keys on a location.
 pub const KEYS: &[&str] = &["root", "alias", "index", "autoindex", "max_ranges"];
@@ -104,20 +105,22 @@ impl Files {
         t.key("autoindex", toml::Value::Boolean(self.autoindex));
     }
 
-    /// The handler; `at`: the location's pattern as written (a prefix an `alias`
-    /// stands for), empty for a vhost's own files.
-    pub(crate) fn build<'c>(&'c self, at: &str, b: &mut Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+    /// The handler; `at`: the location's pattern (a prefix an `alias` stands for),
+    /// None for a vhost's own files.
+    pub(crate) fn build<'c>(&'c self, at: Option<&'c Pattern>, b: &mut Build<'c, '_>) -> std::io::Result<Handler<'c>> {
         Ok(Handler::Files(StaticFiles {
             root: (b.open)(&self.dir)?,
             // An alias stands for the prefix: what follows it is looked up.
-            strip: if self.alias { at.len() } else { 0 },
+            strip: if self.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
             index: &self.index,
             autoindex: self.autoindex,
             serve_hidden: b.serve_hidden,
             mime: &b.config.mime,
             max_ranges: self.max_ranges.unwrap_or(b.config.http.max_ranges),
-            // Set by the site, from the rules in force at the location.
+            // Set by the site, from the rules in force at the location and its
+            // vhost's script locations.
             rules: Default::default(),
+            index_runs: false,
         }))
     }
 }

@@ -29,6 +29,7 @@ use crate::config::show::Toml;
 use crate::handlers::Handler;
 use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;
+use crate::http::pattern::Pattern;
 use crate::rules::Rules;
 use files::Files;
 
@@ -183,7 +184,7 @@ impl Kind {
     }
 
     /// The handler a worker answers with; `at`: the location's pattern as written.
-    pub fn build<'c>(&'c self, at: &str, b: &mut Build<'c, '_>) -> io::Result<Handler<'c>> {
+    pub fn build<'c>(&'c self, at: Option<&'c Pattern>, b: &mut Build<'c, '_>) -> io::Result<Handler<'c>> {
         Ok(match self {
             Kind::Files(f) => f.build(at, b)?,
             Kind::Status => status::build(b),
@@ -193,6 +194,21 @@ impl Kind {
             Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
             Kind::Echo => echo::build(),
         })
+    }
+
+    /// Whether it runs scripts (CGI, FastCGI).
+    pub fn runs_scripts(&self) -> bool {
+        self.scripts_dir().is_some()
+    }
+
+    /// Where the scripts it runs are, and whether that directory stands for the
+    /// location's prefix (`alias`); None for a kind that runs none.
+    pub fn scripts_dir(&self) -> Option<(&Path, bool)> {
+        match self {
+            Kind::Cgi(c) => Some((&c.dir, c.alias)),
+            Kind::FastCgi(f) => Some((&f.dir, f.alias)),
+            Kind::Files(_) | Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => None,
+        }
     }
 
     /// The directory it serves files from, if any (for the chroot's check).
