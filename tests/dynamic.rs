@@ -921,3 +921,42 @@ fn an_index_php_runs_as_the_script_at_its_path() {
     assert_eq!(r.status, 404, "{}", r.text());
     assert!(!r.text().contains("evil"));
 }
+
+#[test]
+fn a_scripts_answer_goes_out_as_the_peers_send_it() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    site.write(
+        "htdocs/head.php",
+        "<?php header('Content-Type: text/plain'); header('Date: Tue, 01 Jan 2030 00:00:00 GMT');\n\
+         header('Server: app/1'); header(\"Content-Disposition: attachment; filename=\\\"caf\\xe9.txt\\\"\");\n\
+         echo 'SERVER_ADDR=', $_SERVER['SERVER_ADDR'] ?? '(unset)', \"\\n\";\n\
+         echo 'CONTENT_LENGTH=', $_SERVER['CONTENT_LENGTH'] ?? '(unset)', \"\\n\";\n\
+         flush(); echo str_repeat('x', 200000);\n",
+    );
+    fpm_config(&site, &fpm);
+    let p = Pika::start(&site, "-X");
+    let r = raw(p.addr, b"GET /head.php HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200, "{}", r.head);
+    let count = |name: &str| r.head.lines().filter(|l| l.to_ascii_lowercase().starts_with(name)).count();
+    assert_eq!((count("date:"), count("server:")), (1, 1), "the script's replace the server's: {}", r.head);
+    assert_eq!(r.header("date").as_deref(), Some("Tue, 01 Jan 2030 00:00:00 GMT"));
+    assert_eq!(r.header("server").as_deref(), Some("app/1"));
+    let raw_head = r.head.as_bytes();
+    assert!(
+        raw_head.windows(13).any(|w| w == "filename=\"caf".as_bytes()),
+        "a value with obs-text is passed, not a 502: {}",
+        r.head
+    );
+    let t = r.text();
+    assert_eq!(var(&t, "SERVER_ADDR"), Some("127.0.0.1"), "{t}");
+    assert_eq!(var(&t, "CONTENT_LENGTH"), Some("(unset)"), "no body, no length: {t}");
+    // A POST with a body of length 0 has one.
+    let r = post(p.addr, "/head.php", "", b"");
+    assert_eq!(var(&r.text(), "CONTENT_LENGTH"), Some("0"), "{}", r.text());
+    // HEAD: the length a GET would have is not known, so none is said.
+    let r = raw(p.addr, b"HEAD /head.php HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.header("content-length"), None, "{}", r.head);
+}

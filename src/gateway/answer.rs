@@ -18,8 +18,9 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
     pub status: u16,
-    /// The headers to send, as the script wrote them (names as given).
-    pub headers: Vec<(String, String)>,
+    /// The headers to send, as the script wrote them (names as given; values as
+    /// bytes: obs-text, 0x80-0xFF, is allowed, RFC 9110 §5.5).
+    pub headers: Vec<(String, Vec<u8>)>,
     pub content_length: Option<u64>,
     /// `Location` with a local path: the server answers that path instead.
     pub local_redirect: Option<String>,
@@ -65,10 +66,17 @@ pub fn parse(out: &[u8], max: usize, ended: bool) -> Result<Option<(Head, usize)
     for line in lines {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let (name, value) = field(line).ok_or_else(|| AnswerError::BadLine(lossy(line)))?;
-        match name.to_ascii_lowercase().as_str() {
-            "status" => status = Some(status_code(&value).ok_or_else(|| AnswerError::BadStatus(value.clone()))?),
-            "location" => location = Some(value),
+        let lower = name.to_ascii_lowercase();
+        // The values the server reads are text; the others pass as they came.
+        let text = || String::from_utf8(value.clone()).map_err(|_| AnswerError::BadLine(lossy(line)));
+        match lower.as_str() {
+            "status" => {
+                let value = text()?;
+                status = Some(status_code(&value).ok_or(AnswerError::BadStatus(value))?);
+            }
+            "location" => location = Some(text()?),
             "content-length" => {
+                let value = text()?;
                 let n = value.parse().ok().filter(|_| value.bytes().all(|b| b.is_ascii_digit()));
                 head.content_length = Some(n.ok_or(AnswerError::BadLength(value))?);
             }
@@ -87,7 +95,7 @@ pub fn parse(out: &[u8], max: usize, ended: bool) -> Result<Option<(Head, usize)
         }
         Some(l) => {
             head.status = status.unwrap_or(302);
-            head.headers.push(("Location".into(), l));
+            head.headers.push(("Location".into(), l.into_bytes()));
         }
         None if status.is_none() && !typed => return Err(AnswerError::NothingSaid),
         None => head.status = status.unwrap_or(200),
@@ -128,7 +136,7 @@ fn is_token(b: u8) -> bool {
 }
 
 /// `Name: value`, the value trimmed of blanks; `None` if the line is not one.
-fn field(line: &[u8]) -> Option<(String, String)> {
+fn field(line: &[u8]) -> Option<(String, Vec<u8>)> {
     let colon = memchr::memchr(b':', line)?;
     let (name, value) = (&line[..colon], &line[colon + 1..]);
     if name.is_empty() || !name.iter().all(|&b| is_token(b)) {
@@ -138,9 +146,9 @@ fn field(line: &[u8]) -> Option<(String, String)> {
         return None;
     }
     let value = value.trim_ascii();
-    // Names are tokens (ASCII); values may carry Latin-1 or UTF-8 bytes, passed as
-    // they came when they are UTF-8.
-    Some((String::from_utf8(name.to_vec()).ok()?, String::from_utf8(value.to_vec()).ok()?))
+    // Names are tokens (ASCII); values may carry Latin-1 or UTF-8 bytes (obs-text),
+    // passed as they came.
+    Some((String::from_utf8(name.to_vec()).ok()?, value.to_vec()))
 }
 
 /// `NNN` or `NNN reason`, 200 to 599.
@@ -167,7 +175,7 @@ mod tests {
         assert_eq!(head.status, 200);
         assert_eq!(&out[body..], b"<p>hi");
         assert_eq!(head.headers.len(), 3);
-        assert_eq!(head.headers[1], ("X-Powered-By".into(), "PHP".into()));
+        assert_eq!(head.headers[1], ("X-Powered-By".into(), b"PHP".to_vec()));
     }
 
     #[test]
@@ -182,7 +190,7 @@ mod tests {
         assert_eq!(ok(b"Status: 500\n\n").0.status, 500);
         let (head, _) = ok(b"Location: https://example.com/x\r\n\r\n");
         assert_eq!(head.status, 302);
-        assert_eq!(head.headers, [("Location".into(), "https://example.com/x".into())]);
+        assert_eq!(head.headers, [("Location".into(), b"https://example.com/x".to_vec())]);
         let (head, _) = ok(b"Status: 301 Moved\r\nLocation: https://example.com/\r\n\r\n");
         assert_eq!(head.status, 301);
         let (head, _) = ok(b"Location: /other?x=1\r\n\r\n");
@@ -196,7 +204,7 @@ mod tests {
     fn the_servers_headers_are_dropped_and_length_is_read() {
         let (head, _) =
             ok(b"Content-Type: a/b\r\nConnection: close\r\nTransfer-Encoding: chunked\r\nContent-Length: 12\r\n\r\n");
-        assert_eq!(head.headers, [("Content-Type".into(), "a/b".into())]);
+        assert_eq!(head.headers, [("Content-Type".into(), b"a/b".to_vec())]);
         assert_eq!(head.content_length, Some(12));
     }
 
@@ -225,5 +233,14 @@ mod tests {
         }
         assert_eq!(parse(b"X-Only: 1\n\n", 8192, true), Err(AnswerError::NothingSaid));
         assert_eq!(parse(b"\r\nbody", 8192, true), Err(AnswerError::NothingSaid));
+    }
+
+    #[test]
+    fn obs_text_in_a_value_is_passed_as_it_came() {
+        let (head, _) =
+            ok(b"Content-Type: text/plain\r\nContent-Disposition: attachment; filename=\"caf\xe9.txt\"\r\n\r\n");
+        assert_eq!(head.headers[1].1, b"attachment; filename=\"caf\xe9.txt\"".to_vec());
+        // The values pika reads must be text.
+        assert!(matches!(parse(b"Status: 2\xe900\r\n\r\n", 8192, true), Err(AnswerError::BadLine(_))));
     }
 }

@@ -38,6 +38,8 @@ pub struct Meta<'a> {
     pub https: bool,
     /// The request body's length (it is read whole before the script runs).
     pub content_length: Option<u64>,
+    /// The address the client connected to (`SERVER_ADDR`).
+    pub server_addr: Option<std::net::IpAddr>,
 }
 
 /// The variables, in a stable order; names are ASCII.
@@ -71,8 +73,14 @@ pub fn variables(m: &Meta<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
     } else {
         put("REQUEST_SCHEME", b"http");
     }
-    if let Some(n) = m.content_length {
-        put("CONTENT_LENGTH", n.to_string().as_bytes());
+    match m.content_length {
+        Some(n) => put("CONTENT_LENGTH", n.to_string().as_bytes()),
+        // A body of length 0 is a body (RFC 3875 §4.1.2).
+        None if m.req.header("content-length").is_some() => put("CONTENT_LENGTH", b"0"),
+        None => {}
+    }
+    if let Some(a) = m.server_addr {
+        put("SERVER_ADDR", a.to_string().as_bytes());
     }
     if let Some(t) = m.req.header("content-type") {
         put("CONTENT_TYPE", t);
@@ -137,6 +145,7 @@ mod tests {
             server_port: 8080,
             https: false,
             content_length: Some(5),
+            server_addr: Some([192, 0, 2, 1].into()),
         }
     }
 
@@ -156,6 +165,7 @@ mod tests {
             assert_eq!(get(&v, "REMOTE_PORT"), Some("40000"));
             assert_eq!(get(&v, "SERVER_PORT"), Some("8080"));
             assert_eq!(get(&v, "CONTENT_LENGTH"), Some("5"));
+            assert_eq!(get(&v, "SERVER_ADDR"), Some("192.0.2.1"));
             assert_eq!(get(&v, "CONTENT_TYPE"), Some("text/plain"));
             assert_eq!(get(&v, "HTTP_HOST"), Some("example.com:8080"));
             assert_eq!(get(&v, "HTTP_CONTENT_TYPE"), None);

@@ -45,7 +45,7 @@ impl Cgi<'_> {
         };
         let got = output::read(running, ask.link.socket, ask.link.waiting);
         let name = &p.name;
-        match script::answered(got, name, reply) {
+        match script::answered(got, ask, name, reply) {
             None => {}
             Some(Fault::TimedOut) => {
                 log::error!("{name}: killed: still running after script_timeout ({:?})", self.config.timeout);

@@ -183,7 +183,7 @@ impl<'c> FastCgi<'c> {
             }
         };
         let name = &p.name;
-        match script::answered(got, name, reply) {
+        match script::answered(got, ask, name, reply) {
             None => {}
             Some(Fault::Broken { why, .. }) => {
                 log::error!("{name}: FastCGI application at {addr}: {why}");

@@ -12,6 +12,7 @@ use crate::gateway::output::{Failed, Fault, Got, Source};
 use crate::gateway::script::{self, Missing, Policy};
 use crate::gateway::{env, incoming};
 use crate::http::pattern::Pattern;
+use crate::http::request::Method;
 use crate::http::response::{Body, Internal, Reply, Streamed};
 use crate::sys::Symlinks;
 
@@ -132,9 +133,24 @@ impl Found {
             server_port: ask.link.local_port,
             https: ask.link.https,
             content_length: ask.link.body.map(|b| b.len()),
+            server_addr: local_addr(ask.link.socket),
         };
         env::variables(&meta)
     }
+}
+
+/// The address the client's connection was made to; one system call, made for a
+/// script alone (the listener may be bound to every address).
+fn local_addr(socket: std::os::fd::BorrowedFd<'_>) -> Option<std::net::IpAddr> {
+    use nix::sys::socket::{SockaddrStorage, getsockname};
+    use std::os::fd::AsRawFd;
+    let a: SockaddrStorage = getsockname(socket.as_raw_fd()).ok()?;
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(v4.ip().into());
+    }
+    let v6 = a.as_sockaddr_in6()?.ip();
+    // An IPv4 client on a dual-stack listener: its address as IPv4.
+    Some(v6.to_ipv4_mapped().map_or(v6.into(), Into::into))
 }
 
 /// The request's body as a script's stdin (its own copy); on `None` the reply is a
@@ -150,11 +166,22 @@ pub fn stdin(ask: &Ask<'_>, name: &str, reply: &mut Reply<'_>) -> Option<crate::
     }
 }
 
-/// Turns a script's answer into the reply: its status and headers, its body whole
-/// or as a stream; an answer that is not one is a 502 said in the error log. A
-/// fault (the script stopped before its head was read) is the handler's to say.
-pub fn answered<S: Source + 'static>(got: Result<Got<S>, Failed>, name: &str, reply: &mut Reply<'_>) -> Option<Fault> {
+/// Turns a script's answer to `ask` into the reply: its status and headers (its
+/// `Date` and `Server` instead of the server's), its body whole or as a stream; an
+/// answer that is not one is a 502 said in the error log. A fault (the script
+/// stopped before its head was read) is the handler's to say.
+pub fn answered<S: Source + 'static>(
+    got: Result<Got<S>, Failed>,
+    ask: &Ask<'_>,
+    name: &str,
+    reply: &mut Reply<'_>,
+) -> Option<Fault> {
     let (head, body) = match got {
+        // A HEAD: the script sends no body (PHP does not), so the length it did not
+        // give is not known, and none is said (RFC 9110 §8.6).
+        Ok(Got::Whole(head, _)) if ask.req.method == Method::Head && head.content_length.is_none() => {
+            (head, Streamed::body(Box::new(std::io::empty()), None))
+        }
         Ok(Got::Whole(head, mut body)) => {
             if let Some(n) = head.content_length
                 && n != body.len() as u64
@@ -184,7 +211,13 @@ pub fn answered<S: Source + 'static>(got: Result<Got<S>, Failed>, name: &str, re
     }
     reply.status = head.status;
     for (n, v) in &head.headers {
-        reply.header(n, v);
+        if n.eq_ignore_ascii_case("date") {
+            reply.date = Some(String::from_utf8_lossy(v).into_owned());
+        } else if n.eq_ignore_ascii_case("server") {
+            reply.server = Some(String::from_utf8_lossy(v).into_owned());
+        } else {
+            reply.header_bytes(n, v);
+        }
     }
     reply.body = body;
     None

@@ -102,6 +102,9 @@ pub struct Reply<'h> {
     /// Not an answer: the request is to be served again at another path of the
     /// same vhost (an internal redirect).
     pub internal: Option<Internal>,
+    /// `Date` and `Server` as a script gave them, sent instead of the server's.
+    pub date: Option<String>,
+    pub server: Option<String>,
 }
 
 /// An internal redirect: the request served again at `target` (a path, and a
@@ -117,7 +120,16 @@ pub struct Internal {
 impl<'h> Reply<'h> {
     pub fn new(headers: &'h mut Vec<u8>) -> Reply<'h> {
         headers.clear();
-        Reply { status: 200, headers, body: Body::None, close: false, cached: None, internal: None }
+        Reply {
+            status: 200,
+            headers,
+            body: Body::None,
+            close: false,
+            cached: None,
+            internal: None,
+            date: None,
+            server: None,
+        }
     }
 
     /// Empties the reply for another answer (after an internal redirect); `close`
@@ -128,6 +140,8 @@ impl<'h> Reply<'h> {
         self.body = Body::None;
         self.cached = None;
         self.internal = None;
+        self.date = None;
+        self.server = None;
     }
 
     /// Adds a header line. Values must not come unescaped from the client.
@@ -138,6 +152,17 @@ impl<'h> Reply<'h> {
             self.headers.extend_from_slice(part.as_bytes());
         }
         debug_assert!(!self.headers[start..self.headers.len() - 2].contains(&b'\n'), "header injection");
+        self
+    }
+
+    /// Adds a header line whose value is bytes as a script sent them (obs-text
+    /// allowed; no CR or LF, which the script's head reader refuses).
+    pub fn header_bytes(&mut self, name: &str, value: &[u8]) -> &mut Self {
+        debug_assert!(!value.contains(&b'\n') && !value.contains(&b'\r'), "header injection");
+        self.headers.extend_from_slice(name.as_bytes());
+        self.headers.extend_from_slice(b": ");
+        self.headers.extend_from_slice(value);
+        self.headers.extend_from_slice(b"\r\n");
         self
     }
 

@@ -86,8 +86,9 @@ impl HeadWriter {
         // A body of unknown length ends with the connection where it cannot be
         // chunked (HTTP/1.0).
         how.keep_alive &= how.http11 || body.length().is_some();
-        let date = self.date.at(start);
-        response::write_head(&mut self.head, date, self.server_header, &reply, &body, how.http11, how.keep_alive);
+        let date = reply.date.as_deref().unwrap_or_else(|| self.date.at(start));
+        let server = reply.server.as_deref().unwrap_or(self.server_header);
+        response::write_head(&mut self.head, date, server, &reply, &body, how.http11, how.keep_alive);
         let send_body = !how.head_only && !response::bodiless(reply.status);
         if !how.keep_alive {
             t.last_response();
