@@ -43,6 +43,12 @@ pub struct Place<'c> {
 }
 
 impl<'c> Place<'c> {
+    /// Whether a request's body is read before it is answered here: its handler
+    /// answers from it, or its `rewrite` may send it to one that does.
+    pub fn reads_body(&self) -> bool {
+        self.gate.rewrite.is_some() || self.handler.reads_body()
+    }
+
     /// A place answered by `handler` under the rules in force `rules`, among the
     /// vhost's `locations`.
     fn new(rules: &Rules, mut handler: Handler<'c>, locations: &Locations) -> Place<'c> {

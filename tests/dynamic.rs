@@ -698,6 +698,7 @@ const ROUTER_PHP: &str = "<?php header('Content-Type: text/plain');\n\
     foreach (['REQUEST_URI','SCRIPT_NAME','PATH_INFO','QUERY_STRING','REQUEST_METHOD'] as $k) {\n\
       echo $k, '=', $_SERVER[$k] ?? '(unset)', \"\\n\"; }\n\
     echo 'GET_a=', $_GET['a'] ?? '', \"\\n\";\n\
+    echo 'GET_media=', $_GET['media'] ?? '', \"\\n\";\n\
     echo 'BODY=', file_get_contents('php://input'), \"\\n\";\n";
 
 #[test]
@@ -887,19 +888,31 @@ fn an_index_php_runs_as_the_script_at_its_path() {
     site.write("htdocs/app/index.php", ROUTER_PHP);
     site.write("htdocs/docs/index.html", "docs\n");
     site.write("htdocs/uploads/evil.jpg", "<?php echo 'evil';\n");
+    site.write("htdocs/lib/exe/fetch.php", ROUTER_PHP);
     std::fs::create_dir_all(site.path("bodies")).unwrap();
-    // The README's complete site: index.php first, a \.php location.
+    // The README's complete site: index.php first, a \.php location; and a
+    // DokuWiki's media URLs, rewritten inside the server (nginx `rewrite … last`).
     site.config(
         "",
         &format!(
             "[http]\nbody_temp_dir = \"{bodies}\"\n\
              [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\nindex = [\"index.php\", \"index.html\"]\n\
-             [[vhost.location]]\nregex = '\\.php(/|$)'\nfastcgi = \"unix:{sock}\"\n",
+             [[vhost.location]]\nregex = '\\.php(/|$)'\nfastcgi = \"unix:{sock}\"\n\
+             [[vhost.location]]\nregex = '^/_media/(.*)'\nrewrite = \"/lib/exe/fetch.php?media=$1&$args\"\n",
             bodies = site.path("bodies/tmp").display(),
             sock = fpm.socket().display()
         ),
     );
     let p = Pika::start(&site, "-X");
+    let r = get(p.addr, "/_media/wiki/a%20b.png?a=1");
+    let t = r.text();
+    assert_eq!(r.status, 200, "{t}");
+    assert_eq!(var(&t, "SCRIPT_NAME"), Some("/lib/exe/fetch.php"), "{t}");
+    assert_eq!((var(&t, "GET_media"), var(&t, "GET_a")), (Some("wiki/a b.png"), Some("1")), "{t}");
+    assert_eq!(var(&t, "REQUEST_URI"), Some("/_media/wiki/a%20b.png?a=1"), "the client's: {t}");
+    let r = post(p.addr, "/_media/up.png", "", b"bytes");
+    let t = r.text();
+    assert_eq!((var(&t, "REQUEST_METHOD"), var(&t, "BODY")), (Some("POST"), Some("bytes")), "{t}");
     for (dir, script) in [("/", "/index.php"), ("/app/", "/app/index.php"), ("/app/?a=1", "/app/index.php")] {
         let r = get(p.addr, dir);
         let t = r.text();

@@ -423,3 +423,51 @@ fn a_changed_htpasswd_file_is_read_again_and_a_lost_one_keeps_the_old_users() {
     assert_eq!(get_with(p.addr, "/", newbie).status, 200);
     assert!(alive(p.pid));
 }
+
+#[test]
+fn rewrite_serves_the_request_again_and_internal_locations_answer_only_that() {
+    let site = Site::new();
+    site.write("htdocs/new/page.html", "new page\n");
+    site.write("htdocs/private/secret.html", "only by a rewrite\n");
+    let p = start(
+        &site,
+        "",
+        "[[vhost.location]]\nregex = '^/old/(.*)\\.htm$'\nrewrite = \"/new/$1.html\"\n\
+         [[vhost.location]]\nexact = \"/s\"\nrewrite = \"/private/secret.html\"\n\
+         [[vhost.location]]\nprefix = \"/private/\"\ninternal = true\n\
+         [[vhost.location]]\nregex = '^/spin'\nrewrite = \"/spin$is_args$args\"\n",
+    );
+    // Served at the target, the client none the wiser: no redirect, the same URL.
+    let r = get(p.addr, "/old/page.htm");
+    assert_eq!((r.status, r.text().as_str(), r.header("location")), (200, "new page\n", None));
+    // An internal location: 404 to a client, its file by a rewrite.
+    assert_eq!(get(p.addr, "/private/secret.html").status, 404);
+    assert_eq!(get(p.addr, "/s").text(), "only by a rewrite\n");
+    // A loop of rewrites ends in a 500, said once.
+    assert_eq!(get(p.addr, "/spin?a=1").status, 500);
+    wait_until(DEADLINE, "the loop to be logged", || {
+        site.error_log().contains("more than 10 internal redirects").then_some(())
+    });
+    // Only on a location, only to a path of the vhost, never with return.
+    for (rest, says) in [
+        ("[[vhost]]\nroot = \"htdocs\"\nrewrite = \"/x\"\n", "rewrite goes on a [[vhost.location]]"),
+        (
+            "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/a/\"\nrewrite = \"https://x/\"\n",
+            "a path of this vhost",
+        ),
+        (
+            "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/a/\"\nrewrite = \"/b$1\"\n",
+            "captures come from a regex",
+        ),
+        (
+            "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/a/\"\nrewrite = \"/b\"\nreturn = 404\n",
+            "return and rewrite",
+        ),
+    ] {
+        let bad = Site::new();
+        bad.config("", rest);
+        let o = Command::new(BIN).args(["-t", "-f"]).arg(bad.path("conf/pika.toml")).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{rest}: {err}");
+    }
+}

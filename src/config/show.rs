@@ -633,6 +633,12 @@ compress_min_size = 100
 regex = '^/o/(\w+)$'
 return = { status = 301, to = "/n/$1" }
 [[vhost.location]]
+regex = '^/_media/(.*)'
+rewrite = "/fetch.php?media=$1&$args"
+[[vhost.location]]
+prefix = "/private/"
+internal = true
+[[vhost.location]]
 regex = "^/c"
 status = true
 allow = ["::1"]
@@ -689,7 +695,12 @@ rotate = { size = 1000 }
         let retired = ["body_timeout", "body_min_rate"];
         let http = fields::<RawHttp>().iter().copied().filter(|k| !retired.contains(k)).collect();
         let vhost = fields::<RawVhost>().iter().chain(files::VHOST_KEYS).copied().chain(rules.clone()).collect();
-        let location = super::super::vhost::PATTERN_KEYS.into_iter().chain(kinds::keys()).chain(rules).collect();
+        let location = super::super::vhost::PATTERN_KEYS
+            .into_iter()
+            .chain(crate::rules::LOCATION_KEYS.iter().copied())
+            .chain(kinds::keys())
+            .chain(rules)
+            .collect();
         vec![
             ("", vec!["include"]),
             ("server", fields::<RawServer>().to_vec()),

@@ -83,7 +83,7 @@ impl Ctx<'_> {
         let doc_root = std::fs::canonicalize(&doc_root).unwrap_or(doc_root);
         let mut rest = v.rest.clone();
         let files = files::read_vhost(&mut rest, self, doc_root.clone())?;
-        let rules = Rules::read(&mut rest, self, &rules::Reading { root, regex: None })?;
+        let rules = Rules::read(&mut rest, self, &rules::Reading { root, regex: None, location: false })?;
         let known: Vec<&str> =
             super::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
         rest.finish(self, &known)?;
@@ -256,14 +256,19 @@ impl Ctx<'_> {
             Pattern::Regex(r) => Some(r),
             _ => None,
         };
-        let rules = Rules::read(&mut keys, self, &rules::Reading { root, regex })?;
+        let rules = Rules::read(&mut keys, self, &rules::Reading { root, regex, location: true })?;
         if let Some(key) = rules.files_only(matches!(kind, Kind::FastCgi(_)))
             && !matches!(kind, Kind::Files(_))
         {
             return Err(self.spanned(l, format!("{key} needs a location that serves files")));
         }
-        let known: Vec<&str> =
-            PATTERN_KEYS.iter().copied().chain(crate::kinds::keys()).chain(rules::KEYS.iter().copied()).collect();
+        let known: Vec<&str> = PATTERN_KEYS
+            .iter()
+            .chain(rules::LOCATION_KEYS)
+            .copied()
+            .chain(crate::kinds::keys())
+            .chain(rules::KEYS.iter().copied())
+            .collect();
         keys.finish(self, &known)?;
         Ok(Location { pattern, kind, rules, at })
     }

@@ -15,7 +15,7 @@ use super::headers;
 use super::redirect::{Return, Vars};
 use super::{Auth, Decor, Gate, compress};
 use crate::handlers::Ask;
-use crate::http::response::{Body, Reply};
+use crate::http::response::{Body, Internal, Reply};
 
 thread_local! {
     static VERIFIED: RefCell<Verified> = RefCell::new(Verified::default());
@@ -25,6 +25,11 @@ thread_local! {
 /// Whether the request goes on to the handler; if not, `reply` holds the answer
 /// (403, 401, 400, 429, a `return` status or redirect).
 pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+    if gate.internal && !ask.redirected {
+        // As nginx's `internal`: to a client the location is not there.
+        reply.error(404, "The requested resource was not found.");
+        return false;
+    }
     let address_ok = gate.access.as_ref().is_none_or(|a| a.allows(ask.client));
     let allowed = match &gate.auth {
         None if !address_ok => false,
@@ -42,6 +47,19 @@ pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
         reply.error(403, "Access to this resource is forbidden.");
         return false;
     }
+    let vars = || Vars {
+        target: ask.req.target,
+        path: &ask.path.bytes,
+        query: ask.query,
+        host: host_name(ask.req.host.unwrap_or(b"")),
+        https: ask.link.https,
+    };
+    if let Some(to) = &gate.rewrite
+        && gate.ret.is_none()
+    {
+        reply.internal = Some(Internal { target: to.expand(&vars()).into_bytes(), as_get: false });
+        return false;
+    }
     match &gate.ret {
         None => true,
         Some(Return::Status(s)) => {
@@ -53,14 +71,7 @@ pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
             false
         }
         Some(Return::Redirect { status, to }) => {
-            let vars = Vars {
-                target: ask.req.target,
-                path: &ask.path.bytes,
-                query: ask.query,
-                host: host_name(ask.req.host.unwrap_or(b"")),
-                https: ask.link.https,
-            };
-            let location = to.expand(&vars);
+            let location = to.expand(&vars());
             reply.error(*status, "The resource has moved; follow the Location header.");
             reply.header("Location", location);
             false

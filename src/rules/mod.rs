@@ -48,7 +48,7 @@ use access::Access;
 use encoding::Coding;
 use headers::{AddHeaders, Expires};
 use htpasswd::Users;
-use redirect::Return;
+use redirect::{Return, Template};
 
 /// Every key of the rules, as the config writes them (on a location and a vhost).
 pub const KEYS: &[&str] = &[
@@ -69,6 +69,10 @@ pub const KEYS: &[&str] = &[
     compress::KEYS[3],
 ];
 
+/// The keys of the rules a location has and a vhost does not (a vhost's would
+/// apply to every location, round and round).
+pub const LOCATION_KEYS: &[&str] = &[redirect::KEYS[2], redirect::KEYS[3]];
+
 /// The rules of one location or vhost, as written: `None` where a rule is not set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rules {
@@ -82,6 +86,10 @@ pub struct Rules {
     pub ret: Option<Return>,
     /// `try_files`.
     pub try_files: Option<Vec<String>>,
+    /// `rewrite`: served again at this target (a location's own, never inherited).
+    pub rewrite: Option<Template>,
+    /// `internal`: reached by internal redirects only (a location's own).
+    pub internal: Option<bool>,
     /// `headers` and `headers_always`.
     pub headers: Option<AddHeaders>,
     /// `expires` (empty: `"off"`).
@@ -100,8 +108,10 @@ pub struct Rules {
 pub(crate) struct Reading<'a> {
     /// Where relative paths start (the server's root).
     pub(crate) root: &'a Path,
-    /// The location's regex, whose captures `return` may name.
+    /// The location's regex, whose captures `return` and `rewrite` may name.
     pub(crate) regex: Option<&'a regex_lite::Regex>,
+    /// The table is a location's (else a vhost's).
+    pub(crate) location: bool,
 }
 
 impl Rules {
@@ -113,6 +123,8 @@ impl Rules {
             satisfy_any: basic::read_satisfy(keys, ctx)?,
             ret: redirect::read(keys, ctx, r.regex)?,
             try_files: redirect::read_try_files(keys, ctx)?,
+            rewrite: redirect::read_rewrite(keys, ctx, r.regex, r.location)?,
+            internal: redirect::read_internal(keys, ctx, r.location)?,
             headers: headers::read(keys, ctx)?,
             expires: headers::read_expires(keys, ctx)?,
             charset: headers::read_charset(keys, ctx)?,
@@ -121,6 +133,9 @@ impl Rules {
             compress_types: compress::read_types(keys, ctx)?,
             compress_min_size: compress::read_min_size(keys, ctx)?,
         };
+        if rules.rewrite.is_some() && rules.ret.is_some() {
+            return Err(ctx.error(0..0, "a location with return and rewrite: keep one"));
+        }
         let sets_cache_control = rules.headers.as_ref().is_some_and(|h| h.sets("cache-control"));
         if sets_cache_control && rules.expires.as_ref().is_some_and(|e| !e.is_empty()) {
             return Err(ctx.error(0..0, "headers sets Cache-Control and expires sets it too: keep one"));
@@ -151,6 +166,9 @@ impl Rules {
             satisfy_any: or(&self.satisfy_any, &under.satisfy_any),
             ret: or(&self.ret, &under.ret),
             try_files: or(&self.try_files, &under.try_files),
+            // A location's own: a vhost has none, and a kind's default is none.
+            rewrite: self.rewrite.clone(),
+            internal: self.internal,
             headers: or(&self.headers, &under.headers),
             expires: or(&self.expires, &under.expires),
             charset: or(&self.charset, &under.charset),
@@ -167,7 +185,7 @@ impl Rules {
             access::show(a, t);
         }
         basic::show(self.auth.as_ref(), self.satisfy_any, t);
-        redirect::show(self.ret.as_ref(), self.try_files.as_ref(), t);
+        redirect::show(self.ret.as_ref(), self.try_files.as_ref(), self.rewrite.as_ref(), self.internal, t);
         headers::show(self.headers.as_ref(), self.expires.as_ref(), self.charset.as_ref(), t);
         compress::show(self, t);
     }
@@ -179,6 +197,8 @@ impl Rules {
             auth: self.auth.clone().flatten(),
             satisfy_any: self.satisfy_any.unwrap_or(false),
             ret: self.ret.clone(),
+            rewrite: self.rewrite.clone(),
+            internal: self.internal.unwrap_or(false),
             host_names: None,
         }
     }
@@ -222,6 +242,10 @@ pub struct Gate {
     pub satisfy_any: bool,
     /// The location answers with this itself.
     pub ret: Option<Return>,
+    /// The request is served again at this target.
+    pub rewrite: Option<Template>,
+    /// Only internal redirects reach the location.
+    pub internal: bool,
     /// The names a request's Host must be (else an IP literal or `localhost`, see
     /// [`crate::vhost::names_this_server`]); `None`: any Host.
     host_names: Option<Vec<String>>,
@@ -247,7 +271,12 @@ impl Gate {
             reply.error(421, "This server does not answer this page for that host name; use one of its names.");
             return false;
         }
-        if self.access.is_none() && self.auth.is_none() && self.ret.is_none() {
+        if self.access.is_none()
+            && self.auth.is_none()
+            && self.ret.is_none()
+            && self.rewrite.is_none()
+            && !self.internal
+        {
             return true;
         }
         apply::admit(self, ask, reply)

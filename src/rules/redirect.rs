@@ -1,5 +1,11 @@
 //! `return`: a location that answers with a status of its own (`return = 404` to hide
 //! `/.git/`), or a redirect (`return = { status = 301, to = "https://example.com/$1" }`).
+//! `rewrite`: the request served again at another path of the vhost, through its
+//! locations, the client none the wiser (nginx's `rewrite … last`:
+//! `rewrite = "/lib/exe/fetch.php?media=$1"` on `regex = '^/_media/(.*)'`); the
+//! target's query is what it names (`$args` or `$is_args$args` keeps the client's).
+//! `internal = true`: a location only an internal redirect reaches (a rewrite, an
+//! index, `try_files`, a script's local `Location`); a client asking for it gets 404.
 //!
 //! The target is a template, parsed when the config is read: `$1` … `$9` are the
 //! captures of the location's regex (checked then: a capture the regex lacks is an
@@ -22,8 +28,9 @@ use regex_lite::Regex;
 use crate::config::read::{ConfigError, Ctx, Keys};
 use crate::config::show::{Toml, string, strings};
 
-/// Its keys: `return`, and `try_files` (the fallbacks of a files location).
-pub const KEYS: [&str; 2] = ["return", "try_files"];
+/// Its keys: `return`, `try_files` (the fallbacks of a files location), `rewrite`
+/// and `internal` (on a location only).
+pub const KEYS: [&str; 4] = ["return", "try_files", "rewrite", "internal"];
 
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
@@ -53,6 +60,42 @@ pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, regex: Option<&Regex>) -> Result<
             Return::Redirect { status: *status, to }
         }
     }))
+}
+
+/// `rewrite` of a location, if set: a local path, with the captures of its
+/// `regex` and the request's variables. `location`: the table is a location's (a
+/// vhost's rewrite would send each request round its locations again).
+pub(crate) fn read_rewrite(
+    keys: &mut Keys,
+    ctx: &Ctx,
+    regex: Option<&Regex>,
+    location: bool,
+) -> Result<Option<Template>, ConfigError> {
+    let Some(to) = keys.take::<String>(ctx, "rewrite")? else { return Ok(None) };
+    if !location {
+        return Err(ctx.spanned(&to, "rewrite goes on a [[vhost.location]] (a regex one for $1..$9)"));
+    }
+    if !to.get_ref().starts_with('/') || to.get_ref().starts_with("//") {
+        return Err(ctx.spanned(
+            &to,
+            format!(
+                "rewrite {:?}: a path of this vhost starting with '/' (a redirect to a URL is return = {{ status, to }})",
+                to.get_ref()
+            ),
+        ));
+    }
+    let t = Template::parse(to.get_ref(), regex)
+        .map_err(|e| ctx.spanned(&to, format!("rewrite {:?}: {e}", to.get_ref())))?;
+    Ok(Some(t))
+}
+
+/// `internal` of a location, if set.
+pub(crate) fn read_internal(keys: &mut Keys, ctx: &Ctx, location: bool) -> Result<Option<bool>, ConfigError> {
+    let Some(on) = keys.take::<bool>(ctx, "internal")? else { return Ok(None) };
+    if !location {
+        return Err(ctx.spanned(&on, "internal goes on a [[vhost.location]]"));
+    }
+    Ok(Some(on.into_inner()))
 }
 
 /// `try_files` of a table, if set, checked: paths to try (`$uri`, `$uri/`, a path),
@@ -101,7 +144,13 @@ fn only_fallback_variables(entry: &str) -> bool {
 }
 
 /// The keys for `pika -T`, as written.
-pub(crate) fn show(ret: Option<&Return>, try_files: Option<&Vec<String>>, t: &mut Toml) {
+pub(crate) fn show(
+    ret: Option<&Return>,
+    try_files: Option<&Vec<String>>,
+    rewrite: Option<&Template>,
+    internal: Option<bool>,
+    t: &mut Toml,
+) {
     match ret {
         None => {}
         Some(Return::Status(s)) => t.key("return", s),
@@ -111,6 +160,12 @@ pub(crate) fn show(ret: Option<&Return>, try_files: Option<&Vec<String>>, t: &mu
     }
     if let Some(list) = try_files {
         t.key("try_files", strings(list));
+    }
+    if let Some(to) = rewrite {
+        t.key("rewrite", string(to.text()));
+    }
+    if let Some(on) = internal {
+        t.key("internal", toml::Value::Boolean(on));
     }
 }
 

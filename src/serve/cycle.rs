@@ -234,7 +234,7 @@ fn later_minor(head: &[u8], as_11: &mut Vec<u8>) -> bool {
 /// Whether the location `req` asks for reads request bodies (runs scripts, echoes).
 fn reads_body(sites: &[Site<'_>], config: &Config, req: &Request<'_>) -> bool {
     let Ok((clean, _)) = path::clean(req.target) else { return false };
-    sites[config.vhost_for(req.host)].place(&clean.bytes).handler.reads_body()
+    sites[config.vhost_for(req.host)].place(&clean.bytes).reads_body()
 }
 
 /// What becomes of the connection after an answer: kept alive ([`Next::Park`]),
@@ -252,8 +252,9 @@ fn after(input: &Input, t: &mut impl Transport, answer: &Answer, body_done: bool
     if !body_done || input.has_unread() || t.buffered() { Next::Linger } else { Next::Close }
 }
 
-/// Internal redirects one request may take (a script's local `Location`,
-/// `try_files`' last entry) before it is answered 500: a loop of them ends here,
+/// Internal redirects one request may take (a location's `rewrite`, an index
+/// file, `try_files`' last entry, a script's local `Location`) before it is
+/// answered 500: a loop of them ends here,
 /// as Apache's `LimitInternalRecursion` (10) and nginx's cycle check do.
 const MAX_INTERNAL_REDIRECTS: usize = 10;
 
@@ -263,9 +264,10 @@ const MAX_INTERNAL_REDIRECTS: usize = 10;
 fn answer<'s>(site: &'s Site<'s>, place: &'s Place<'s>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> &'s Place<'s> {
     if admit(place, ask, reply) {
         place.handler.serve(ask, reply);
-        if reply.internal.is_some() {
-            return follow(site, place, ask, reply);
-        }
+    }
+    // A handler's internal redirect, or the location's `rewrite`.
+    if reply.internal.is_some() {
+        return follow(site, place, ask, reply);
     }
     place
 }
@@ -293,7 +295,7 @@ fn follow<'s>(site: &'s Site<'s>, mut place: &'s Place<'s>, ask: &Ask<'_>, reply
             Ok(c) if hops <= MAX_INTERNAL_REDIRECTS => c,
             Ok(_) => {
                 said(&format!(
-                    "more than {MAX_INTERNAL_REDIRECTS} internal redirects (a script's Location, try_files)"
+                    "more than {MAX_INTERNAL_REDIRECTS} internal redirects (rewrite, index, try_files, a script's Location)"
                 ));
                 reply.start_over();
                 reply.error(500, "The request was redirected within the server too many times.");
