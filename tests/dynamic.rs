@@ -973,3 +973,54 @@ fn a_scripts_answer_goes_out_as_the_peers_send_it() {
     assert_eq!(r.status, 200, "{}", r.head);
     assert_eq!(r.header("content-length"), None, "{}", r.head);
 }
+
+#[test]
+fn script_answers_are_compressed_whole_or_streamed() {
+    use std::io::Read;
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    let line = "<p>a line of a page that compresses well</p>\\n";
+    // Streamed: a part, flushed, a pause, the rest (the answer is not whole at once).
+    site.write(
+        "htdocs/stream.php",
+        format!(
+            "<?php header('Content-Type: text/html'); header('ETag: \"v1\"');\n\
+             echo str_repeat(\"{line}\", 100); flush(); usleep(200000); echo str_repeat(\"{line}\", 900);\n"
+        ),
+    );
+    site.write(
+        "htdocs/whole.php",
+        format!("<?php header('Content-Type: text/html'); echo str_repeat(\"{line}\", 50);\n"),
+    );
+    site.write(
+        "htdocs/coded.php",
+        "<?php header('Content-Type: text/html'); header('Content-Encoding: identity-test'); echo str_repeat('x', 1000);\n",
+    );
+    fpm_config(&site, &fpm);
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
+    let text = text.replacen("root = \"htdocs\"\n", "root = \"htdocs\"\ncompress = true\n", 1);
+    std::fs::write(site.path("conf/pika.toml"), text).unwrap();
+    let p = Pika::start(&site, "-X");
+    let want = |n: usize| "<p>a line of a page that compresses well</p>\n".repeat(n);
+    for (path, n) in [("/stream.php", 1000), ("/whole.php", 50)] {
+        for _ in 0..3 {
+            let r = get_with(p.addr, path, "Accept-Encoding: gzip\r\n");
+            assert_eq!(r.status, 200, "{}", r.head);
+            assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{path}: {}", r.head);
+            assert_eq!(r.header("vary").as_deref(), Some("Accept-Encoding"), "{path}: {}", r.head);
+            let mut body = String::new();
+            flate2::read::GzDecoder::new(&r.body[..]).read_to_string(&mut body).unwrap();
+            assert_eq!(body, want(n), "{path}");
+            if path == "/stream.php" {
+                assert_eq!(r.header("etag").as_deref(), Some("W/\"v1\""), "a compressed answer's ETag is weak");
+            }
+            let plain = get(p.addr, path);
+            assert_eq!((plain.header("content-encoding"), plain.text()), (None, want(n)), "{path}");
+            assert_eq!(plain.header("vary").as_deref(), Some("Accept-Encoding"), "{path}: {}", plain.head);
+        }
+    }
+    let r = get_with(p.addr, "/coded.php", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding").as_deref(), Some("identity-test"), "a script's own coding: {}", r.head);
+    assert_eq!(r.body.len(), 1000);
+}

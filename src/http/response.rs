@@ -166,6 +166,23 @@ impl<'h> Reply<'h> {
         self
     }
 
+    /// Makes a strong `ETag` weak (`W/"…"`): the body sent is not the bytes it named
+    /// (compressed on the way), though it means the same.
+    pub fn weaken_etag(&mut self) {
+        let mut out = Vec::with_capacity(self.headers.len() + 2);
+        for line in self.headers.split_inclusive(|&b| b == b'\n') {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
+            let value = line[colon..].strip_prefix(b":").unwrap_or(b"").trim_ascii_start();
+            if line[..colon].eq_ignore_ascii_case(b"etag") && value.starts_with(b"\"") {
+                out.extend_from_slice(b"ETag: W/");
+                out.extend_from_slice(value);
+            } else {
+                out.extend_from_slice(line);
+            }
+        }
+        *self.headers = out;
+    }
+
     /// Replaces the `Content-Type` line's value, keeping every other header line.
     pub fn set_content_type(&mut self, value: &str) -> &mut Self {
         let kept: Vec<u8> = self

@@ -15,7 +15,7 @@ use super::headers;
 use super::redirect::{Return, Vars};
 use super::{Auth, Decor, Gate, compress};
 use crate::handlers::Ask;
-use crate::http::response::{Body, Internal, Reply};
+use crate::http::response::{self, Body, Internal, Reply, Streamed};
 
 thread_local! {
     static VERIFIED: RefCell<Verified> = RefCell::new(Verified::default());
@@ -145,7 +145,8 @@ fn host_name(host: &[u8]) -> &[u8] {
 }
 
 /// Adds what the rules add to an answer: headers, `expires`, `charset`, and
-/// compresses a body pika made (an error page, a listing) when the client accepts.
+/// compresses a body pika made (an error page, a listing) or a script's answer,
+/// whole or streamed, when the client accepts (see [`compress_answer`]).
 pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply<'_>, now: SystemTime) {
     if let Some(lines) = rules.headers.for_status(reply.status) {
         reply.headers.extend_from_slice(lines);
@@ -167,18 +168,43 @@ pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply
         reply.set_content_type(&format!("{ct}; charset={cs}"));
     }
     if !rules.compress.is_empty()
-        && let Body::Owned(bytes) = &reply.body
-        && bytes.len() as u64 >= rules.compress_min_size
         && content_type.as_deref().is_some_and(|ct| compress::compressible(ct, &rules.compress_types))
-        && header_value(reply.headers, "content-encoding").is_none()
     {
-        let coded = encoding::choose(accept_encoding, &rules.compress).map(|c| (c, compress::compress(c, bytes)));
-        reply.header("Vary", "Accept-Encoding");
-        if let Some((coding, z)) = coded {
-            reply.body = Body::Owned(z);
-            reply.header("Content-Encoding", coding.token());
-        }
+        compress_answer(rules, accept_encoding, reply);
     }
+}
+
+/// An answer of a compressible type, in the coding the client prefers among the
+/// location's: a body made whole (of at least `compress_min_size`), or a stream
+/// (a script's answer still coming), compressed as it comes. Never an answer in a
+/// coding already (a script's own `Content-Encoding`), a part (`Content-Range`), or
+/// one without content. Every such answer says `Vary: Accept-Encoding` (a cache must
+/// not give the compressed one to a client that did not ask), and a compressed one's
+/// strong ETag becomes weak (`W/`): its bytes are not the ones the ETag named.
+fn compress_answer(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply<'_>) {
+    let headers = &*reply.headers;
+    if response::bodiless(reply.status)
+        || header_value(headers, "content-encoding").is_some()
+        || header_value(headers, "content-range").is_some()
+    {
+        return;
+    }
+    match &reply.body {
+        Body::Owned(b) if !b.is_empty() => {}
+        Body::Stream(_) => {}
+        // Files (their own codings, kept per version) and empty answers.
+        _ => return,
+    }
+    reply.header("Vary", "Accept-Encoding");
+    let big_enough = reply.body.length().is_none_or(|n| n >= rules.compress_min_size);
+    let Some(coding) = encoding::choose(accept_encoding, &rules.compress).filter(|_| big_enough) else { return };
+    reply.body = match std::mem::replace(&mut reply.body, Body::None) {
+        Body::Owned(bytes) => Body::Owned(compress::compress(coding, &bytes)),
+        Body::Stream(s) => Streamed::body(Box::new(compress::Compressing::new(coding, s.from)), None),
+        other => other,
+    };
+    reply.header("Content-Encoding", coding.token());
+    reply.weaken_etag();
 }
 
 /// The value of the first `name` line in `headers` (`Name: value\r\n` lines).

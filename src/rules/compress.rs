@@ -4,10 +4,12 @@
 //!
 //! What is kept is bounded per worker by [`MAX_KEPT`] (a copy that would go past it
 //! is made for its request and dropped). Generated bodies (error pages, listings) are
-//! small and made per request: they are compressed per request too.
+//! small and made per request: they are compressed per request too, and so is a
+//! script's answer, whole or as it streams ([`Compressing`]: each piece the script
+//! prints is compressed and flushed, so a `flush()` in PHP still reaches the client).
 
 use std::cell::Cell;
-use std::io::Write;
+use std::io::{self, Read, Write};
 
 use super::encoding::{self, Coding};
 use crate::config::read::{ConfigError, Ctx, Keys};
@@ -133,6 +135,93 @@ pub fn compress(coding: Coding, data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A stream's bytes compressed as they are read: each piece read from the source
+/// is compressed and flushed (gzip's sync flush, brotli's and zstd's flush), so what
+/// a script flushed goes out whole; the coding's end is written at the source's end.
+pub struct Compressing {
+    from: Box<dyn Read>,
+    enc: Option<Encoder>,
+    out: Vec<u8>,
+    at: usize,
+}
+
+enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Br(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+/// The bytes read from a stream's source at a time: a script's pieces are rarely
+/// larger, and a larger one is read in a few turns.
+const PIECE: usize = 16 * 1024;
+
+/// brotli's window (log2 of bytes), its encoder's default.
+const BROTLI_WINDOW: u32 = 22;
+
+impl Compressing {
+    pub fn new(coding: Coding, from: Box<dyn Read>) -> Compressing {
+        let enc = match coding {
+            Coding::Gzip => {
+                Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(GZIP_LEVEL)))
+            }
+            Coding::Br => {
+                Encoder::Br(Box::new(brotli::CompressorWriter::new(Vec::new(), PIECE, BROTLI_QUALITY, BROTLI_WINDOW)))
+            }
+            Coding::Zstd => {
+                Encoder::Zstd(zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL).expect("a zstd context"))
+            }
+        };
+        Compressing { from, enc: Some(enc), out: Vec::new(), at: 0 }
+    }
+
+    /// Compresses and flushes `data` into `out` (or, with `data` None, ends the coding).
+    fn code(&mut self, data: Option<&[u8]>) -> io::Result<()> {
+        self.out.clear();
+        self.at = 0;
+        let Some(mut enc) = self.enc.take() else { return Ok(()) };
+        let Some(data) = data else {
+            self.out = match enc {
+                Encoder::Gzip(e) => e.finish()?,
+                Encoder::Br(e) => e.into_inner(),
+                Encoder::Zstd(e) => e.finish()?,
+            };
+            return Ok(());
+        };
+        let written = match &mut enc {
+            Encoder::Gzip(e) => e.write_all(data).and_then(|()| e.flush()).map(|()| e.get_mut()),
+            Encoder::Br(e) => e.write_all(data).and_then(|()| e.flush()).map(|()| e.get_mut()),
+            Encoder::Zstd(e) => e.write_all(data).and_then(|()| e.flush()).map(|()| e.get_mut()),
+        };
+        std::mem::swap(&mut self.out, written?);
+        self.enc = Some(enc);
+        Ok(())
+    }
+}
+
+impl Read for Compressing {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.at < self.out.len() {
+                let n = (self.out.len() - self.at).min(buf.len());
+                buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+                self.at += n;
+                return Ok(n);
+            }
+            if self.enc.is_none() {
+                return Ok(0);
+            }
+            let mut piece = [0u8; PIECE];
+            let n = loop {
+                match self.from.read(&mut piece) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    other => break other?,
+                }
+            };
+            self.code((n > 0).then_some(&piece[..n]))?;
+        }
+    }
+}
+
 /// Whether `content_type` (parameters ignored) matches one of `patterns`
 /// (`type/subtype`, `type/*`).
 pub fn compressible(content_type: &str, patterns: &[String]) -> bool {
@@ -231,5 +320,55 @@ mod tests {
         assert!(Kept::new(vec![0; MAX_KEPT]).is_err(), "past the bound: not kept");
         drop(a);
         assert_eq!(Kept::total(), before);
+    }
+
+    #[test]
+    fn a_stream_is_compressed_piece_by_piece_and_each_piece_is_whole() {
+        /// A source that gives its pieces one read at a time.
+        struct Pieces(Vec<Vec<u8>>);
+        impl Read for Pieces {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.0.is_empty() {
+                    return Ok(0);
+                }
+                let n = self.0[0].len().min(buf.len());
+                buf[..n].copy_from_slice(&self.0[0][..n]);
+                self.0[0].drain(..n);
+                if self.0[0].is_empty() {
+                    self.0.remove(0);
+                }
+                Ok(n)
+            }
+        }
+        let data = page();
+        let (first, second) = data.split_at(100);
+        for c in super::super::encoding::ALL {
+            let mut z = Compressing::new(c, Box::new(Pieces(vec![first.to_vec(), second.to_vec()])));
+            // What the first read gives decodes to the first piece whole.
+            let mut head = vec![0u8; 64 * 1024];
+            let n = z.read(&mut head).unwrap();
+            let mut early = Vec::new();
+            match c {
+                Coding::Gzip => {
+                    let _ = flate2::read::GzDecoder::new(&head[..n]).read_to_end(&mut early);
+                }
+                Coding::Br => {
+                    let _ = brotli::Decompressor::new(&head[..n], 4096).read_to_end(&mut early);
+                }
+                Coding::Zstd => {
+                    let _ = zstd::stream::read::Decoder::new(&head[..n]).unwrap().read_to_end(&mut early);
+                }
+            }
+            assert_eq!(early, first, "{c:?}: the first piece is out whole before the second is read");
+            let mut all = head[..n].to_vec();
+            z.read_to_end(&mut all).unwrap();
+            let mut back = Vec::new();
+            match c {
+                Coding::Gzip => flate2::read::GzDecoder::new(&all[..]).read_to_end(&mut back).map(|_| ()).unwrap(),
+                Coding::Br => brotli::BrotliDecompress(&mut &all[..], &mut back).unwrap(),
+                Coding::Zstd => back = zstd::decode_all(&all[..]).unwrap(),
+            }
+            assert_eq!(back, data, "{c:?}");
+        }
     }
 }
