@@ -80,6 +80,10 @@ fn http(t: &mut Toml, c: &Config) {
     t.key("max_ranges", int(h.max_ranges));
     t.key("body_timeout", duration(h.body_timeout));
     t.key("body_min_rate", size(h.body_min_rate));
+    t.key("body_timeout_max", duration(h.body_timeout_max));
+    t.key("body_idle_timeout", duration(h.body_idle_timeout));
+    t.key("body_spool_max_worker", size(h.body_spool_max_worker));
+    t.key("body_spool_max", size(h.body_spool_max));
     t.key("client_body_buffer", size(h.client_body_buffer as u64));
     t.key("body_temp_dir", path(&h.body_temp_dir));
 }
