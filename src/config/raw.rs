@@ -45,6 +45,9 @@ pub(crate) struct RawAcme {
     pub(crate) state_dir: Option<Spanned<String>>,
     pub(crate) renew_before: Option<Spanned<Secs>>,
     pub(crate) ca_roots: Option<Spanned<String>>,
+    /// How long one certificate's order, and one request to the CA, may take.
+    pub(crate) order_timeout: Option<Spanned<Secs>>,
+    pub(crate) request_timeout: Option<Spanned<Secs>>,
     /// External Account Binding: the key id and the base64url MAC key the CA gave.
     pub(crate) eab_kid: Option<Spanned<String>>,
     pub(crate) eab_hmac_key: Option<Spanned<String>>,

@@ -111,6 +111,8 @@ fn acme(t: &mut Toml, c: &Config) {
         if let Some(r) = &a.ca_roots {
             t.key("ca_roots", path(r));
         }
+        t.key("order_timeout", duration(a.order_timeout));
+        t.key("request_timeout", duration(a.request_timeout));
         if let Some(eab) = &a.eab {
             t.key("eab_kid", string(&eab.kid));
             // The MAC key is a secret: -T output goes to terminals and tickets.
