@@ -148,7 +148,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         }
     };
     let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
-    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port);
+    let spool = crate::gateway::incoming::Spool::new(slot, ctx.scoreboard.slots);
+    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port, spool);
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
     match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),

@@ -3,7 +3,8 @@
 //! 127.0.0.1, and it validates HTTP-01 and TLS-ALPN-01 on pika's own ports. Each
 //! test starts its own pebble on free ports and stops it by pid.
 
-use std::net::{SocketAddr, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -142,8 +143,9 @@ impl Drop for Pebble {
     }
 }
 
-/// pika's config: `listen` entries, `[acme]` for `pebble` with `acme_extra`, vhosts.
-fn config(site: &Site, listen: &str, pebble: &Pebble, acme_extra: &str, vhosts: &str) {
+/// pika's config: `listen` entries, `[acme]` for the CA at `directory` (its TLS
+/// certificate's root in conf/pebble-ca.pem) with `acme_extra`, vhosts.
+fn config(site: &Site, listen: &str, directory: &str, acme_extra: &str, vhosts: &str) {
     // Workers (and the ACME child) run as nobody: the site must be readable.
     std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     site.write(
@@ -154,7 +156,7 @@ fn config(site: &Site, listen: &str, pebble: &Pebble, acme_extra: &str, vhosts: 
              [acme]\ndirectory = \"{}\"\ncontact = [\"mailto:admin@pika.test\"]\nagree_terms = true\n\
              ca_roots = \"conf/pebble-ca.pem\"\n{acme_extra}\n{vhosts}\n\
              [[access_log]]\npath = \"logs/access.log\"\n",
-            pebble.directory()
+            directory
         ),
     );
 }
@@ -245,7 +247,7 @@ fn two_vhosts_get_certificates_over_http01_and_a_restart_reuses_them() {
     let metrics = "[[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n";
     let vhosts = acme_vhost(&["a.pika.test", "www.a.pika.test"], metrics)
         + &acme_vhost(&["b.pika.test"], "https_redirect = 301\n");
-    config(&site, &listen, &pebble, "[status]\nenabled = true\n", &vhosts);
+    config(&site, &listen, &pebble.directory(), "[status]\nenabled = true\n", &vhosts);
     let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let mut pika = Pika::start(&site, "-F");
     wait_until(DEADLINE, "the placeholder said", || {
@@ -309,7 +311,7 @@ fn tls_alpn01_alone_with_nonces_rejected_then_a_renewal_under_load() {
     // No plain listener: pebble's HTTP-01 port leads nowhere. Half the nonces refused.
     let Some(pebble) = Pebble::start(&site, free_port(), tls, &[("PEBBLE_WFE_NONCEREJECT", "50")]) else { return };
     let listen = format!("{{ addr = \"127.0.0.1:{tls}\", tls = true }}");
-    config(&site, &listen, &pebble, "", &acme_vhost(&["c.pika.test"], ""));
+    config(&site, &listen, &pebble.directory(), "", &acme_vhost(&["c.pika.test"], ""));
     let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let pika = Pika::start(&site, "-F");
     let root = pebble.root(&site);
@@ -330,7 +332,7 @@ fn tls_alpn01_alone_with_nonces_rejected_then_a_renewal_under_load() {
 
     // The renewal: renew_before longer than the lifetime, picked up by a reload,
     // while clients keep asking.
-    config(&site, &listen, &pebble, "renew_before = \"100000d\"\n", &acme_vhost(&["c.pika.test"], ""));
+    config(&site, &listen, &pebble.directory(), "renew_before = \"100000d\"\n", &acme_vhost(&["c.pika.test"], ""));
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -375,7 +377,7 @@ fn with_the_ca_down_the_old_certificate_serves_and_the_renewal_retries() {
     let (plain, tls) = (free_port(), free_port());
     let Some(mut pebble) = Pebble::start(&site, plain, tls, &[]) else { return };
     let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
-    config(&site, &listen, &pebble, "", &acme_vhost(&["d.pika.test"], ""));
+    config(&site, &listen, &pebble.directory(), "", &acme_vhost(&["d.pika.test"], ""));
     let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let pika = Pika::start(&site, "-F");
     let old_root = pebble.root(&site);
@@ -383,7 +385,7 @@ fn with_the_ca_down_the_old_certificate_serves_and_the_renewal_retries() {
 
     // The CA goes away, then a renewal falls due.
     pebble.down();
-    config(&site, &listen, &pebble, "renew_before = \"100000d\"\n", &acme_vhost(&["d.pika.test"], ""));
+    config(&site, &listen, &pebble.directory(), "renew_before = \"100000d\"\n", &acme_vhost(&["d.pika.test"], ""));
     pika.signal(libc::SIGHUP);
     let line = wait_for(&site, ISSUE, "the renewal to fail", || {
         site.error_log().lines().find(|l| l.contains("failure(s) in a row for d.pika.test")).map(str::to_string)
@@ -437,7 +439,7 @@ fn a_ca_that_asks_for_an_external_account_binding_gets_one() {
     let Some(pebble) = Pebble::start_eab(&site, plain, tls, &[], Some(("kid-1", key))) else { return };
     let listen = format!("\"127.0.0.1:{plain}\", {{ addr = \"127.0.0.1:{tls}\", tls = true }}");
     let eab = format!("eab_kid = \"kid-1\"\neab_hmac_key = \"{key}\"\n");
-    config(&site, &listen, &pebble, &eab, &acme_vhost(&["e.pika.test"], ""));
+    config(&site, &listen, &pebble.directory(), &eab, &acme_vhost(&["e.pika.test"], ""));
     let tls_addr: SocketAddr = format!("127.0.0.1:{tls}").parse().unwrap();
     let _pika = Pika::start(&site, "-F");
     let root = pebble.root(&site);
@@ -445,4 +447,151 @@ fn a_ca_that_asks_for_an_external_account_binding_gets_one() {
     let log = site.error_log();
     assert_eq!(count(&log, "registered account"), 1, "{log}");
     assert!(!log.contains(key), "the MAC key in the error log");
+}
+
+/// A CA that never answers and never falls silent: each connection gets the first
+/// bytes of a TLS record that is never finished, then one more byte a second, so
+/// no read of the client ever times out. Stops with the test.
+struct StallingCa {
+    addr: SocketAddr,
+    connections: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl StallingCa {
+    fn start(site: &Site) -> StallingCa {
+        // Its roots must be readable; it never gets as far as a certificate.
+        site.write("conf/pebble-ca.pem", &ca("The stalling CA", -1, 30).pem);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (connections, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let (count, done) = (connections.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        let done = done.clone();
+                        std::thread::spawn(move || dribble(s, &done));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        StallingCa { addr, connections, stop }
+    }
+
+    fn directory(&self) -> String {
+        format!("https://{}/dir", self.addr)
+    }
+}
+
+impl Drop for StallingCa {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Reads the client's hello, then sends a handshake record's header (16 KiB to
+/// come) and a byte of it a second, until the client goes or the test ends.
+fn dribble(mut s: TcpStream, stop: &AtomicBool) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.read(&mut [0; 4096]);
+    if s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]).is_err() {
+        return;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_secs(1));
+        if s.write_all(&[0x02]).is_err() {
+            return;
+        }
+    }
+}
+
+/// The pid of the `n`th ACME child the master started (1: the first).
+fn acme_child(site: &Site, n: usize) -> i32 {
+    wait_for(site, DEADLINE, &format!("ACME child {n}"), || {
+        let log = site.error_log();
+        let line = log.lines().filter(|l| l.contains("acme: child ") && l.contains(" started for ")).nth(n - 1)?;
+        line.split("acme: child ").nth(1)?.split_whitespace().next()?.parse().ok()
+    })
+}
+
+#[test]
+fn a_ca_that_stalls_costs_a_failed_try_after_request_timeout_and_a_retry_after_the_backoff() {
+    let site = Site::new();
+    let ca = StallingCa::start(&site);
+    let listen = format!("\"127.0.0.1:{}\"", free_port());
+    config(&site, &listen, &ca.directory(), "request_timeout = \"2s\"\n", &acme_vhost(&["s.pika.test"], ""));
+    let _pika = Pika::start(&site, "-F");
+    let first = wait_for(&site, DEADLINE, "the first try to fail", || {
+        site.error_log().lines().find(|l| l.contains("1 failure(s) in a row for s.pika.test")).map(str::to_string)
+    });
+    let failed_at = std::time::Instant::now();
+    let log = site.error_log();
+    assert!(log.contains("no whole answer within acme.request_timeout"), "{log}");
+    assert!(first.contains("next try at"), "{first}");
+    // The next try waits for the back-off (15 s), then stalls and fails the same way.
+    wait_for(&site, ISSUE, "the second try to fail", || {
+        site.error_log().contains("2 failure(s) in a row for s.pika.test").then_some(())
+    });
+    assert!(failed_at.elapsed() > Duration::from_secs(12), "retried after {:?}", failed_at.elapsed());
+    assert_eq!(ca.connections.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_hup_replaces_an_acme_child_stuck_on_a_ca() {
+    let site = Site::new();
+    let ca = StallingCa::start(&site);
+    let listen = format!("\"127.0.0.1:{}\"", free_port());
+    // The defaults: the child would wait 45 s on its first request.
+    config(&site, &listen, &ca.directory(), "", &acme_vhost(&["h.pika.test"], ""));
+    let pika = Pika::start(&site, "-F");
+    let stuck = acme_child(&site, 1);
+    wait_until(DEADLINE, "the child to reach the CA", || (ca.connections.load(Ordering::Relaxed) == 1).then_some(()));
+    pika.signal(libc::SIGHUP);
+    let next = acme_child(&site, 2);
+    assert_ne!(next, stuck);
+    assert!(!alive(stuck), "the stuck child is gone");
+    let log = site.error_log();
+    assert!(log.contains(&format!("acme: the ACME child {stuck} is replaced (a reload)")), "{log}");
+    assert!(!log.contains("failure(s) in a row"), "a replaced child's job is no failure: {log}");
+    wait_until(DEADLINE, "the new child at the CA", || (ca.connections.load(Ordering::Relaxed) == 2).then_some(()));
+}
+
+#[test]
+fn an_acme_child_that_reports_nothing_past_order_timeout_is_killed_and_its_job_retried_later() {
+    let site = Site::new();
+    let ca = StallingCa::start(&site);
+    let listen = format!("\"127.0.0.1:{}\"", free_port());
+    config(&site, &listen, &ca.directory(), "order_timeout = \"2s\"\n", &acme_vhost(&["k.pika.test"], ""));
+    let _pika = Pika::start(&site, "-F");
+    // Frozen before its own deadline can end its order: only the master can end it.
+    let child = acme_child(&site, 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Should the master not end it, it goes on (and dies with its master) after the test.
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    let _resume = Resume(child);
+    let started = std::time::Instant::now();
+    let line = wait_for(&site, DEADLINE, "the master to kill the child", || {
+        site.error_log().lines().find(|l| l.contains("failure(s) in a row for k.pika.test")).map(str::to_string)
+    });
+    // order_timeout and the master's grace of 5 s, and a tick.
+    assert!(started.elapsed() < Duration::from_secs(10), "killed after {:?}", started.elapsed());
+    assert!(line.contains("1 failure(s) in a row"), "{line}");
+    let log = site.error_log();
+    assert!(
+        log.contains(&format!("acme: the ACME child {child} reported nothing for 7s (acme.order_timeout): killed")),
+        "{log}"
+    );
+    assert!(log.contains("the ACME child ended without an answer for k.pika.test"), "{log}");
+    assert!(!alive(child));
+    drop(ca);
 }

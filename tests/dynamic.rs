@@ -1024,3 +1024,96 @@ fn script_answers_are_compressed_whole_or_streamed() {
     assert_eq!(r.header("content-encoding").as_deref(), Some("identity-test"), "a script's own coding: {}", r.head);
     assert_eq!(r.body.len(), 1000);
 }
+
+/// `cgi_config` with more `[http]` keys.
+fn cgi_config_http(site: &Site, http: &str, extra_location: &str) {
+    cgi_config(site, extra_location);
+    let text = site.read("conf/pika.toml");
+    site.write("conf/pika.toml", text.replacen("[http]\n", &format!("[http]\n{http}\n"), 1));
+}
+
+/// The workers of `p` holding a request body in a file of `site`'s body folder, one
+/// entry per file.
+fn body_files(site: &Site, p: &Pika) -> Vec<i32> {
+    let bodies = site.path("bodies/tmp");
+    let mut out = Vec::new();
+    for worker in children_of(p.pid) {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{worker}/fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|to| to.starts_with(&bodies)) {
+                out.push(worker);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn an_upload_that_sends_a_burst_and_stops_is_let_go_after_body_idle_timeout() {
+    let site = cgi_site();
+    cgi_config_http(&site, "body_idle_timeout = \"2s\"", "");
+    let p = Pika::start(&site, "-F");
+    // 4 MB at once of a declared 8 MB, then silence: at body_min_rate's 500 B/s the
+    // burst earns 8000 s, and the body_timeout_max of 600 s would still hold it.
+    let mut s = connect(p.addr);
+    let head = "POST /cgi-bin/hello.sh HTTP/1.1\r\nHost: localhost\r\nContent-Length: 8000000\r\n\r\n";
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&pseudo_random(4_000_000)).unwrap();
+    wait_until(DEADLINE, "the burst kept in a file", || (body_files(&site, &p).len() == 1).then_some(()));
+    let silent = Instant::now();
+    let r = read_response(&mut s, false).expect("an answer to the stalled upload");
+    let waited = silent.elapsed();
+    assert_eq!(r.status, 408, "{}", r.text());
+    // body_idle_timeout, and the worker's sweep a second at most after it.
+    assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    wait_until(CLOSE_WITHIN, "the body's file closed", || body_files(&site, &p).is_empty().then_some(()));
+    let log = site.error_log();
+    assert!(log.contains("the request body timed out (408): nothing of it came for body_idle_timeout"), "{log}");
+}
+
+#[test]
+fn uploads_past_body_spool_max_get_a_503_and_the_room_comes_back() {
+    let site = cgi_site();
+    // Three bodies of 300 KB fit under the server's 1 MiB in temporary files, a fourth
+    // does not, on whichever of the two workers it lands (each worker's own cap is
+    // far above).
+    cgi_config_http(
+        &site,
+        "body_spool_max = \"1MiB\"\nbody_spool_max_worker = \"8MiB\"",
+        "\n[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n",
+    );
+    let text = site.read("conf/pika.toml").replace("max_body_size = \"64MiB\"", "max_body_size = \"600KiB\"");
+    site.write("conf/pika.toml", text);
+    let p = Pika::start(&site, "-F");
+    let body = pseudo_random(600_000);
+    let head =
+        "POST /cgi-bin/hello.sh HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 600000\r\n\r\n";
+    let half = |n: usize| {
+        let mut s = connect(p.addr);
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&body[..300_000]).unwrap();
+        wait_until(DEADLINE, "the half body kept in a file", || (body_files(&site, &p).len() == n).then_some(()));
+        s
+    };
+    let mut held: Vec<_> = (1..=3).map(half).collect();
+    let mut fourth = connect(p.addr);
+    fourth.write_all(head.as_bytes()).unwrap();
+    let _ = fourth.write_all(&body[..300_000]); // cut short by the refusal, or not
+    let r = read_response(&mut fourth, false).expect("an answer to the upload past the cap");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let log = site.error_log();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("would pass body_spool_max (1048576 bytes)")).collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("a request body refused (503)"), "{}", said[0]);
+    assert_eq!(body_files(&site, &p).len(), 3, "the three others go on");
+    // Two of them go away: their bytes leave the count, so the first can finish
+    // (600 KB of the 1 MiB), and once it is served, a new upload fits whole.
+    drop(held.split_off(1));
+    wait_until(DEADLINE, "two files closed", || (body_files(&site, &p).len() == 1).then_some(()));
+    held[0].write_all(&body[300_000..]).unwrap();
+    let r = read_response(&mut held[0], false).expect("the finished upload's answer");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from sh\n"));
+    let mut fifth = half(1);
+    fifth.write_all(&body[300_000..]).unwrap();
+    assert_eq!(read_response(&mut fifth, false).expect("the fifth upload's answer").status, 200);
+}

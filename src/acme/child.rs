@@ -12,6 +12,7 @@
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -120,7 +121,8 @@ fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
             return 0;
         }
     };
-    let mut client = match Client::new(http, key, plan.settings) {
+    // The directory and the account count in the first order's time.
+    let mut client = match Client::new(http, key, plan.settings, Instant::now() + plan.settings.order_timeout) {
         Ok(c) => c,
         Err(f) => {
             let f = Failure { text: format!("{}: {}", plan.settings.directory, f.text), ..f };
@@ -133,7 +135,10 @@ fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
         fail_all(&mut say, &f, &plan.jobs);
         return 0;
     }
-    for names in &plan.jobs {
+    for (i, names) in plan.jobs.iter().enumerate() {
+        if i > 0 {
+            client.order_by(Instant::now() + plan.settings.order_timeout);
+        }
         log::info!("acme: ordering a certificate for {} from {}", names.join(", "), plan.settings.directory);
         let mut got = client.obtain(names, &plan.challenges, board);
         if let Err(f) = &got

@@ -4,14 +4,16 @@
 //! challenges published for the workers and answered, the CSR, the certificate.
 //!
 //! Blocking and sequential: the child does one order at a time and sleeps between
-//! polls, the CA's `Retry-After` when it gives one.
+//! polls, the CA's `Retry-After` when it gives one. Every request is done within
+//! `acme.request_timeout`, and every order within `acme.order_timeout`
+//! ([`Client::order_by`]): a CA that stalls costs a failed try, not the child.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::challenges::{Board, Kind};
-use super::https::{Https, Response};
+use super::https::{Deadline, Https, Response};
 use super::jws::{AccountKey, Signer};
 use super::{Challenge, Settings, b64};
 
@@ -62,6 +64,8 @@ pub struct Client<'a> {
     /// The account URL, once known.
     kid: Option<String>,
     nonce: Option<String>,
+    /// When the current order must be done (`acme.order_timeout` after it began).
+    order_by: Instant,
 }
 
 /// `Retry-After` in seconds (a number, or an HTTP date).
@@ -96,10 +100,21 @@ fn str_field<'v>(v: &'v Value, name: &str) -> Result<&'v str, Failure> {
     v[name].as_str().ok_or_else(|| Failure::new(format!("the CA's answer has no {name:?}")))
 }
 
+/// When a request begun now must be done: `request_timeout` from now, or the
+/// order's end if that comes first.
+fn deadline(request_timeout: Duration, order_by: Instant) -> Deadline {
+    let own = Instant::now() + request_timeout;
+    if own < order_by {
+        Deadline { at: own, why: "acme.request_timeout" }
+    } else {
+        Deadline { at: order_by, why: "acme.order_timeout" }
+    }
+}
+
 impl<'a> Client<'a> {
-    /// Reads the directory.
-    pub fn new(http: Https, key: AccountKey, settings: &'a Settings) -> Result<Client<'a>, Failure> {
-        let r = http.request("GET", &settings.directory, None)?;
+    /// Reads the directory, as part of an order that must be done by `order_by`.
+    pub fn new(http: Https, key: AccountKey, settings: &'a Settings, order_by: Instant) -> Result<Client<'a>, Failure> {
+        let r = http.request("GET", &settings.directory, None, deadline(settings.request_timeout, order_by))?;
         if r.status != 200 {
             return Err(problem(&r));
         }
@@ -109,14 +124,23 @@ impl<'a> Client<'a> {
             new_account: str_field(&d, "newAccount")?.to_string(),
             new_order: str_field(&d, "newOrder")?.to_string(),
         };
-        Ok(Client { http, key, settings, dir, kid: None, nonce: None })
+        Ok(Client { http, key, settings, dir, kid: None, nonce: None, order_by })
+    }
+
+    /// The next order must be done by `at`.
+    pub fn order_by(&mut self, at: Instant) {
+        self.order_by = at;
+    }
+
+    fn deadline(&self) -> Deadline {
+        deadline(self.settings.request_timeout, self.order_by)
     }
 
     fn fresh_nonce(&mut self) -> Result<String, Failure> {
         if let Some(n) = self.nonce.take() {
             return Ok(n);
         }
-        let r = self.http.request("HEAD", &self.dir.new_nonce.clone(), None)?;
+        let r = self.http.request("HEAD", &self.dir.new_nonce.clone(), None, self.deadline())?;
         r.header("Replay-Nonce").map(str::to_string).ok_or_else(|| Failure::new("the CA gave no nonce"))
     }
 
@@ -130,7 +154,8 @@ impl<'a> Client<'a> {
                 None => Signer::Jwk,
             };
             let body = self.key.sign(url, &nonce, signer, payload)?.to_string();
-            let r = self.http.request("POST", url, Some(("application/jose+json", body.as_bytes())))?;
+            let r =
+                self.http.request("POST", url, Some(("application/jose+json", body.as_bytes())), self.deadline())?;
             self.nonce = r.header("Replay-Nonce").map(str::to_string);
             if r.status < 400 {
                 return Ok(r);
@@ -302,7 +327,11 @@ impl<'a> Client<'a> {
                 return Err(Failure::new(format!("{what} is still {status} after {POLL_LIMIT:?}")));
             }
             let asked = retry_after(&r).map(|s| Duration::from_secs(s.clamp(1, 60) as u64));
-            std::thread::sleep(asked.unwrap_or(wait));
+            let nap = asked.unwrap_or(wait);
+            if Instant::now() + nap >= self.order_by {
+                return Err(Failure::new(format!("{what} is still {status} at the end of acme.order_timeout")));
+            }
+            std::thread::sleep(nap);
             wait = (wait * 2).min(POLL_MAX);
         }
     }

@@ -1,20 +1,69 @@
 //! The ACME child's HTTPS client: one request per connection (`Connection: close`),
-//! blocking, with timeouts; rustls over aws-lc-rs, trusting the system's roots or
-//! `ca_roots`. ACME needs a handful of requests a day, so nothing here is pooled.
+//! blocking, each within a deadline (connect, handshake, request and the whole
+//! answer: a server that sends a byte now and then does not hold it longer); rustls
+//! over aws-lc-rs, trusting the system's roots or `ca_roots`. ACME needs a handful
+//! of requests a day, so nothing here is pooled.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-/// How long a connection may take to open, and each read or write to progress.
+/// How long a connection may take to open, and each read or write to progress
+/// (within the request's deadline).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// When a request must be done, and the setting that said so (the error's words).
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: Instant,
+    pub why: &'static str,
+}
+
+impl Deadline {
+    /// The time left, `None` once it has passed.
+    fn left(&self) -> Option<Duration> {
+        self.at.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    }
+}
+
+/// A socket whose every read and write waits no longer than its deadline allows
+/// (nor [`IO_TIMEOUT`]); past it, each fails with `TimedOut`.
+struct Timed {
+    tcp: TcpStream,
+    deadline: Deadline,
+}
+
+impl Timed {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.deadline.left().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::TimedOut))?;
+        Ok(left.min(IO_TIMEOUT))
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tcp.set_read_timeout(Some(self.left()?))?;
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.set_write_timeout(Some(self.left()?))?;
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
 /// No ACME answer comes near this (a certificate chain is a few KiB).
 const MAX_RESPONSE: usize = 1 << 20;
 
@@ -66,14 +115,25 @@ impl Https {
         Ok(Https { tls: Arc::new(tls) })
     }
 
-    /// One request. `body`: `(content type, bytes)` for a POST.
-    pub fn request(&self, method: &str, url: &str, body: Option<(&str, &[u8])>) -> Result<Response, String> {
+    /// One request, done by `deadline`. `body`: `(content type, bytes)` for a POST.
+    pub fn request(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<(&str, &[u8])>,
+        deadline: Deadline,
+    ) -> Result<Response, String> {
         let (host, port, path) = split_url(url).ok_or_else(|| format!("not an https URL: {url}"))?;
+        let late = |e: &std::io::Error| match deadline.left() {
+            None => format!("{host}:{port}: no whole answer within {}", deadline.why),
+            Some(_) => format!("{host}:{port}: {e}"),
+        };
         let addrs = (host, port).to_socket_addrs().map_err(|e| format!("{host}: {e}"))?;
         let mut last = format!("{host}: no address");
         let mut tcp = None;
         for a in addrs {
-            match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            let Some(left) = deadline.left() else { break };
+            match TcpStream::connect_timeout(&a, left.min(CONNECT_TIMEOUT)) {
                 Ok(s) => {
                     tcp = Some(s);
                     break;
@@ -81,14 +141,12 @@ impl Https {
                 Err(e) => last = format!("{host}:{port}: {e}"),
             }
         }
-        let tcp = tcp.ok_or(last)?;
-        tcp.set_read_timeout(Some(IO_TIMEOUT))
-            .and_then(|()| tcp.set_write_timeout(Some(IO_TIMEOUT)))
-            .map_err(|e| e.to_string())?;
+        let tcp = tcp
+            .ok_or_else(|| if deadline.left().is_none() { late(&std::io::ErrorKind::TimedOut.into()) } else { last })?;
         let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string())
             .map_err(|e| format!("{host}: {e}"))?;
         let conn = ClientConnection::new(self.tls.clone(), name).map_err(|e| e.to_string())?;
-        let mut stream = StreamOwned::new(conn, tcp);
+        let mut stream = StreamOwned::new(conn, Timed { tcp, deadline });
         let mut head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {host}{}\r\nUser-Agent: pika/{} (ACME)\r\nAccept: */*\r\nConnection: close\r\n",
             if port == 443 { String::new() } else { format!(":{port}") },
@@ -100,7 +158,7 @@ impl Https {
         head.push_str("\r\n");
         let mut out = head.into_bytes();
         out.extend_from_slice(body.map_or(&[][..], |(_, b)| b));
-        stream.write_all(&out).and_then(|()| stream.flush()).map_err(|e| format!("{host}:{port}: {e}"))?;
+        stream.write_all(&out).and_then(|()| stream.flush()).map_err(|e| late(&e))?;
         let mut raw = Vec::new();
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -109,7 +167,7 @@ impl Https {
                 Ok(n) => raw.extend_from_slice(&buf[..n]),
                 // A server that closes without close_notify after a whole response.
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                Err(e) => return Err(format!("{host}:{port}: {e}")),
+                Err(e) => return Err(late(&e)),
             }
             if raw.len() > MAX_RESPONSE {
                 return Err(format!("{host}:{port}: the response is larger than {MAX_RESPONSE} bytes"));

@@ -30,6 +30,17 @@ pub mod status;
 pub mod store;
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// `acme.order_timeout` when unset: how long one certificate may take, from the
+/// first request of its order to the chain (the child's start to it for the first:
+/// the directory and the account too). Let's Encrypt issues in seconds; each poll
+/// gives up after two minutes, and two challenge types may be tried in turn.
+pub const ORDER_TIMEOUT: Duration = Duration::from_secs(600);
+/// `acme.request_timeout` when unset: one request to the CA, from the connect to
+/// the last byte of its answer (certbot's ACME client waits 45 s). A CA that sends
+/// a byte now and then never lets a read time out; this bounds the whole.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// The `[acme]` section, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +58,11 @@ pub struct Settings {
     pub ca_roots: Option<PathBuf>,
     /// External Account Binding (RFC 8555 §7.3.4), for CAs that ask for one.
     pub eab: Option<Eab>,
+    /// How long one certificate's order may take ([`ORDER_TIMEOUT`]); the master
+    /// kills a child that reports nothing for longer.
+    pub order_timeout: Duration,
+    /// How long one request to the CA may take ([`REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
 }
 
 /// An External Account Binding: the key id and the MAC key the CA gave.

@@ -6,7 +6,10 @@
 //!
 //! Files: `account.key` (PKCS#8 PEM), `account.json` (the CA's directory URL and the
 //! account URL there), `NAME.crt` and `NAME.key` for the vhost whose first server
-//! name is NAME.
+//! name is NAME. What comes from the ACME child is not trusted further than that:
+//! NAME is one of the master's own server names, and must read as a DNS name (no
+//! `/`, no leading dot), and a chain is stored only if it loads with its key and
+//! covers the vhost's names now.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -61,6 +64,13 @@ pub fn prepare(dir: &Path) -> Result<(), String> {
 
 /// Writes `bytes` to `dir/name`, 0600, by a temporary file and a rename.
 fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let tmp = write_temp(dir, name, bytes)?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+}
+
+/// Writes `bytes` to a temporary file for `dir/name` (`.NAME.tmp`, 0600, synced);
+/// returns its path.
+fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -72,7 +82,7 @@ fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("{}: {e}", tmp.display()))?;
     f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    Ok(tmp)
 }
 
 /// The account key (PKCS#8 DER): read, or made and written on first use.
@@ -110,11 +120,42 @@ pub fn cert_files(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")))
 }
 
-/// Stores a certificate chain and its key (the key first: a chain is never there
-/// without its key).
-pub fn save_cert(dir: &Path, name: &str, chain_pem: &str, key_pem: &str) -> Result<(), String> {
-    write_private(dir, &format!("{name}.key"), key_pem.as_bytes())?;
-    write_private(dir, &format!("{name}.crt"), chain_pem.as_bytes())
+/// Whether `name` can name files in the state folder: a DNS name as the config
+/// takes them (letters, digits, hyphens and inner dots), so never a path.
+fn file_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// Stores a certificate chain and its key for the vhost whose server names are
+/// `names` (files named by the first), if they load together and cover every name
+/// at `now`: written under temporary names, checked, then renamed (the key first:
+/// a chain is never there without its key).
+pub fn save_cert(dir: &Path, names: &[String], chain_pem: &str, key_pem: &str, now: i64) -> Result<(), String> {
+    let name = names.first().map_or("", String::as_str);
+    if !file_name_ok(name) {
+        return Err(format!("{name:?} cannot name a file in the state folder"));
+    }
+    let (key_name, crt_name) = (format!("{name}.key"), format!("{name}.crt"));
+    let key_tmp = write_temp(dir, &key_name, key_pem.as_bytes())?;
+    let checked = write_temp(dir, &crt_name, chain_pem.as_bytes()).and_then(|crt_tmp| {
+        crate::tls::load(&crt_tmp, &key_tmp, names, now).map(|_| crt_tmp).map_err(|e| e.to_string())
+    });
+    let crt_tmp = match checked {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = std::fs::remove_file(&key_tmp);
+            let _ = std::fs::remove_file(dir.join(format!(".{crt_name}.tmp")));
+            return Err(format!("not stored: {e}"));
+        }
+    };
+    let (crt, key) = cert_files(dir, name);
+    std::fs::rename(&key_tmp, &key).map_err(|e| format!("{}: {e}", key.display()))?;
+    std::fs::rename(&crt_tmp, &crt).map_err(|e| format!("{}: {e}", crt.display()))
 }
 
 /// The certificate an `acme = true` vhost is served with: the stored one if it is
@@ -197,7 +238,7 @@ mod tests {
         crate::tls::check::check(&c.key, &c.cert_file, &c.key_file, &names, now).unwrap();
         // Stored: served, no longer a placeholder.
         let made = crate::tls::test_certs::leaf(&["a.example", "www.a.example"], -1, 90, None);
-        save_cert(tmp.path(), "a.example", &made.pems.concat(), &made.key_pem).unwrap();
+        save_cert(tmp.path(), &names, &made.pems.concat(), &made.key_pem, now).unwrap();
         let c = vhost_cert(tmp.path(), &names, now).unwrap();
         assert!(!c.placeholder);
         assert_eq!(chain_validity(&made.pems.concat()), Some(c.validity));
@@ -205,5 +246,41 @@ mod tests {
         // A name added to the vhost: the stored one no longer covers it.
         let more = vec!["a.example".to_string(), "b.example".to_string()];
         assert!(vhost_cert(tmp.path(), &more, now).unwrap().placeholder);
+    }
+
+    #[test]
+    fn only_a_chain_that_loads_and_covers_the_names_is_stored_and_only_under_a_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("a/b/acme");
+        prepare(&state).unwrap();
+        let now = crate::tls::test_certs::now();
+        let names = vec!["a.example".to_string()];
+        let good = crate::tls::test_certs::leaf(&["a.example"], -1, 90, None);
+        let other = crate::tls::test_certs::leaf(&["b.example"], -1, 90, None);
+        for bad in ["../../x", "/../../x", ".x", "a/b.example", "", "a..example"] {
+            let e = save_cert(&state, &[bad.to_string()], &good.pems.concat(), &good.key_pem, now).unwrap_err();
+            assert!(e.contains("cannot name a file in the state folder"), "{bad}: {e}");
+        }
+        let cases = [
+            (other.pems.concat(), good.key_pem.clone()), // not for these names
+            (good.pems.concat(), other.key_pem.clone()), // not its key
+            ("garbage".into(), good.key_pem.clone()),
+        ];
+        for (chain, key) in cases {
+            assert!(save_cert(&state, &names, &chain, &key, now).unwrap_err().starts_with("not stored: "));
+        }
+        let left: Vec<_> = walkdir(tmp.path());
+        assert_eq!(left, std::slice::from_ref(&state), "nothing written, not even a temporary file");
+        save_cert(&state, &names, &good.pems.concat(), &good.key_pem, now).unwrap();
+        assert_eq!(walkdir(&state).len(), 2, "a.example.crt and a.example.key");
+    }
+
+    /// Every file under `dir`, and every empty folder.
+    fn walkdir(dir: &Path) -> Vec<PathBuf> {
+        let entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+        if entries.is_empty() {
+            return vec![dir.to_path_buf()];
+        }
+        entries.into_iter().flat_map(|p| if p.is_dir() { walkdir(&p) } else { vec![p] }).collect()
     }
 }

@@ -73,13 +73,29 @@ impl Ctx<'_> {
             (Some(k), None) => return Err(self.spanned(k, "acme.eab_kid needs acme.eab_hmac_key")),
             (None, Some(k)) => return Err(self.spanned(k, "acme.eab_hmac_key needs acme.eab_kid")),
         };
+        let timeout = |key: &Option<Spanned<super::units::Secs>>, name: &str, default| match key {
+            Some(t) if t.get_ref().0.is_zero() => Err(self.spanned(t, format!("acme.{name} must be more than zero"))),
+            Some(t) => Ok(t.get_ref().0),
+            None => Ok(default),
+        };
+        let order_timeout = timeout(&a.order_timeout, "order_timeout", crate::acme::ORDER_TIMEOUT)?;
+        let request_timeout = timeout(&a.request_timeout, "request_timeout", crate::acme::REQUEST_TIMEOUT)?;
         if run_as.is_none() && nix::unistd::geteuid().is_root() {
             return Err(self.spanned(
                 section,
                 "[acme] needs server.user when pika starts as root: the ACME child talks to the CA as the workers' user, never as root",
             ));
         }
-        Ok(Some(Settings { directory, contact, state_dir, renew_before, ca_roots, eab }))
+        Ok(Some(Settings {
+            directory,
+            contact,
+            state_dir,
+            renew_before,
+            ca_roots,
+            eab,
+            order_timeout,
+            request_timeout,
+        }))
     }
 
     /// A vhost's `acme = true`: its names must be ones a CA validates by HTTP-01 or
@@ -159,6 +175,7 @@ mod tests {
         let s = c.acme.as_ref().unwrap();
         assert!(s.state_dir.ends_with("acme"));
         assert_eq!(s.renew_before, None);
+        assert_eq!((s.order_timeout, s.request_timeout), (crate::acme::ORDER_TIMEOUT, crate::acme::REQUEST_TIMEOUT));
         let cert = c.vhosts[0].tls.as_ref().unwrap();
         assert!(cert.placeholder);
         assert!(c.vhosts[0].acme);
@@ -166,12 +183,21 @@ mod tests {
         let shown = crate::config::show::show(&c);
         assert!(shown.contains("\n[acme]\ndirectory = \"https://acme-staging-v02"), "{shown}");
         assert!(shown.contains("\nacme = true\n") && !shown.contains("tls_cert"), "{shown}");
-        let c = parse(&format!("{GOOD}renew_before = \"30d\"\neab_kid = \"k1\"\neab_hmac_key = \"c2VjcmV0\"\n"), "")
-            .unwrap();
+        let c = parse(
+            &format!(
+                "{GOOD}renew_before = \"30d\"\neab_kid = \"k1\"\neab_hmac_key = \"c2VjcmV0\"\n\
+                 order_timeout = \"5m\"\nrequest_timeout = \"10s\"\n"
+            ),
+            "",
+        )
+        .unwrap();
         assert_eq!(c.acme.as_ref().unwrap().renew_before, Some(30 * 86400));
+        let s = c.acme.as_ref().unwrap();
+        assert_eq!((s.order_timeout.as_secs(), s.request_timeout.as_secs()), (300, 10));
         assert_eq!(c.acme.as_ref().unwrap().eab.as_ref().unwrap().hmac_key, b"secret");
         let shown = crate::config::show::show(&c);
         assert!(shown.contains("renew_before = \"720h\"") && !shown.contains("c2VjcmV0"), "{shown}");
+        assert!(shown.contains("order_timeout = \"5m\"\nrequest_timeout = \"10s\""), "{shown}");
     }
 
     #[test]
@@ -184,6 +210,8 @@ mod tests {
             (format!("{GOOD}eab_kid = \"k\"\neab_hmac_key = \"not base64!\"\n"), "", "must be the base64url key"),
             (format!("{GOOD}ca_roots = \"conf/none.pem\"\n"), "", "acme.ca_roots:"),
             (format!("{GOOD}renew_before = 0\n"), "", "acme.renew_before must be more than zero"),
+            (format!("{GOOD}order_timeout = 0\n"), "", "acme.order_timeout must be more than zero"),
+            (format!("{GOOD}request_timeout = \"0s\"\n"), "", "acme.request_timeout must be more than zero"),
             (
                 GOOD.to_string(),
                 "acme = true\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",

@@ -158,9 +158,16 @@ pub struct Http {
     pub max_body_size: u64,
     pub max_ranges: usize,
     /// A request body read for a CGI or FastCGI location may take `body_timeout`,
-    /// plus a second for every `body_min_rate` bytes received (0: no extension).
+    /// plus a second for every `body_min_rate` bytes received (0: no extension),
+    /// `body_timeout_max` at most, with no silence longer than `body_idle_timeout`.
     pub body_timeout: Duration,
     pub body_min_rate: u64,
+    pub body_timeout_max: Duration,
+    pub body_idle_timeout: Duration,
+    /// The bytes such bodies may hold in temporary files at once, in one worker
+    /// and in the whole server (503 past either).
+    pub body_spool_max_worker: u64,
+    pub body_spool_max: u64,
     /// Bytes of such a body kept in memory before a temporary file takes it.
     pub client_body_buffer: usize,
     /// Where those temporary files go (made by the workers, mode 0700).
@@ -333,6 +340,10 @@ impl Ctx<'_> {
             max_ranges: h.max_ranges as usize,
             body_timeout: h.body_timeout.0,
             body_min_rate: h.body_min_rate.0,
+            body_timeout_max: h.body_timeout_max.0,
+            body_idle_timeout: h.body_idle_timeout.0,
+            body_spool_max_worker: h.body_spool_max_worker.0,
+            body_spool_max: h.body_spool_max.0,
             client_body_buffer: h.client_body_buffer.0 as usize,
             body_temp_dir: absolute(root, &h.body_temp_dir),
         };
@@ -342,6 +353,7 @@ impl Ctx<'_> {
             ("send_timeout", http.send_timeout),
             ("request_timeout", http.request_timeout),
             ("body_timeout", http.body_timeout),
+            ("body_idle_timeout", http.body_idle_timeout),
         ] {
             if d.is_zero() {
                 return Err(self.error(self.table("http"), format!("http.{name} must be more than zero")));
@@ -359,6 +371,15 @@ impl Ctx<'_> {
                     "http limits: max_request_line >= 16, max_header_size >= max_request_line, max_header_line >= 16, max_headers from 1 to {}",
                     crate::http::request::MAX_HEADERS
                 ),
+            ));
+        }
+        if http.body_timeout_max < http.body_timeout {
+            return Err(self.error(self.table("http"), "http.body_timeout_max must be at least body_timeout"));
+        }
+        if http.body_spool_max_worker < http.max_body_size || http.body_spool_max < http.max_body_size {
+            return Err(self.error(
+                self.table("http"),
+                "http.body_spool_max_worker and body_spool_max must be at least max_body_size (else no body that large could be read)",
             ));
         }
         Ok(http)

@@ -45,6 +45,9 @@ pub(crate) struct RawAcme {
     pub(crate) state_dir: Option<Spanned<String>>,
     pub(crate) renew_before: Option<Spanned<Secs>>,
     pub(crate) ca_roots: Option<Spanned<String>>,
+    /// How long one certificate's order, and one request to the CA, may take.
+    pub(crate) order_timeout: Option<Spanned<Secs>>,
+    pub(crate) request_timeout: Option<Spanned<Secs>>,
     /// External Account Binding: the key id and the base64url MAC key the CA gave.
     pub(crate) eab_kid: Option<Spanned<String>>,
     pub(crate) eab_hmac_key: Option<Spanned<String>>,
@@ -183,6 +186,10 @@ pub(crate) struct RawHttp {
     /// the rate that earns more (`gateway::incoming`).
     pub(crate) body_timeout: Secs,
     pub(crate) body_min_rate: Bytes,
+    pub(crate) body_timeout_max: Secs,
+    pub(crate) body_idle_timeout: Secs,
+    pub(crate) body_spool_max_worker: Bytes,
+    pub(crate) body_spool_max: Bytes,
     pub(crate) client_body_buffer: Bytes,
     pub(crate) body_temp_dir: String,
     pub(crate) keepalive_timeout: Secs,
@@ -209,6 +216,18 @@ impl Default for RawHttp {
             // for every 500 bytes received).
             body_timeout: Secs(std::time::Duration::from_secs(20)),
             body_min_rate: Bytes(500),
+            // Apache's body=20-600: what MinRate earns stops at 10 minutes, time
+            // for 64 MiB at 1 Mbit/s; a larger upload over a slower link raises it.
+            body_timeout_max: Secs(std::time::Duration::from_secs(600)),
+            // nginx's client_body_timeout (60 s there): no longer than a body may
+            // take to begin (body_timeout), as a pause in the middle is no more
+            // innocent than one at the start.
+            body_idle_timeout: Secs(std::time::Duration::from_secs(20)),
+            // What the bodies in temporary files may take of body_temp_dir's disk:
+            // 4 uploads of 64 MiB per worker, 16 for the server; a single body
+            // (max_body_size) must fit under each.
+            body_spool_max_worker: Bytes(256 << 20),
+            body_spool_max: Bytes(1 << 30),
             // nginx's client_body_buffer_size is 16 KiB on 64-bit; a form post fits in 64.
             client_body_buffer: Bytes(64 * 1024),
             body_temp_dir: "/var/tmp/pika-bodies".into(),

@@ -80,6 +80,10 @@ fn http(t: &mut Toml, c: &Config) {
     t.key("max_ranges", int(h.max_ranges));
     t.key("body_timeout", duration(h.body_timeout));
     t.key("body_min_rate", size(h.body_min_rate));
+    t.key("body_timeout_max", duration(h.body_timeout_max));
+    t.key("body_idle_timeout", duration(h.body_idle_timeout));
+    t.key("body_spool_max_worker", size(h.body_spool_max_worker));
+    t.key("body_spool_max", size(h.body_spool_max));
     t.key("client_body_buffer", size(h.client_body_buffer as u64));
     t.key("body_temp_dir", path(&h.body_temp_dir));
 }
@@ -107,6 +111,8 @@ fn acme(t: &mut Toml, c: &Config) {
         if let Some(r) = &a.ca_roots {
             t.key("ca_roots", path(r));
         }
+        t.key("order_timeout", duration(a.order_timeout));
+        t.key("request_timeout", duration(a.request_timeout));
         if let Some(eab) = &a.eab {
             t.key("eab_kid", string(&eab.kid));
             // The MAC key is a secret: -T output goes to terminals and tickets.

@@ -435,7 +435,17 @@ fn the_body_keys_apply() {
     assert_eq!((c.http.body_timeout.as_secs(), c.http.body_min_rate, c.http.client_body_buffer), (5, 100, 8192));
     let d = try_parse(&dir, MINIMAL).unwrap();
     assert_eq!((d.http.body_timeout.as_secs(), d.http.body_min_rate), (20, 500));
+    assert_eq!((d.http.body_timeout_max.as_secs(), d.http.body_idle_timeout.as_secs()), (600, 20));
+    assert_eq!((d.http.body_spool_max_worker, d.http.body_spool_max), (256 << 20, 1 << 30));
     assert_eq!(d.http.body_temp_dir, std::path::Path::new("/var/tmp/pika-bodies"));
+    for (bad, says) in [
+        ("body_idle_timeout = \"0s\"", "http.body_idle_timeout must be more than zero"),
+        ("body_timeout_max = \"10s\"", "http.body_timeout_max must be at least body_timeout"),
+        ("body_spool_max = \"1MiB\"\nmax_body_size = \"2MiB\"", "must be at least max_body_size"),
+    ] {
+        let e = try_parse(&dir, &format!("{MINIMAL}[http]\n{bad}\n")).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }
 
 /// A config read from text, in a folder with `conf/` and `htdocs/` (for other

@@ -9,13 +9,25 @@
 //! on to its handler, so a client uploading slowly costs a socket and a buffer, not
 //! a worker. `http.max_body_size` bounds it (a declared length past it is refused
 //! before a byte of the body is read).
+//!
+//! What a body may cost while it comes is bounded three ways: time ([`Pace`]: the
+//! whole body within `body_timeout`, longer by what `body_min_rate` earns but never
+//! past `body_timeout_max`, and no silence longer than `body_idle_timeout` between
+//! two reads), and the bytes kept in temporary files at once ([`Spool`]: per worker,
+//! `body_spool_max_worker`, and for the whole server, `body_spool_max`; a body that
+//! would pass either is refused, 503). Each worker counts its bytes in its scoreboard
+//! slot, so the server's count is the sum of the slots, and a worker that dies takes
+//! its count with it (the master clears the slot; the kernel frees the files).
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use crate::http::request::{Framing, HttpError};
+use crate::scoreboard::Slot;
 
 use super::child::Stdin;
 
@@ -63,6 +75,101 @@ pub struct Keep {
     pub max: u64,
     /// The folder for temporary files (made by the worker, mode 0700).
     pub dir: PathBuf,
+    /// Where the bytes in temporary files are counted, and their caps.
+    pub spool: Spool,
+}
+
+/// How long a body may take (`http.body_*`): see [`Incoming::deadline_ms`].
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// `body_timeout`: the whole body, from its start…
+    pub timeout: Duration,
+    /// …longer by a second for every `body_min_rate` bytes received (0: never)…
+    pub min_rate: u64,
+    /// …but never longer than `body_timeout_max` from its start.
+    pub max: Duration,
+    /// `body_idle_timeout`: the longest silence between two reads that bring bytes
+    /// (nginx's `client_body_timeout`).
+    pub idle: Duration,
+}
+
+/// The bytes of request bodies in temporary files: this worker's count (in its
+/// scoreboard slot, written by it alone), every worker's (summed for the server's),
+/// and the caps. Two workers that check at the same moment may both pass a cap by
+/// one read's bytes (256 KiB each at most): the caps bound the disk, not the byte.
+#[derive(Clone, Copy)]
+pub struct Spool {
+    mine: &'static AtomicU64,
+    all: &'static [Slot],
+    /// `body_spool_max_worker` and `body_spool_max`.
+    pub max_worker: u64,
+    pub max: u64,
+}
+
+/// Which spool cap a body would have passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpoolFull {
+    /// `body_spool_max_worker`.
+    Worker(u64),
+    /// `body_spool_max`.
+    Server(u64),
+}
+
+impl std::fmt::Display for SpoolFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpoolFull::Worker(n) => write!(
+                f,
+                "this worker's request bodies in temporary files would pass body_spool_max_worker ({n} bytes)"
+            ),
+            SpoolFull::Server(n) => {
+                write!(f, "the server's request bodies in temporary files would pass body_spool_max ({n} bytes)")
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Spool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Spool {{ mine: {}, max_worker: {}, max: {} }}", self.mine.load(Relaxed), self.max_worker, self.max)
+    }
+}
+
+impl Spool {
+    /// Counted in `mine` (this worker's slot), the server's count summed over `all`;
+    /// no caps until [`Spool::capped`].
+    pub fn new(mine: &'static Slot, all: &'static [Slot]) -> Spool {
+        Spool { mine: &mine.body_spool, all, max_worker: u64::MAX, max: u64::MAX }
+    }
+
+    /// The same counts, with these caps.
+    pub fn capped(self, max_worker: u64, max: u64) -> Spool {
+        Spool { max_worker, max, ..self }
+    }
+
+    /// Counts `n` more bytes in a temporary file, unless they would pass a cap.
+    fn take(&self, n: u64) -> Result<(), SpoolFull> {
+        let mine = self.mine.load(Relaxed);
+        if mine.saturating_add(n) > self.max_worker {
+            return Err(SpoolFull::Worker(self.max_worker));
+        }
+        let all: u64 = self.all.iter().map(|s| s.body_spool.load(Relaxed)).sum();
+        if all.saturating_add(n) > self.max {
+            return Err(SpoolFull::Server(self.max));
+        }
+        self.mine.store(mine + n, Relaxed);
+        Ok(())
+    }
+
+    /// Counts `n` bytes whatever the caps (a body another worker began, taken over).
+    fn force(&self, n: u64) {
+        crate::scoreboard::add(self.mine, n);
+    }
+
+    /// `n` bytes are no longer in a temporary file of this worker.
+    fn give_back(&self, n: u64) {
+        self.mine.store(self.mine.load(Relaxed).saturating_sub(n), Relaxed);
+    }
 }
 
 /// Why a body was not read whole.
@@ -74,6 +181,8 @@ pub enum BodyError {
     Closed,
     #[error("keeping the request body failed: {0}")]
     Io(#[from] io::Error),
+    #[error("{0}")]
+    Spool(SpoolFull),
 }
 
 /// The decoder's place in a chunked body.
@@ -102,6 +211,8 @@ pub struct Incoming {
     pub wire_bytes: u64,
     /// When the body began (`clock::now_ms`).
     started_ms: u64,
+    /// When bytes of it last came (`clock::now_ms`; its start before the first).
+    last_ms: u64,
 }
 
 enum Decode {
@@ -111,6 +222,7 @@ enum Decode {
 
 enum Store {
     Memory(Vec<u8>),
+    /// In a temporary file, `n` bytes, counted in the [`Spool`] until the file goes.
     File(File, u64),
 }
 
@@ -124,6 +236,7 @@ impl Incoming {
             Framing::Length(n) => Decode::Length(n),
             Framing::Chunked => Decode::Chunked(Chunk::Size),
         };
+        let now = crate::clock::now_ms();
         let first = match framing {
             Decode::Length(n) => (n as usize).min(keep.memory),
             Decode::Chunked(_) => 4096,
@@ -135,16 +248,36 @@ impl Incoming {
             keep,
             line: Vec::new(),
             wire_bytes: 0,
-            started_ms: crate::clock::now_ms(),
+            started_ms: now,
+            last_ms: now,
         })
     }
 
-    /// When the client must have sent the whole body: `timeout` from its start,
-    /// plus a second for every `min_rate` bytes received (`min_rate` 0: `timeout`
-    /// from the start, however much came).
-    pub fn deadline_ms(&self, timeout: std::time::Duration, min_rate: u64) -> u64 {
-        let earned = (self.wire_bytes * 1000).checked_div(min_rate).unwrap_or(0);
-        self.started_ms.saturating_add(timeout.as_millis() as u64).saturating_add(earned)
+    /// When the wait for the rest of the body runs out: the sooner of its whole
+    /// time ([`Incoming::whole_by_ms`]) and `pace.idle` after the last bytes came.
+    pub fn deadline_ms(&self, pace: &Pace) -> u64 {
+        self.whole_by_ms(pace).min(self.last_ms.saturating_add(pace.idle.as_millis() as u64))
+    }
+
+    /// When the client must have sent the whole body: `pace.timeout` from its
+    /// start, plus a second for every `pace.min_rate` bytes received (`min_rate`
+    /// 0: no extension), and never later than `pace.max` from its start. A client
+    /// that sends a burst and then stops earns its extension once and is held to
+    /// `pace.idle` meanwhile.
+    pub fn whole_by_ms(&self, pace: &Pace) -> u64 {
+        let earned = self.wire_bytes.saturating_mul(1000).checked_div(pace.min_rate).unwrap_or(0);
+        let wait = (pace.timeout.as_millis() as u64).saturating_add(earned).min(pace.max.as_millis() as u64);
+        self.started_ms.saturating_add(wait)
+    }
+
+    /// Why the wait ran out at `now_ms`: the silence, or the whole time (the
+    /// error log's words).
+    pub fn late_why(&self, pace: &Pace, now_ms: u64) -> &'static str {
+        if now_ms >= self.last_ms.saturating_add(pace.idle.as_millis() as u64) {
+            "nothing of it came for body_idle_timeout"
+        } else {
+            "it did not come whole within body_timeout (with body_min_rate, at most body_timeout_max)"
+        }
     }
 
     /// Body bytes kept so far.
@@ -173,11 +306,16 @@ impl Incoming {
         matches!(self.framing, Decode::Length(0))
     }
 
-    /// The whole body (after [`Incoming::take`] said it is done).
-    pub fn into_body(self) -> RequestBody {
-        match self.kept {
+    /// The whole body (after [`Incoming::take`] said it is done). It leaves the
+    /// spool's count: it is the request now being served, one at a time in a worker,
+    /// and `max_body_size` at most.
+    pub fn into_body(mut self) -> RequestBody {
+        match std::mem::replace(&mut self.kept, Store::Memory(Vec::new())) {
             Store::Memory(v) => RequestBody::Memory(v),
-            Store::File(f, n) => RequestBody::File(f, n),
+            Store::File(f, n) => {
+                self.keep.spool.give_back(n);
+                RequestBody::File(f, n)
+            }
         }
     }
 
@@ -201,7 +339,10 @@ impl Incoming {
             };
             used += n;
         }
-        self.wire_bytes += used as u64;
+        if used > 0 {
+            self.wire_bytes += used as u64;
+            self.last_ms = crate::clock::now_ms();
+        }
         Ok(used)
     }
 
@@ -278,21 +419,36 @@ impl Incoming {
                 v.extend_from_slice(bytes);
                 return Ok(());
             }
-            self.spill()?;
+            let spilled = v.len() as u64;
+            self.keep.spool.take(spilled + bytes.len() as u64).map_err(BodyError::Spool)?;
+            // Counted with the bytes that follow: given back if the file fails.
+            if let Err(e) = self.spill(false) {
+                self.keep.spool.give_back(spilled + bytes.len() as u64);
+                return Err(e.into());
+            }
+        } else {
+            self.keep.spool.take(bytes.len() as u64).map_err(BodyError::Spool)?;
         }
         if let Store::File(f, n) = &mut self.kept {
-            f.write_all(bytes)?;
+            // `n` is what the spool counts for this file, a failed write's bytes
+            // too: all given back when the reader goes, which the error makes soon.
             *n += bytes.len() as u64;
+            f.write_all(bytes)?;
         }
         Ok(())
     }
 
-    /// Moves what memory holds of the body into a temporary file.
-    fn spill(&mut self) -> io::Result<&File> {
+    /// Moves what memory holds of the body into a temporary file; `count`: its bytes
+    /// join the spool's count here (else the caller counted them).
+    fn spill(&mut self, count: bool) -> io::Result<&File> {
         if let Store::Memory(v) = &self.kept {
             let mut file = temp_file(&self.keep.dir)?;
             file.write_all(v)?;
-            self.kept = Store::File(file, v.len() as u64);
+            let n = v.len() as u64;
+            if count {
+                self.keep.spool.force(n);
+            }
+            self.kept = Store::File(file, n);
         }
         match &self.kept {
             Store::File(f, _) => Ok(f),
@@ -321,9 +477,11 @@ impl Incoming {
         out.extend_from_slice(&(self.line.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.line);
         out.extend_from_slice(&self.wire_bytes.to_le_bytes());
-        out.extend_from_slice(&crate::clock::now_ms().saturating_sub(self.started_ms).to_le_bytes());
+        let now = crate::clock::now_ms();
+        out.extend_from_slice(&now.saturating_sub(self.started_ms).to_le_bytes());
+        out.extend_from_slice(&now.saturating_sub(self.last_ms).to_le_bytes());
         out.extend_from_slice(&self.len().to_le_bytes());
-        self.spill()
+        self.spill(true)
     }
 
     /// A reader another worker froze ([`Incoming::freeze`]), with the file of what
@@ -341,12 +499,15 @@ impl Incoming {
             _ => return None,
         };
         let line = c.bytes_u32()?.to_vec();
-        let (wire_bytes, ago, kept) = (c.u64()?, c.u64()?, c.u64()?);
+        let (wire_bytes, ago, quiet, kept) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
         if !c.0.is_empty() {
             return None;
         }
         // Appends go on where the other worker stopped.
         std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(kept)).ok()?;
+        // Counted here now, whatever the caps: the other worker gives it back.
+        keep.spool.force(kept);
+        let now = crate::clock::now_ms();
         Some(Incoming {
             head,
             framing,
@@ -354,8 +515,18 @@ impl Incoming {
             keep,
             line,
             wire_bytes,
-            started_ms: crate::clock::now_ms().saturating_sub(ago),
+            started_ms: now.saturating_sub(ago),
+            last_ms: now.saturating_sub(quiet),
         })
+    }
+}
+
+/// A body refused, closed or handed over leaves the spool's count with its file.
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if let Store::File(_, n) = self.kept {
+            self.keep.spool.give_back(n);
+        }
     }
 }
 
@@ -413,7 +584,13 @@ mod tests {
     use super::*;
 
     fn keep(dir: &Path, memory: usize) -> Keep {
-        Keep { memory, max: 1 << 20, dir: dir.to_path_buf() }
+        Keep { memory, max: 1 << 20, dir: dir.to_path_buf(), spool: spool(u64::MAX, u64::MAX).0 }
+    }
+
+    /// A spool counted in the first of two fresh scoreboard slots.
+    fn spool(max_worker: u64, max: u64) -> (Spool, &'static [Slot]) {
+        let slots = crate::scoreboard::Scoreboard::new(2).unwrap().slots;
+        (Spool::new(&slots[0], slots).capped(max_worker, max), slots)
     }
 
     fn contents(b: RequestBody) -> Vec<u8> {
@@ -519,7 +696,7 @@ mod tests {
     #[test]
     fn limits_and_bad_chunks_are_refused() {
         let d = tempfile::tempdir().unwrap();
-        let k = Keep { memory: 100, max: 10, dir: d.path().into() };
+        let k = Keep { memory: 100, max: 10, dir: d.path().into(), spool: spool(u64::MAX, u64::MAX).0 };
         assert!(matches!(Incoming::new(Vec::new(), Framing::Length(11), k.clone()), Err(HttpError::BodyTooLarge)));
         let mut inc = Incoming::new(Vec::new(), Framing::Chunked, k.clone()).unwrap();
         assert!(matches!(inc.take(b"b\r\n"), Err(BodyError::Http(HttpError::BodyTooLarge))));
@@ -527,6 +704,80 @@ mod tests {
             let mut inc = Incoming::new(Vec::new(), Framing::Chunked, keep(d.path(), 100)).unwrap();
             assert!(matches!(inc.take(bad), Err(BodyError::Http(HttpError::BadRequest(_)))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_burst_then_silence_is_held_to_the_idle_bound_and_the_extension_is_capped() {
+        let d = tempfile::tempdir().unwrap();
+        let pace = Pace {
+            timeout: Duration::from_secs(20),
+            min_rate: 500,
+            max: Duration::from_secs(600),
+            idle: Duration::from_secs(20),
+        };
+        let big = Keep { max: 64 << 20, ..keep(d.path(), 1 << 20) };
+        let mut inc = Incoming::new(Vec::new(), Framing::Length(64 << 20), big.clone()).unwrap();
+        // Nothing yet: body_timeout from the start (the idle bound is as long).
+        assert_eq!(inc.deadline_ms(&pace), inc.started_ms + 20_000);
+        // 4 MB at once earns 8000 s at 500 B/s: capped at body_timeout_max, and the
+        // silence after it ends the wait body_idle_timeout after the burst.
+        inc.take(&vec![0; 4_000_000]).unwrap();
+        assert_eq!(inc.whole_by_ms(&pace), inc.started_ms + 600_000);
+        assert_eq!(inc.deadline_ms(&pace), inc.last_ms + 20_000);
+        assert_eq!(inc.late_why(&pace, inc.last_ms + 20_000), "nothing of it came for body_idle_timeout");
+        // A body that keeps coming is held to its whole time.
+        let slow = Pace { idle: Duration::from_secs(3600), ..pace };
+        assert_eq!(inc.deadline_ms(&slow), inc.started_ms + 600_000);
+        assert!(inc.late_why(&slow, inc.started_ms + 600_000).contains("body_timeout_max"));
+        // No min_rate: body_timeout, however much came.
+        let flat = Pace { min_rate: 0, ..slow };
+        assert_eq!(inc.deadline_ms(&flat), inc.started_ms + 20_000);
+        // Frozen and thawed elsewhere: the silence so far goes with it.
+        inc.last_ms -= 5000;
+        let mut state = Vec::new();
+        let file = inc.freeze(&mut state).unwrap().try_clone().unwrap();
+        let other = Incoming::thaw(&state, file, big).unwrap();
+        let quiet = crate::clock::now_ms() - other.last_ms;
+        assert!((5000..6000).contains(&quiet), "{quiet}");
+    }
+
+    #[test]
+    fn bytes_in_files_are_counted_and_capped_per_worker_and_per_server() {
+        let d = tempfile::tempdir().unwrap();
+        let (sp, slots) = spool(300, 500);
+        let k = Keep { memory: 100, max: 1 << 20, dir: d.path().into(), spool: sp };
+        let mine = || slots[0].body_spool.load(Relaxed);
+        // In memory: not counted. Past memory: all of it, the memory's bytes too.
+        let mut a = Incoming::new(Vec::new(), Framing::Length(1000), k.clone()).unwrap();
+        a.take(&[1; 100]).unwrap();
+        assert_eq!(mine(), 0);
+        a.take(&[1; 100]).unwrap();
+        assert_eq!(mine(), 200);
+        // This worker's cap: 300.
+        let mut b = Incoming::new(Vec::new(), Framing::Length(1000), k.clone()).unwrap();
+        b.take(&[1; 100]).unwrap();
+        assert!(matches!(b.take(&[1; 1]), Err(BodyError::Spool(SpoolFull::Worker(300)))));
+        assert_eq!(mine(), 200, "nothing counted for a refused body");
+        // The server's: 500, the other worker holding 250.
+        slots[1].body_spool.store(250, Relaxed);
+        assert!(matches!(a.take(&[1; 60]), Err(BodyError::Spool(SpoolFull::Server(500)))));
+        a.take(&[1; 50]).unwrap();
+        assert_eq!(mine(), 250);
+        // A whole body leaves the count (it is being served); a dropped one too.
+        drop(b);
+        let mut c = Incoming::new(Vec::new(), Framing::Length(80), k.clone()).unwrap();
+        assert!(c.take(&[1; 80]).is_ok_and(|n| n == 80) && c.done());
+        assert_eq!(mine(), 250, "in memory");
+        drop(c);
+        // Handed to another worker: counted there whatever its caps, given back here.
+        let (there, there_slots) = spool(10, 10);
+        let mut state = Vec::new();
+        let file = a.freeze(&mut state).unwrap().try_clone().unwrap();
+        let moved = Incoming::thaw(&state, file, Keep { spool: there, ..k.clone() }).unwrap();
+        drop(a);
+        assert_eq!((mine(), there_slots[0].body_spool.load(Relaxed)), (0, 250));
+        let body = moved.into_body();
+        assert_eq!((body.len(), there_slots[0].body_spool.load(Relaxed)), (250, 0));
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub enum HttpError {
     /// The server could not keep what the request sent (a body's temporary file).
     #[error("the request could not be kept")]
     Internal,
+    /// The server has no room for what the request sends now (the bodies in
+    /// temporary files are at their cap): another time may do.
+    #[error("no room for the request body now")]
+    Busy,
 }
 
 impl HttpError {
@@ -53,6 +57,7 @@ impl HttpError {
             HttpError::NotImplemented | HttpError::UnknownCoding => 501,
             HttpError::Version => 505,
             HttpError::Internal => 500,
+            HttpError::Busy => 503,
         }
     }
 }

@@ -1,20 +1,28 @@
 //! The master's side of ACME ([`crate::acme`]): on the tick, fork the ACME child when
 //! a certificate is due; read its reports; store what it got in the state folder as
 //! root; install new certificates by a reload once the child is done.
+//!
+//! The child runs as the workers' user and talks to the network: the master takes
+//! from it only what it asked for (a certificate for a job it sent that child, stored
+//! under the master's own names in its own `state_dir`: [`take_report`]), and does not
+//! wait on it forever: a child that reports nothing for `acme.order_timeout` (and
+//! [`LATE_GRACE`]) is killed and its jobs fail (tried again after the back-off), and
+//! an operator's reload (HUP) replaces a running child with one of the new config.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::maintenance::Exit;
 use super::{Master, unix_now};
-use crate::acme::Challenge;
 use crate::acme::child::{self, Plan, Report};
 use crate::acme::schedule::{self, Life};
 use crate::acme::store;
+use crate::acme::{Challenge, Settings};
 
 /// The ACME side of the master's state.
 #[derive(Default)]
@@ -26,6 +34,12 @@ pub(super) struct Acme {
     install: bool,
 }
 
+/// Past `acme.order_timeout` with no word of a job, how long the master still waits
+/// before it kills the child. The child gives up an order at its deadline by itself
+/// (every request to the CA ends by then) and reports at once; this covers what it
+/// cannot bound itself (a name lookup that hangs) on a loaded machine.
+pub(super) const LATE_GRACE: Duration = Duration::from_secs(5);
+
 struct Running {
     pid: Pid,
     /// `None` once it read end of file.
@@ -33,7 +47,21 @@ struct Running {
     buf: Vec<u8>,
     /// The certificates it was sent for, and not yet reported on.
     waiting: Vec<Vec<String>>,
-    told_to_stop: bool,
+    /// Its start, or its last report on a job (each job has its own order_timeout).
+    since: Instant,
+    /// Why the master ended it, once it did.
+    ending: Option<Ending>,
+}
+
+/// Why the master ended the ACME child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The server stops.
+    Stopping,
+    /// An operator's reload: a child of the new config takes its jobs.
+    Replaced,
+    /// It reported nothing for longer than an order may take.
+    Late,
 }
 
 impl Acme {
@@ -54,14 +82,24 @@ impl Master {
     pub(super) fn acme_tick(&mut self) {
         if self.life.ends_with_the_workers() {
             if let Some(r) = &mut self.acme.running
-                && !r.told_to_stop
+                && r.ending.is_none()
             {
                 let _ = nix::sys::signal::kill(r.pid, Signal::SIGTERM);
-                r.told_to_stop = true;
+                r.ending = Some(Ending::Stopping);
             }
             return;
         }
-        if self.acme.running.is_some() {
+        if let Some(r) = &mut self.acme.running {
+            let limit = self.config.acme.as_ref().map_or(crate::acme::ORDER_TIMEOUT, |a| a.order_timeout) + LATE_GRACE;
+            if r.ending.is_none() && r.since.elapsed() > limit {
+                log::error!(
+                    "acme: the ACME child {} reported nothing for {}s (acme.order_timeout): killed",
+                    r.pid,
+                    limit.as_secs()
+                );
+                let _ = nix::sys::signal::kill(r.pid, Signal::SIGKILL);
+                r.ending = Some(Ending::Late);
+            }
             return;
         }
         // Installed by a reload, which would also end a WINCH pause: while paused
@@ -104,8 +142,14 @@ impl Master {
         match child::spawn(plan) {
             Ok((pid, pipe)) => {
                 log::debug!("acme: child {pid} started for {} certificate(s)", jobs.len());
-                self.acme.running =
-                    Some(Running { pid, pipe: Some(pipe.into()), buf: Vec::new(), waiting: jobs, told_to_stop: false });
+                self.acme.running = Some(Running {
+                    pid,
+                    pipe: Some(pipe.into()),
+                    buf: Vec::new(),
+                    waiting: jobs,
+                    since: Instant::now(),
+                    ending: None,
+                });
             }
             Err(e) => {
                 log::error!("acme: cannot fork the ACME child: {e}");
@@ -143,10 +187,19 @@ impl Master {
 
     /// An operator's reload (HUP): the back-off and the one-hour floor are
     /// forgotten, so what the new config makes due is asked for at once (a renewal
-    /// after a fix, or a changed `renew_before`). The reloads that install
-    /// certificates keep them.
+    /// after a fix, or a changed `renew_before`), and a running child (of the old
+    /// config, perhaps stuck on a CA that stalls) is killed: once it is reaped, the
+    /// next tick starts one for what is due. The reloads that install certificates
+    /// keep both.
     pub(super) fn acme_forget(&mut self) {
         self.acme.lives.clear();
+        if let Some(r) = &mut self.acme.running
+            && r.ending.is_none()
+        {
+            log::info!("acme: the ACME child {} is replaced (a reload)", r.pid);
+            let _ = nix::sys::signal::kill(r.pid, Signal::SIGKILL);
+            r.ending = Some(Ending::Replaced);
+        }
     }
 
     /// After each wake-up: reads what the child reported.
@@ -172,40 +225,19 @@ impl Master {
 
     fn acme_report(&mut self, report: Report) {
         let Some(settings) = self.config.acme.clone() else { return };
-        let dir = &settings.state_dir;
-        let now = unix_now();
-        if let Some(r) = &mut self.acme.running {
-            let names = match &report {
-                Report::Issued { names, .. } | Report::Failed { names, .. } => Some(names),
-                Report::Account { .. } => None,
-            };
-            r.waiting.retain(|w| Some(w) != names);
+        let Some(r) = &mut self.acme.running else { return };
+        let taken = take_report(&settings, &mut r.waiting, report, unix_now());
+        if matches!(taken, Taken::Stored(_) | Taken::Failed(..)) {
+            r.since = Instant::now();
         }
-        match report {
-            Report::Account { url } => {
-                if let Err(e) = store::save_account(dir, &settings.directory, &url) {
-                    log::error!("acme: cannot store the account URL: {e}");
-                }
+        let now = unix_now();
+        match taken {
+            Taken::Stored(names) => {
+                self.acme.lives.insert(names, Life { failures: 0, not_before_try: 0, obtained: now });
+                self.acme.install = true;
             }
-            Report::Issued { names, chain, key } => {
-                let first = names.first().map_or("", String::as_str);
-                let until = store::chain_validity(&chain).map_or("?".into(), |v| crate::tls::check::date(v.not_after));
-                match store::save_cert(dir, first, &chain, &key) {
-                    Ok(()) => {
-                        log::info!("acme: obtained a certificate for {} (valid until {until})", names.join(", "));
-                        self.acme.lives.insert(names, Life { failures: 0, not_before_try: 0, obtained: now });
-                        self.acme.install = true;
-                    }
-                    Err(e) => {
-                        log::error!("acme: cannot store the certificate for {}: {e}", names.join(", "));
-                        self.acme_failed(&names, None, now);
-                    }
-                }
-            }
-            Report::Failed { names, error, retry_after } => {
-                log::warn!("acme: no certificate for {}: {error}", names.join(", "));
-                self.acme_failed(&names, retry_after, now);
-            }
+            Taken::Failed(names, retry_after) => self.acme_failed(&names, retry_after, now),
+            Taken::Account | Taken::Refused => {}
         }
     }
 
@@ -229,17 +261,85 @@ impl Master {
         }
         self.acme_read();
         let Some(r) = self.acme.running.take() else { return true };
-        if !matches!(exit, Exit::Code(0)) && !r.told_to_stop {
+        if !matches!(exit, Exit::Code(0)) && r.ending.is_none() {
             log::error!("acme: the ACME child {pid} ended badly ({exit:?})");
+        }
+        if r.ending == Some(Ending::Replaced) {
+            // Its jobs are asked for again at once, by the next child.
+            return true;
         }
         let now = unix_now();
         for names in r.waiting {
-            if !r.told_to_stop {
+            if r.ending != Some(Ending::Stopping) {
                 log::warn!("acme: the ACME child ended without an answer for {}", names.join(", "));
             }
             self.acme_failed(&names, None, now);
         }
         true
+    }
+}
+
+/// What one report of the child came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Taken {
+    /// Not the master's to take (said in the error log; nothing written).
+    Refused,
+    /// An account URL, stored.
+    Account,
+    /// A certificate for these names (the master's own copy), stored.
+    Stored(Vec<String>),
+    /// No certificate for these names: tried again after the back-off.
+    Failed(Vec<String>, Option<i64>),
+}
+
+/// Takes one report of the child, trusting it no further than what the master asked:
+/// a certificate or a failure only for names still in `waiting` (the jobs this child
+/// was sent, each reported on once), and a certificate stored in the master's own
+/// `settings.state_dir` under the master's own copy of the names (the child's words
+/// name nothing on disk), checked to load and cover them at `now`; an account URL
+/// only if it is one.
+fn take_report(settings: &Settings, waiting: &mut Vec<Vec<String>>, report: Report, now: i64) -> Taken {
+    let dir = &settings.state_dir;
+    let (names, outcome) = match report {
+        Report::Account { url } => {
+            if !crate::acme::https::valid_url(&url) || url.len() > 2048 {
+                log::error!("acme: the ACME child reported an account URL that is not one: ignored");
+                return Taken::Refused;
+            }
+            if let Err(e) = store::save_account(dir, &settings.directory, &url) {
+                log::error!("acme: cannot store the account URL: {e}");
+            }
+            return Taken::Account;
+        }
+        Report::Issued { names, chain, key } => (names, Ok((chain, key))),
+        Report::Failed { names, error, retry_after } => (names, Err((error, retry_after))),
+    };
+    let Some(at) = waiting.iter().position(|w| *w == names) else {
+        log::error!(
+            "acme: the ACME child reported on {:?}, which it was not asked for (or twice): ignored",
+            names.join(", ")
+        );
+        return Taken::Refused;
+    };
+    let names = waiting.remove(at);
+    match outcome {
+        Ok((chain, key)) => {
+            let until = store::chain_validity(&chain).map_or("?".into(), |v| crate::tls::check::date(v.not_after));
+            match store::save_cert(dir, &names, &chain, &key, now) {
+                Ok(()) => {
+                    log::info!("acme: obtained a certificate for {} (valid until {until})", names.join(", "));
+                    Taken::Stored(names)
+                }
+                Err(e) => {
+                    log::error!("acme: cannot store the certificate for {}: {e}", names.join(", "));
+                    Taken::Failed(names, None)
+                }
+            }
+        }
+        Err((error, retry_after)) => {
+            log::warn!("acme: no certificate for {}: {error}", names.join(", "));
+            Taken::Failed(names, retry_after)
+        }
     }
 }
 
@@ -257,4 +357,63 @@ fn challenges(listen: &[crate::config::Listen]) -> Vec<Challenge> {
         out.push(Challenge::TlsAlpn01);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(state_dir: &std::path::Path) -> Settings {
+        Settings {
+            directory: "https://ca.example/dir".into(),
+            contact: Vec::new(),
+            state_dir: state_dir.to_path_buf(),
+            renew_before: None,
+            ca_roots: None,
+            eab: None,
+            order_timeout: crate::acme::ORDER_TIMEOUT,
+            request_timeout: crate::acme::REQUEST_TIMEOUT,
+        }
+    }
+
+    /// Every file under `dir`, and every empty folder.
+    fn files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+        if entries.is_empty() {
+            return vec![dir.to_path_buf()];
+        }
+        entries.into_iter().flat_map(|p| if p.is_dir() { files(&p) } else { vec![p] }).collect()
+    }
+
+    #[test]
+    fn a_forged_report_writes_nothing_anywhere() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = tmp.path().join("a/b/acme");
+        store::prepare(&state).unwrap();
+        let s = settings(&state);
+        let now = crate::tls::test_certs::now();
+        let asked = vec!["a.example".to_string()];
+        let mut waiting = vec![asked.clone()];
+        // A chain and key that would load, for names the master did not ask for
+        // (a path among them), and a failure for those: refused, the job kept.
+        for names in [vec!["../../x".to_string()], vec!["/../../x".into()], vec!["b.example".into()]] {
+            let made = crate::tls::test_certs::leaf(&[names[0].as_str()], -1, 90, None);
+            let forged = Report::Issued { names: names.clone(), chain: made.pems.concat(), key: made.key_pem };
+            assert_eq!(take_report(&s, &mut waiting, forged, now), Taken::Refused, "{names:?}");
+            let failed = Report::Failed { names, error: "x".into(), retry_after: None };
+            assert_eq!(take_report(&s, &mut waiting, failed, now), Taken::Refused);
+        }
+        let bad_url = Report::Account { url: "/../../x".into() };
+        assert_eq!(take_report(&s, &mut waiting, bad_url, now), Taken::Refused);
+        assert_eq!(files(tmp.path()), std::slice::from_ref(&state), "nothing written anywhere");
+        assert_eq!(waiting, std::slice::from_ref(&asked));
+        // What was asked: stored under the master's names, once.
+        let made = crate::tls::test_certs::leaf(&["a.example"], -1, 90, None);
+        let good = Report::Issued { names: asked.clone(), chain: made.pems.concat(), key: made.key_pem };
+        assert_eq!(take_report(&s, &mut waiting, good.clone(), now), Taken::Stored(asked.clone()));
+        assert_eq!(take_report(&s, &mut waiting, good, now), Taken::Refused, "reported twice");
+        let mut written = files(tmp.path());
+        written.sort();
+        assert_eq!(written, [state.join("a.example.crt"), state.join("a.example.key")]);
+    }
 }

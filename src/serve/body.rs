@@ -11,11 +11,10 @@ use std::net::SocketAddr;
 use super::input::Input;
 use super::transport::Transport;
 use crate::config::Http;
-use crate::gateway::incoming::{BodyError, Incoming, Keep, RequestBody};
+use crate::gateway::incoming::{BodyError, Incoming, Keep, Pace, RequestBody, Spool};
 use crate::http::request::{Framing, HttpError, Request};
 
 /// The bodies the cycle holds for the request being served.
-#[derive(Default)]
 pub(super) struct Bodies {
     /// The current request's body, whole (what its handler reads).
     pub(super) current: Option<RequestBody>,
@@ -27,6 +26,8 @@ pub(super) struct Bodies {
     dir_ready: bool,
     /// The worker's buffer for body bytes past a connection's ([`take_body`]).
     pub(super) scratch: Vec<u8>,
+    /// Where this worker counts the bytes its bodies hold in temporary files.
+    pub(super) spool: Spool,
 }
 
 /// What the read stage found of a request's body.
@@ -41,6 +42,10 @@ pub(super) enum BodyState {
 }
 
 impl Bodies {
+    pub(super) fn new(spool: Spool) -> Bodies {
+        Bodies { current: None, started: None, finished: None, dir_ready: false, scratch: Vec::new(), spool }
+    }
+
     /// Finds the body of `req` (whose head is `head`): read whole for a location that
     /// `reads` it, else dropped if it is all there.
     pub(super) fn read(
@@ -60,7 +65,7 @@ impl Bodies {
         if self.current.is_some() {
             return Ok(BodyState::Done);
         }
-        let keep = keep(http);
+        let keep = keep(http, self.spool);
         if !self.dir_ready {
             self.dir_ready = prepare_body_dir(&http.body_temp_dir);
         }
@@ -85,9 +90,21 @@ impl Bodies {
     }
 }
 
-/// How the config says request bodies are kept.
-pub fn keep(http: &Http) -> Keep {
-    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone() }
+/// How the config says request bodies are kept, counted in `spool` (whose caps the
+/// config sets).
+pub fn keep(http: &Http, spool: Spool) -> Keep {
+    let spool = spool.capped(http.body_spool_max_worker, http.body_spool_max);
+    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone(), spool }
+}
+
+/// How long the config lets a request body take.
+pub fn pace(http: &Http) -> Pace {
+    Pace {
+        timeout: http.body_timeout,
+        min_rate: http.body_min_rate,
+        max: http.body_timeout_max,
+        idle: http.body_idle_timeout,
+    }
 }
 
 /// Bytes a worker reads of a request body at a time once the connection's buffer
@@ -136,6 +153,10 @@ pub(super) fn refusal(e: &BodyError, peer: SocketAddr) -> HttpError {
         BodyError::Io(io) => {
             log::error!("{peer}: keeping a request body failed: {io}");
             HttpError::Internal
+        }
+        BodyError::Spool(full) => {
+            log::error!("{peer}: a request body refused (503): {full}");
+            HttpError::Busy
         }
     }
 }

@@ -18,6 +18,7 @@
 use std::net::TcpStream;
 
 use crate::config::{Config, ServerTokens};
+use crate::gateway::incoming::Spool;
 use crate::http::date::DateCache;
 use crate::http::request::{self, HttpError, Limits};
 use crate::log::access::AccessLogs;
@@ -61,13 +62,15 @@ pub struct Server<'c> {
 
 impl<'c> Server<'c> {
     /// Prepares to serve `config`'s vhosts (`sites`, in the same order). `https_port`:
-    /// the port of the first TLS listener (the redirects' target).
+    /// the port of the first TLS listener (the redirects' target); `spool`: where
+    /// the worker counts the bytes of request bodies in temporary files.
     pub fn new(
         config: &'c Config,
         sites: Vec<Site<'c>>,
         logs: AccessLogs,
         token: String,
         https_port: Option<u16>,
+        spool: Spool,
     ) -> Server<'c> {
         let limits = Limits {
             max_request_line: config.http.max_request_line,
@@ -95,7 +98,7 @@ impl<'c> Server<'c> {
             https_port,
             tls_stage: Vec::new(),
             unsent: None,
-            bodies: Bodies::default(),
+            bodies: Bodies::new(spool),
         }
     }
 
@@ -331,7 +334,8 @@ impl<'c> Server<'c> {
             }
             Phase::Body(incoming) => {
                 // A body that did not come in time: 408, as for a head.
-                log::info!("{}: the request body did not come within body_timeout (and body_min_rate)", h.conn.peer);
+                let why = incoming.late_why(&body::pace(&self.config.http), crate::clock::now_ms());
+                log::info!("{}: the request body timed out (408): {why}", h.conn.peer);
                 let line = request::request_line(&incoming.head).to_vec();
                 h.wait.enter(Phase::Head(Buffer::holding(line)));
             }

@@ -22,7 +22,7 @@ use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
-use crate::gateway::incoming::Incoming;
+use crate::gateway::incoming::{Incoming, Spool};
 use crate::http::request::HttpError;
 use crate::tls::stream::Session;
 
@@ -65,9 +65,10 @@ const LINGER_MS: u64 = 2000;
 pub const LEAVING_STALL_MS: u64 = 5000;
 
 /// The reader of a request body another worker was reading (`state` and the `file`
-/// of what it kept: `crate::handover`), to go on under this worker's `http` limits.
-pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig) -> Option<Incoming> {
-    Incoming::thaw(state, file, super::body::keep(http))
+/// of what it kept: `crate::handover`), to go on under this worker's `http` limits,
+/// its file counted in this worker's `spool`.
+pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig, spool: Spool) -> Option<Incoming> {
+    Incoming::thaw(state, file, super::body::keep(http, spool))
 }
 
 /// A connection the worker holds.
@@ -111,7 +112,8 @@ pub(super) enum Phase {
     /// byte). The bytes of it so far, and any pipelined requests after it.
     Head(Buffer),
     /// The rest of a request body, read by the event loop for a location that reads
-    /// bodies (`body_timeout`, longer by what `body_min_rate` earns); the request is
+    /// bodies (`body_timeout`, longer by what `body_min_rate` earns up to
+    /// `body_timeout_max`, and `body_idle_timeout` between reads); the request is
     /// served once it is whole.
     Body(Box<Incoming>),
     /// An answer the socket did not take whole: the rest waits for room
@@ -349,14 +351,14 @@ impl Held {
     }
 
     /// When its current wait runs out: `header_timeout` for a PROXY header, a
-    /// handshake or a head, `send_timeout` since an answer's last write that moved
+    /// handshake or a head, a request body's own ([`Incoming::deadline_ms`]), `send_timeout` since an answer's last write that moved
     /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`),
     /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig, leaving: bool) -> u64 {
         let wait = match &self.wait.phase {
             Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
-            Phase::Body(body) => return body.deadline_ms(http.body_timeout, http.body_min_rate),
+            Phase::Body(body) => return body.deadline_ms(&super::body::pace(http)),
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Idle => http.keepalive_timeout.as_millis() as u64,
             Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,

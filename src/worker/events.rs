@@ -382,7 +382,7 @@ impl<'a, 'c> Loop<'a, 'c> {
                 // In the middle of a request body: its reader goes on here.
                 let body = match got.body_file {
                     None => None,
-                    Some(file) => match thaw_body(&meta.body, file.into(), &self.ctx.config.http) {
+                    Some(file) => match thaw_body(&meta.body, file.into(), &self.ctx.config.http, self.spool()) {
                         Some(incoming) => Some(incoming),
                         None => return log::warn!("handover: a request body's state that does not read"),
                     },
@@ -484,6 +484,12 @@ impl<'a, 'c> Loop<'a, 'c> {
             let next = self.turn(&mut h, true);
             self.settle(i, h, next);
         }
+    }
+
+    /// Where this worker counts the bytes of request bodies in temporary files.
+    fn spool(&self) -> crate::gateway::incoming::Spool {
+        let board = self.ctx.scoreboard;
+        crate::gateway::incoming::Spool::new(&board.slots[self.ctx.slot], board.slots)
     }
 
     /// Tells the scoreboard what this worker holds (the status page's async
