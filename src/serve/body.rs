@@ -20,8 +20,9 @@ pub(super) struct Bodies {
     pub(super) current: Option<RequestBody>,
     /// One just begun that must wait in the set: it goes into the connection's phase.
     pub(super) started: Option<Box<Incoming>>,
-    /// One that became whole in the set, for its request's second turn.
-    pub(super) finished: Option<RequestBody>,
+    /// One that became whole in the set, for its request's second turn, and the
+    /// bytes it took on the wire (counted in the request's bytes in, `%I`).
+    pub(super) finished: Option<(RequestBody, u64)>,
     /// The folder for body files was made (once per worker).
     dir_ready: bool,
     /// The worker's buffer for body bytes past a connection's ([`take_body`]).
@@ -57,7 +58,10 @@ impl Bodies {
         http: &Http,
         peer: SocketAddr,
     ) -> Result<BodyState, HttpError> {
-        self.current = self.finished.take();
+        self.current = self.finished.take().map(|(body, wire_bytes)| {
+            input.count(wire_bytes);
+            body
+        });
         if !reads || req.framing == Framing::None {
             let all_there = input.drop_body(t, req, http.max_body_size)?;
             return Ok(if all_there { BodyState::Done } else { BodyState::NotThere });

@@ -308,7 +308,8 @@ impl<'c> Server<'c> {
                     let mut again = whole.head.clone();
                     again.extend_from_slice(self.input.unread());
                     self.input.begin(Buffer::holding(again));
-                    self.bodies.finished = Some(whole.into_body());
+                    let wire_bytes = whole.wire_bytes;
+                    self.bodies.finished = Some((whole.into_body(), wire_bytes));
                 }
                 None
             }

@@ -238,6 +238,12 @@ impl Input {
         }
     }
 
+    /// Counts `n` bytes of the current request read in earlier turns (a body the
+    /// event loop read while its connection waited in the set).
+    pub fn count(&mut self, n: u64) {
+        self.bytes_in += n;
+    }
+
     /// Counts `n` bytes taken from [`Input::unread`] (a request body's) as read.
     pub fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.buf.end - self.buf.start);
