@@ -165,6 +165,12 @@ fn scripts_run_by_their_execute_bit_and_answer_as_they_say() {
     wait_until(DEADLINE, "the script's stderr in the error log", || {
         site.error_log().lines().any(|l| l.contains("/cgi-bin/stderr.sh: a line for the log")).then_some(())
     });
+    // The line names the request as nginx's do: client, server, request line.
+    let line = site.error_log().lines().find(|l| l.contains("a line for the log")).unwrap().to_string();
+    assert!(
+        line.ends_with(", client: 127.0.0.1, server: localhost, request: \"GET /cgi-bin/stderr.sh HTTP/1.1\""),
+        "{line}"
+    );
     // Garbage is the script's fault: 502, the script named once in the log.
     assert_eq!(get(p.addr, "/cgi-bin/garbage.sh").status, 502);
     let named = site.error_log().lines().filter(|l| l.contains("/cgi-bin/garbage.sh: bad answer")).count();

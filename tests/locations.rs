@@ -278,3 +278,26 @@ fn an_echo_location_sends_request_bodies_back_chunked_or_until_the_close() {
     assert_eq!(body, b"abc");
     assert_eq!(get(p.addr, "/f.txt").text(), "htdocs\n", "the other paths are files as before");
 }
+
+/// A path refused for a link that `symlinks` does not follow is a 403 said once
+/// in the error log, with the link, its target and the rule (a packaged
+/// application's layout often links a folder out of its root).
+#[test]
+fn a_link_refused_by_the_symlinks_rule_is_said_once() {
+    let site = site_with_folders(&["htdocs", "outside/tpl"]);
+    site.write("outside/tpl/page.html", "outside\n");
+    std::os::unix::fs::symlink(site.path("outside/tpl"), site.path("htdocs/tpl")).unwrap();
+    let p = start(&site, "");
+    for _ in 0..3 {
+        assert_eq!(get(p.addr, "/tpl/page.html").status, 403);
+    }
+    let said: Vec<String> =
+        site.error_log().lines().filter(|l| l.contains("is a link to")).map(str::to_string).collect();
+    assert_eq!(said.len(), 1, "once: {said:?}");
+    let want = format!(
+        "/tpl/page.html: refused (403): {} is a link to {}",
+        site.path("htdocs/tpl").display(),
+        site.path("outside/tpl").display()
+    );
+    assert!(said[0].contains(&want) && said[0].contains("symlinks = \"follow\""), "{}", said[0]);
+}

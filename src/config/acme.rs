@@ -28,13 +28,24 @@ impl Ctx<'_> {
         if !crate::acme::https::valid_url(&directory) {
             return Err(self.spanned(&a.directory, "acme.directory must be the CA's https:// directory URL"));
         }
+        // One address or a list of them, as certbot and Caddy take either.
+        let given: Vec<&toml::Value> = match a.contact.as_ref().map(Spanned::get_ref) {
+            None => Vec::new(),
+            Some(toml::Value::Array(list)) => list.iter().collect(),
+            Some(one) => vec![one],
+        };
         let mut contact = Vec::new();
-        for c in &a.contact {
-            let mail = c.get_ref().strip_prefix("mailto:").unwrap_or("");
+        for c in given {
+            let bad = || {
+                let at = a.contact.as_ref().expect("given");
+                self.spanned(at, "an acme.contact is an address as \"mailto:admin@example.com\", or a list of them")
+            };
+            let text = c.as_str().ok_or_else(bad)?;
+            let mail = text.strip_prefix("mailto:").unwrap_or("");
             if !mail.contains('@') || mail.contains(',') || mail.chars().any(char::is_whitespace) {
-                return Err(self.spanned(c, "an acme.contact is one address as \"mailto:admin@example.com\""));
+                return Err(bad());
             }
-            contact.push(c.get_ref().clone());
+            contact.push(text.to_string());
         }
         if !a.agree_terms {
             return Err(self.spanned(
@@ -192,6 +203,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.acme.as_ref().unwrap().renew_before, Some(30 * 86400));
+        // One address without a list, as certbot's and Caddy's configs write it.
+        let one = parse(&GOOD.replace("[\"mailto:admin@a.example\"]", "\"mailto:admin@a.example\""), "").unwrap();
+        assert_eq!(one.acme.as_ref().unwrap().contact, ["mailto:admin@a.example"]);
         let s = c.acme.as_ref().unwrap();
         assert_eq!((s.order_timeout.as_secs(), s.request_timeout.as_secs()), (300, 10));
         assert_eq!(c.acme.as_ref().unwrap().eab.as_ref().unwrap().hmac_key, b"secret");
@@ -204,7 +218,8 @@ mod tests {
     fn each_mistake_is_named() {
         let cases = [
             (GOOD.replace("https://acme", "http://acme"), "", "acme.directory must be the CA's https:// directory URL"),
-            (GOOD.replace("mailto:admin@a.example", "admin@a.example"), "", "an acme.contact is one address"),
+            (GOOD.replace("mailto:admin@a.example", "admin@a.example"), "", "an acme.contact is an address"),
+            (GOOD.replace("[\"mailto:admin@a.example\"]", "7"), "", "an acme.contact is an address"),
             (GOOD.replace("agree_terms = true", "agree_terms = false"), "", "acme.agree_terms = true is needed"),
             (format!("{GOOD}eab_kid = \"k\"\n"), "", "acme.eab_kid needs acme.eab_hmac_key"),
             (format!("{GOOD}eab_kid = \"k\"\neab_hmac_key = \"not base64!\"\n"), "", "must be the base64url key"),

@@ -38,8 +38,8 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAcme {
     pub(crate) directory: Spanned<String>,
-    #[serde(default)]
-    pub(crate) contact: Vec<Spanned<String>>,
+    /// One address, or a list of them (`config/acme.rs` reads either).
+    pub(crate) contact: Option<Spanned<toml::Value>>,
     #[serde(default)]
     pub(crate) agree_terms: bool,
     pub(crate) state_dir: Option<Spanned<String>>,

@@ -58,6 +58,8 @@ pub struct Spawn<'a> {
     pub max_output: u64,
     /// How the error log names it (its URL path).
     pub name: &'a str,
+    /// What its stderr lines say of the request (`, client: …, server: …, request: "…"`).
+    pub context: &'a str,
 }
 
 /// The request body on the script's stdin (or a FastCGI application's), owned so
@@ -161,7 +163,7 @@ pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
         stderr,
         body,
         sent: 0,
-        errors: StderrLines::new(spec.name),
+        errors: StderrLines::new(spec.name, spec.context),
         deadline: Instant::now() + spec.timeout,
         timeout: spec.timeout,
         max_output: spec.max_output,
@@ -380,19 +382,23 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a script's path or environment"))
 }
 
-/// A script's stderr for the error log, with the script's name: what one write
-/// of the script holds (PHP writes an error and its stack trace at once) is one
-/// line, its inner line breaks escaped; bounded by `STDERR_LOGGED` bytes per request.
+/// A script's stderr for the error log, with the script's name and the request
+/// (client, server, request line, as nginx says them): what one write of the
+/// script holds (PHP writes an error and its stack trace at once) is one line, its
+/// inner line breaks escaped; bounded by `STDERR_LOGGED` bytes per request.
 pub struct StderrLines {
     name: String,
+    context: String,
     partial: Vec<u8>,
     logged: usize,
     dropped: usize,
 }
 
 impl StderrLines {
-    pub fn new(name: &str) -> StderrLines {
-        StderrLines { name: name.to_string(), partial: Vec::new(), logged: 0, dropped: 0 }
+    /// `context` ends each line: `, client: 192.0.2.7, server: example.com,
+    /// request: "GET /x.php HTTP/1.1"` ([`request_context`]).
+    pub fn new(name: &str, context: &str) -> StderrLines {
+        StderrLines { name: name.to_string(), context: context.to_string(), partial: Vec::new(), logged: 0, dropped: 0 }
     }
 
     /// The script's name, as each line gives it.
@@ -434,7 +440,7 @@ impl StderrLines {
         self.logged += text.len();
         let mut escaped = Vec::with_capacity(text.len());
         crate::log::format::escape_into(&mut escaped, &text[..text.len().min(STDERR_LINE)]);
-        log::error!("{}: {}", self.name, String::from_utf8_lossy(&escaped));
+        log::error!("{}: {}{}", self.name, String::from_utf8_lossy(&escaped), self.context);
     }
 
     /// Logs what is left (a last line without a newline, and the count dropped).
@@ -445,6 +451,19 @@ impl StderrLines {
             self.dropped = 0;
         }
     }
+}
+
+/// How a script's error-log lines name its request: `, client: ADDR, server: NAME,
+/// request: "LINE"` (the line escaped as the access log escapes it).
+pub fn request_context(client: std::net::IpAddr, server: &[u8], request_line: &[u8]) -> String {
+    let (mut host, mut line) = (Vec::new(), Vec::new());
+    crate::log::format::escape_into(&mut host, server);
+    crate::log::format::escape_into(&mut line, request_line);
+    format!(
+        ", client: {client}, server: {}, request: \"{}\"",
+        String::from_utf8_lossy(&host),
+        String::from_utf8_lossy(&line)
+    )
 }
 
 #[cfg(test)]
@@ -470,6 +489,7 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1 << 20,
             name: "/s.sh",
+            context: "",
         }
     }
 
@@ -556,7 +576,7 @@ mod tests {
 
     #[test]
     fn stderr_is_cut_into_bounded_lines() {
-        let mut lines = StderrLines::new("/x");
+        let mut lines = StderrLines::new("/x", "");
         lines.push(b"one\r\ntwo\nthr");
         assert_eq!(lines.partial, b"thr", "what follows the last line break waits");
         assert_eq!(lines.logged, "one\r\ntwo".len(), "one write, one line");

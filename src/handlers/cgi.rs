@@ -34,6 +34,7 @@ impl Cgi<'_> {
             timeout: self.config.timeout,
             max_output: MAX_OUTPUT,
             name: &p.name,
+            context: &p.context,
         };
         let running = match child::spawn(&spec, body) {
             Ok(r) => r,

@@ -167,7 +167,7 @@ impl<'c> FastCgi<'c> {
                 stdin_ended: false,
                 scratch: Vec::new(),
                 reader: Reader::default(),
-                errors: StderrLines::new(&p.name),
+                errors: StderrLines::new(&p.name, &p.context),
                 got_any: false,
                 taken: 0,
                 deadline,

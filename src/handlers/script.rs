@@ -48,6 +48,8 @@ pub struct Prepared {
     pub found: Found,
     /// Its URL path, for the error log.
     pub name: String,
+    /// The request, as its stderr lines in the error log end.
+    pub context: String,
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -58,7 +60,9 @@ impl Scripts<'_> {
         let found = self.find(&ask.path.bytes, reply)?;
         let name = String::from_utf8_lossy(&found.script_name).into_owned();
         let env = found.env(ask, self.server_name, self.dir_path);
-        Some(Prepared { found, name, env })
+        let server = ask.req.host.unwrap_or(self.server_name.as_bytes());
+        let context = crate::gateway::child::request_context(ask.client, server, ask.req.line);
+        Some(Prepared { found, name, context, env })
     }
 
     /// Whether `path` names a script here by itself: a file (or, `dir`, a directory

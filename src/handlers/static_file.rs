@@ -180,7 +180,12 @@ impl StaticFiles<'_> {
             Ok(Found::Other) => {
                 reply.error(403, "This resource cannot be served.");
             }
-            Err(e) => open_error(e, reply),
+            Err(e) => {
+                if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ELOOP)) {
+                    link_refused(&self.root, rel, path);
+                }
+                open_error(e, reply)
+            }
         }
     }
 
@@ -559,6 +564,50 @@ fn script_refused(ask: &Ask<'_>, file: &Path, entry: &Entry, reply: &mut Reply<'
         );
     }
     reply.error(403, "Access to this resource is forbidden.");
+}
+
+/// Paths whose refused link a worker has said, at most this many (then no more are
+/// said: an operator has the first ones to go on).
+const LINKS_SAID: usize = 64;
+
+thread_local! {
+    static SAID_LINKS: RefCell<std::collections::HashSet<PathBuf>> = RefCell::default();
+}
+
+/// A path refused (403) for a link the vhost's `symlinks` rule does not follow:
+/// said once per path in this worker, with the link, where it points and the rule,
+/// so an operator is not left with a bare 403 (a packaged application often links
+/// a folder out of its root).
+#[cold]
+#[inline(never)]
+fn link_refused(root: &Root, rel: &Path, path: &CleanPath<'_>) {
+    let first = SAID_LINKS.with(|s| {
+        let mut s = s.borrow_mut();
+        s.len() < LINKS_SAID && s.insert(root.path.join(rel))
+    });
+    if !first {
+        return;
+    }
+    let mut at = root.path.clone();
+    for part in rel.components() {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            let to = std::fs::read_link(&at).map_or_else(|e| format!("(unreadable: {e})"), |t| t.display().to_string());
+            let (rule, fix) = match root.symlinks {
+                Symlinks::Never => ("symlinks = \"never\" follows none", "symlinks = \"inside\" or \"follow\""),
+                _ => ("symlinks = \"inside\" follows links that stay under the root", "symlinks = \"follow\""),
+            };
+            let mut url = Vec::new();
+            crate::log::format::escape_into(&mut url, &path.bytes);
+            log::warn!(
+                "{}: refused (403): {} is a link to {to}, and {rule} ({}); {fix} on the vhost follows it",
+                String::from_utf8_lossy(&url),
+                at.display(),
+                root.path.display()
+            );
+            return;
+        }
+    }
 }
 
 fn open_error(e: io::Error, reply: &mut Reply<'_>) {
