@@ -26,6 +26,9 @@ use crate::rules::Rules;
 #[derive(Debug, Clone)]
 pub struct Location {
     pub pattern: Pattern,
+    /// `prefix_only = true` (nginx's `^~`): when this prefix is the longest that
+    /// matches, no regex is tried.
+    pub prefix_only: bool,
     /// What answers there, with its settings.
     pub kind: Kind,
     /// Its own rules, as written (those in force add its kind's and its vhost's).
@@ -59,7 +62,7 @@ pub struct Locations {
 
 impl Locations {
     pub fn new(list: Vec<Location>) -> Locations {
-        let table = Table::new(list.iter().map(|l| &l.pattern));
+        let table = Table::new(list.iter().map(|l| (&l.pattern, l.prefix_only)));
         Locations { list, table }
     }
 
@@ -93,6 +96,15 @@ impl<T> Routes<'_, T> {
     pub fn find(&self, path: &[u8]) -> Option<&T> {
         self.table.find(path).map(|i| &self.at[i])
     }
+
+    /// What the location that answers `path` has, and, when a regex took the path
+    /// from the longest prefix that matches it, what that prefix has (its access
+    /// rules hold too).
+    #[inline]
+    pub fn pick(&self, path: &[u8]) -> (Option<&T>, Option<&T>) {
+        let (at, under) = self.table.pick(path);
+        (at.map(|i| &self.at[i]), under.map(|i| &self.at[i]))
+    }
 }
 
 /// The patterns of a vhost's locations, sorted for picking.
@@ -100,20 +112,22 @@ impl<T> Routes<'_, T> {
 pub struct Table {
     /// Sorted by path.
     exact: Vec<(Box<[u8]>, usize)>,
-    /// Longest first; of two alike, the first in the file.
-    prefixes: Vec<(Box<[u8]>, usize)>,
+    /// Longest first; of two alike, the first in the file; whether it stops the
+    /// regexes (`prefix_only`).
+    prefixes: Vec<(Box<[u8]>, usize, bool)>,
     /// In file order.
     regexes: Vec<(Regex, usize)>,
 }
 
 impl Table {
-    /// The table for `patterns`; what it finds is a position in that sequence.
-    pub fn new<'a>(patterns: impl IntoIterator<Item = &'a Pattern>) -> Table {
+    /// The table for `patterns` (each with its `prefix_only`); what it finds is a
+    /// position in that sequence.
+    pub fn new<'a>(patterns: impl IntoIterator<Item = (&'a Pattern, bool)>) -> Table {
         let mut t = Table::default();
-        for (i, p) in patterns.into_iter().enumerate() {
+        for (i, (p, only)) in patterns.into_iter().enumerate() {
             match p {
                 Pattern::Exact(s) => t.exact.push((s.as_bytes().into(), i)),
-                Pattern::Prefix(s) => t.prefixes.push((s.as_bytes().into(), i)),
+                Pattern::Prefix(s) => t.prefixes.push((s.as_bytes().into(), i, only)),
                 Pattern::Regex(r) => t.regexes.push((r.clone(), i)),
             }
         }
@@ -126,22 +140,35 @@ impl Table {
     /// The location for `path`: exact, else the first regex, else the longest prefix.
     #[inline]
     pub fn find(&self, path: &[u8]) -> Option<usize> {
+        self.pick(path).0
+    }
+
+    /// The location for `path`, nginx's way: an exact path; else the longest prefix
+    /// if it is `prefix_only`; else the first regex that matches; else the longest
+    /// prefix. With a regex, also the longest prefix it took the path from.
+    #[inline]
+    pub fn pick(&self, path: &[u8]) -> (Option<usize>, Option<usize>) {
         if !self.exact.is_empty() {
             // The first of equal paths: a duplicate is refused by `check` anyway.
             let at = self.exact.partition_point(|(p, _)| &p[..] < path);
             if let Some((p, i)) = self.exact.get(at)
                 && &p[..] == path
             {
-                return Some(*i);
+                return (Some(*i), None);
             }
         }
+        let longest = self.prefixes.iter().find(|(p, _, _)| path.starts_with(p));
+        if let Some((_, i, true)) = longest {
+            return (Some(*i), None);
+        }
+        let prefix = longest.map(|(_, i, _)| *i);
         if !self.regexes.is_empty() {
             let text = String::from_utf8_lossy(path);
             if let Some((_, i)) = self.regexes.iter().find(|(r, _)| r.is_match(&text)) {
-                return Some(*i);
+                return (Some(*i), prefix);
             }
         }
-        self.prefixes.iter().find(|(p, _)| path.starts_with(p)).map(|(_, i)| *i)
+        (prefix, None)
     }
 }
 
@@ -198,6 +225,10 @@ pub fn check(locations: &[Location]) -> Vec<Finding> {
     // Paths the locations were written for: a prefix's own path and one below it,
     // an exact path (which a later regex may have been meant for as well).
     for (at, l) in locations.iter().enumerate() {
+        if l.prefix_only {
+            // No regex takes its paths (its own longer prefixes may: they are prefixes).
+            continue;
+        }
         let samples: Vec<Cow<'_, str>> = match &l.pattern {
             Pattern::Prefix(p) if p.ends_with('/') => vec![p.as_str().into(), format!("{p}a").into()],
             Pattern::Prefix(p) => vec![p.as_str().into(), format!("{p}/a").into()],
@@ -254,7 +285,8 @@ pub fn describe(f: &Finding, locations: &[Location]) -> String {
             format!("this location ({}) can never be chosen: {why}", locations[*at].what())
         }
         Finding::Overlap { at, by, example } => format!(
-            "{} does not answer {example:?}: {} is chosen there (the first regex that matches wins, and a regex beats a prefix)",
+            "{} does not answer {example:?}: {} is chosen there (the first regex that matches wins, and a regex beats a prefix; \
+             prefix_only = true on a prefix stops the regexes)",
             locations[*at].name(),
             locations[*by].name()
         ),
@@ -269,7 +301,7 @@ mod tests {
     use super::*;
 
     fn loc(pattern: Pattern) -> Location {
-        Location { pattern, kind: Kind::Status, rules: Rules::default(), at: Some("t".into()) }
+        Location { pattern, prefix_only: false, kind: Kind::Status, rules: Rules::default(), at: Some("t".into()) }
     }
     fn exact(s: &str) -> Location {
         loc(Pattern::Exact(s.into()))
@@ -309,6 +341,18 @@ mod tests {
         assert_eq!(l.find(b"/other"), Some(0));
         assert_eq!(Locations::new(vec![prefix("/a/")]).find(b"/b"), None, "nothing: the vhost answers");
         assert_eq!(Locations::default().find(b"/"), None);
+    }
+
+    #[test]
+    fn a_prefix_only_prefix_stops_the_regexes_and_a_regex_names_the_prefix_it_took_from() {
+        let only = |s: &str| Location { prefix_only: true, ..prefix(s) };
+        let l = [prefix("/admin/"), only("/static/"), prefix("/static/x/"), regex(r"\.php$")];
+        let t = Table::new(l.iter().map(|l| (&l.pattern, l.prefix_only)));
+        assert_eq!(t.pick(b"/admin/panel.php"), (Some(3), Some(0)), "the regex, taken from /admin/");
+        assert_eq!(t.pick(b"/static/a.php"), (Some(1), None), "prefix_only: no regex");
+        assert_eq!(t.pick(b"/static/x/a.php"), (Some(3), Some(2)), "a longer prefix that is not prefix_only");
+        assert_eq!(t.pick(b"/a.php"), (Some(3), None), "no prefix above it");
+        assert_eq!(t.pick(b"/admin/a.html"), (Some(0), None));
     }
 
     #[test]

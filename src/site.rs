@@ -40,6 +40,9 @@ pub struct Place<'c> {
     pub handler: Handler<'c>,
     /// What the rules add to its answers.
     pub decor: Decor,
+    /// A prefix location's own access rules, which hold too for a request that a
+    /// regex location takes from it (Apache's `<Location>` holds whatever answers).
+    pub guards: Option<Gate>,
 }
 
 impl<'c> Place<'c> {
@@ -56,7 +59,7 @@ impl<'c> Place<'c> {
             files.rules = rules.files();
             files.index_runs = files.index.iter().any(|i| locations.runs_script(format!("/{i}").as_bytes()));
         }
-        Place { gate: rules.gate(), handler, decor: rules.decor() }
+        Place { gate: rules.gate(), handler, decor: rules.decor(), guards: None }
     }
 }
 
@@ -129,6 +132,9 @@ impl<'c> Site<'c> {
             if l.kind.by_name_only() {
                 place.gate = place.gate.only_for_names(&vhost.server_names);
             }
+            if matches!(l.pattern, crate::http::pattern::Pattern::Prefix(_)) {
+                place.guards = l.rules.over(&l.kind.rules(config)).access_gate();
+            }
             Ok::<_, io::Error>(place)
         })?;
         Ok(Site { vhost, files, at, roots: site_roots.into_inner() })
@@ -139,6 +145,14 @@ impl<'c> Site<'c> {
     #[inline]
     pub fn place(&self, path: &[u8]) -> &Place<'c> {
         self.at.find(path).unwrap_or(&self.files)
+    }
+
+    /// What answers `path`, and the access rules of the prefix a regex location
+    /// took it from, which the request must pass first.
+    #[inline]
+    pub fn route(&self, path: &[u8]) -> (&Place<'c>, Option<&Gate>) {
+        let (at, under) = self.at.pick(path);
+        (at.unwrap_or(&self.files), under.and_then(|u| u.guards.as_ref()))
     }
 
     /// Sending a file failed because it shrank: every directory of this site has its

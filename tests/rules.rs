@@ -471,3 +471,44 @@ fn rewrite_serves_the_request_again_and_internal_locations_answer_only_that() {
         assert!(!o.status.success() && err.contains(says), "{rest}: {err}");
     }
 }
+
+#[test]
+fn a_prefixs_access_rules_hold_for_a_regex_location_below_it_and_prefix_only_stops_the_regexes() {
+    let site = Site::new();
+    for f in ["admin/panel.txt", "staff/panel.txt", "open/a.txt", "static/a.txt"] {
+        site.write(&format!("htdocs/{f}"), format!("{f}\n"));
+    }
+    // "user:test" in {SHA}.
+    site.write("conf/htpasswd", "user:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n");
+    let p = start(
+        &site,
+        "",
+        "[[vhost.location]]\nprefix = \"/admin/\"\nallow = [\"192.0.2.0/24\"]\n\
+         [[vhost.location]]\nprefix = \"/staff/\"\nauth_file = \"conf/htpasswd\"\nauth_realm = \"Staff\"\n\
+         [[vhost.location]]\nregex = '\\.txt$'\nheaders = { \"X-From\" = \"regex\" }\n",
+    );
+    // The regex answers below the protected prefixes, and their rules still hold.
+    assert_eq!(get(p.addr, "/admin/panel.txt").status, 403, "the prefix's allow list");
+    let r = get(p.addr, "/staff/panel.txt");
+    assert_eq!(r.status, 401, "the prefix's password");
+    let r = get_with(p.addr, "/staff/panel.txt", "Authorization: Basic dXNlcjp0ZXN0\r\n");
+    assert_eq!((r.status, r.header("x-from").as_deref()), (200, Some("regex")), "{}", r.head);
+    let r = get(p.addr, "/open/a.txt");
+    assert_eq!((r.status, r.header("x-from").as_deref()), (200, Some("regex")));
+    // prefix_only: the longest prefix stops the regexes (nginx's ^~).
+    let site = Site::new();
+    site.write("htdocs/static/a.txt", "static/a.txt\n");
+    let p = start(
+        &site,
+        "",
+        "[[vhost.location]]\nprefix = \"/static/\"\nprefix_only = true\nheaders = { \"X-From\" = \"static\" }\n\
+         [[vhost.location]]\nregex = '\\.txt$'\nheaders = { \"X-From\" = \"regex\" }\n",
+    );
+    let r = get(p.addr, "/static/a.txt");
+    assert_eq!((r.status, r.header("x-from").as_deref()), (200, Some("static")));
+    // Only on a prefix.
+    let bad = Site::new();
+    bad.config("", "[[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nregex = \"^/a\"\nprefix_only = true\n");
+    let o = Command::new(BIN).args(["-t", "-f"]).arg(bad.path("conf/pika.toml")).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("prefix_only goes with prefix"), "{o:?}");
+}

@@ -163,6 +163,9 @@ fn vhost(t: &mut Toml, c: &Config, i: usize, v: &super::Vhost) {
     for l in v.locations.list.iter().filter(|l| l.at.is_some()) {
         t.array_table("vhost.location");
         t.key(l.pattern.key(), string(l.pattern.text()));
+        if l.prefix_only {
+            t.key("prefix_only", toml::Value::Boolean(true));
+        }
         l.kind.show(t);
         l.rules.show(t);
     }
@@ -644,6 +647,9 @@ rewrite = "/fetch.php?media=$1&$args"
 [[vhost.location]]
 prefix = "/private/"
 internal = true
+[[vhost.location]]
+prefix = "/static/"
+prefix_only = true
 [[vhost.location]]
 regex = "^/c"
 status = true

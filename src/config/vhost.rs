@@ -209,7 +209,13 @@ impl Ctx<'_> {
                 ));
             } else {
                 let pattern = Pattern::Exact(status.path.clone());
-                list.push(Location { pattern, kind: Kind::Status, rules: Rules::default(), at: None });
+                list.push(Location {
+                    pattern,
+                    prefix_only: false,
+                    kind: Kind::Status,
+                    rules: Rules::default(),
+                    at: None,
+                });
             }
         }
         for f in location::check(&list) {
@@ -244,6 +250,13 @@ impl Ctx<'_> {
             ),
             _ => return Err(self.spanned(l, "a location needs exactly one of exact, prefix or regex")),
         };
+        let prefix_only = match keys.take::<bool>(self, "prefix_only")? {
+            Some(on) if !matches!(pattern, Pattern::Prefix(_)) => {
+                return Err(self.spanned(&on, "prefix_only goes with prefix (it stops the regexes below a prefix)"));
+            }
+            Some(on) => on.into_inner(),
+            None => false,
+        };
         let reading = Reading {
             ctx: self,
             root,
@@ -270,7 +283,7 @@ impl Ctx<'_> {
             .chain(rules::KEYS.iter().copied())
             .collect();
         keys.finish(self, &known)?;
-        Ok(Location { pattern, kind, rules, at })
+        Ok(Location { pattern, prefix_only, kind, rules, at })
     }
 
     fn location_path(&self, p: &Spanned<String>) -> Result<String, ConfigError> {
@@ -282,7 +295,7 @@ impl Ctx<'_> {
 }
 
 /// The keys that say what a location matches.
-pub(crate) const PATTERN_KEYS: [&str; 3] = ["exact", "prefix", "regex"];
+pub(crate) const PATTERN_KEYS: [&str; 4] = ["exact", "prefix", "regex", "prefix_only"];
 
 /// A `Strict-Transport-Security` value (RFC 6797 §6.1): `max-age` and the two
 /// directives browsers know.

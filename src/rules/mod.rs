@@ -203,6 +203,18 @@ impl Rules {
         }
     }
 
+    /// The gate of these rules' access alone (`allow`, `deny`, `auth_file`,
+    /// `satisfy`), if they set any: what a prefix location asks of a request that a
+    /// regex location takes from it.
+    pub fn access_gate(&self) -> Option<Gate> {
+        let auth = self.auth.clone().flatten();
+        let access = self.access.clone().filter(|a| !a.is_open());
+        if access.is_none() && auth.is_none() {
+            return None;
+        }
+        Some(Gate { access, auth, satisfy_any: self.satisfy_any.unwrap_or(false), ..Gate::default() })
+    }
+
     /// What is added to the answers (those in force).
     pub fn decor(&self) -> Decor {
         Decor {

@@ -71,9 +71,13 @@ impl<'h> HeaderSlots<'h> {
 /// what it is asked, unless the route answered already.
 struct Route<'s, 'p> {
     vhost: usize,
-    to: Option<(&'s Place<'s>, CleanPath<'p>, Option<&'p [u8]>)>,
+    to: Option<(Routed<'s>, CleanPath<'p>, Option<&'p [u8]>)>,
     kind: Kind,
 }
+
+/// Where a path goes in a vhost: the place that answers it, and the access rules
+/// of a prefix that a regex location took it from.
+type Routed<'s> = (&'s Place<'s>, Option<&'s crate::rules::Gate>);
 
 impl Server<'_> {
     /// Answers the request whose head is buffered up to `head_end`. [`Next::Park`]:
@@ -155,7 +159,7 @@ impl Server<'_> {
             };
             let ask = Ask { req: &req, path, query: *query, client: client.ip(), link, redirected: false };
             // admit, answer
-            answered_at = Some(answer(&self.sites[route.vhost], place, &ask, &mut reply));
+            answered_at = Some(answer(&self.sites[route.vhost], *place, &ask, &mut reply));
         }
         // decorate
         let decor = answered_at.map(|place| &place.decor);
@@ -261,8 +265,8 @@ const MAX_INTERNAL_REDIRECTS: usize = 10;
 /// The admit and answer stages: the gate, then the handler; an internal redirect
 /// it asks for is followed ([`follow`]). Returns the place that answered last.
 #[inline(always)]
-fn answer<'s>(site: &'s Site<'s>, place: &'s Place<'s>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> &'s Place<'s> {
-    if admit(place, ask, reply) {
+fn answer<'s>(site: &'s Site<'s>, (place, guards): Routed<'s>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> &'s Place<'s> {
+    if admit((place, guards), ask, reply) {
         place.handler.serve(ask, reply);
     }
     // A handler's internal redirect, or the location's `rewrite`.
@@ -317,20 +321,24 @@ fn follow<'s>(site: &'s Site<'s>, mut place: &'s Place<'s>, ask: &Ask<'_>, reply
         };
         let link = Link { body: if again.as_get { None } else { ask.link.body }, ..ask.link };
         let next = Ask { req, path: &clean, query, client: ask.client, link, redirected: true };
-        place = site.place(&clean.bytes);
+        let routed = site.route(&clean.bytes);
+        place = routed.0;
         reply.start_over();
-        if admit(place, &next, reply) {
+        if admit(routed, &next, reply) {
             place.handler.serve(&next, reply);
         }
     }
     place
 }
 
-/// The admit stage, the gate before any handler: the location's rules (who may ask:
-/// `allow`; [`crate::rules::Gate`]), then the methods its handler answers.
+/// The admit stage, the gate before any handler: the access rules of a prefix a
+/// regex location took the path from, the location's rules (who may ask: `allow`;
+/// [`crate::rules::Gate`]), then the methods its handler answers.
 #[inline(always)]
-fn admit(place: &Place<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
-    place.gate.admit(ask, reply) && place.handler.methods().admit(ask.req.method, reply)
+fn admit((place, guards): Routed<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+    guards.is_none_or(|g| g.admit(ask, reply))
+        && place.gate.admit(ask, reply)
+        && place.handler.methods().admit(ask.req.method, reply)
 }
 
 /// Whether the server lets a connection take another request: keep-alive on, not
@@ -416,10 +424,10 @@ fn route<'s, 'p>(
     };
     match path::clean(target) {
         Ok((clean, query)) => {
-            let place = sites[vhost].place(&clean.bytes);
+            let (place, guards) = sites[vhost].route(&clean.bytes);
             route.kind.health = matches!(place.handler, Handler::Health(_));
-            route.kind.auth = place.gate.auth.is_some();
-            route.to = Some((place, clean, query));
+            route.kind.auth = place.gate.auth.is_some() || guards.is_some_and(|g| g.auth.is_some());
+            route.to = Some(((place, guards), clean, query));
         }
         // Without a path no handler is reached; a method none of them answers is the
         // first thing wrong (`CONNECT host:443`).
