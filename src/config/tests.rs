@@ -435,7 +435,7 @@ fn the_body_keys_apply() {
     assert_eq!((c.http.body_timeout.as_secs(), c.http.body_min_rate, c.http.client_body_buffer), (5, 100, 8192));
     let d = try_parse(&dir, MINIMAL).unwrap();
     assert_eq!((d.http.body_timeout.as_secs(), d.http.body_min_rate), (20, 500));
-    assert_eq!(d.http.body_temp_dir, std::path::Path::new("/var/tmp/pika-bodies"));
+    assert_eq!(d.http.body_temp_dir, std::path::Path::new("/var/lib/pika/bodies"));
 }
 
 /// A config read from text, in a folder with `conf/` and `htdocs/` (for other
