@@ -36,6 +36,7 @@ pub fn run_single(config: Config) -> ExitCode {
         Err(e) => return crate::cli::fail(e),
     };
     let setup = || -> Result<_, String> {
+        config.make_body_dir()?;
         let sb = crate::scoreboard::Scoreboard::new(1).map_err(|e| e.to_string())?;
         // What the master would hold (the metrics show the band).
         sb.header.min_spare.store(config.workers.min_spare, std::sync::atomic::Ordering::Relaxed);

@@ -94,7 +94,9 @@
 //!   files location does with its files its [`rules::FileRules`] (`try_files`,
 //!   precompressed siblings, compression on the fly kept per file version). The
 //!   master reads the htpasswd files with the config and reads it again when one
-//!   changes ([`config::watch::Watch`]).
+//!   changes ([`config::watch::Watch`]); the clients whose logins keep failing are
+//!   counted for the whole server in a table the master maps with the scoreboard
+//!   ([`scoreboard::failures`]).
 //! - [`tls`] is HTTPS: the certificates the master loads and checks for each vhost
 //!   (at start as root, before any fork, and on reload; [`tls::check`]), the one a
 //!   handshake gets by SNI, the rustls setup (aws-lc-rs) each worker builds, the

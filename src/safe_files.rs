@@ -16,10 +16,16 @@
 //! - `/dev/stdout`, `/dev/stderr` and the `/dev/fd/N` names (containers log there) are
 //!   followed as the standard links they are and never handed over, and a pipe or a
 //!   FIFO is written as it is.
+//!
+//! A folder the master makes for the workers (`body_temp_dir`: their request bodies)
+//! is held to the same rule about the folders above it, since whoever may write one
+//! could make the folder first and keep it ([`check_workers_folder`], run by `pika -t`
+//! too); it is made 0700 and given to the workers' user only when just made
+//! ([`make_workers_folder`]), and an existing one must already be theirs.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use nix::unistd::{Gid, Uid};
@@ -64,15 +70,34 @@ pub fn check_folder(file: &Path) -> Result<(), String> {
         return Ok(());
     }
     let file = std::path::absolute(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    check_path_up(&file, file.parent(), 0)
+    check_path_up(&file, file.parent(), 0, &WRITTEN)
 }
+
+/// What a folder others may write lets them do, and how to close it, as a refusal
+/// says it.
+struct Risk {
+    harm: &'static str,
+    fix: &'static str,
+}
+
+/// For a file the master writes.
+const WRITTEN: Risk = Risk {
+    harm: "a link planted there, or put in place of a folder below it, would make pika, as root, write or give away a file of their choosing",
+    fix: "put the file elsewhere",
+};
+
+/// For a folder the master makes for the workers.
+const MADE_FOR_WORKERS: Risk = Risk {
+    harm: "another user could make the folder there first (and read or refuse every file the workers keep in it), or put a link in its place for pika, as root, to give away",
+    fix: "put the folder under one that is (as the default, /var/lib/pika/bodies)",
+};
 
 /// Most links followed on the way to one file, as the kernel's `ELOOP` limit.
 const MAX_LINKS: usize = 40;
 
 /// Checks `start` (the file's folder) and every folder above it with `lstat`, and
 /// where each link met on the way leads, the same way.
-fn check_path_up(file: &Path, start: Option<&Path>, links: usize) -> Result<(), String> {
+fn check_path_up(file: &Path, start: Option<&Path>, links: usize, risk: &Risk) -> Result<(), String> {
     let mut found = false;
     // The owner of the entry just below the folder looked at: with the sticky bit,
     // only that owner (and the folder's) may rename it.
@@ -94,11 +119,11 @@ fn check_path_up(file: &Path, start: Option<&Path>, links: usize) -> Result<(), 
             let target = std::fs::read_link(d)
                 .map_err(|e| format!("{}: cannot read the link {}: {e}", file.display(), d.display()))?;
             let target = d.parent().unwrap_or(Path::new("/")).join(target);
-            check_path_up(file, Some(&target), links + 1)?;
+            check_path_up(file, Some(&target), links + 1, risk)?;
         } else {
             let sticky_and_ours = found && meta.mode() & 0o1000 != 0 && child_owner == Some(0);
             if let Some(why) = unsafe_folder(meta.uid(), meta.gid(), meta.mode()).filter(|_| !sticky_and_ours) {
-                return Err(unsafe_folder_message(file, d, &meta, why));
+                return Err(unsafe_folder_message(file, d, &meta, why, risk));
             }
         }
         found = true;
@@ -107,20 +132,26 @@ fn check_path_up(file: &Path, start: Option<&Path>, links: usize) -> Result<(), 
     Ok(())
 }
 
-fn unsafe_folder_message(file: &Path, d: &Path, meta: &std::fs::Metadata, why: &str) -> String {
-    let owner = nix::unistd::User::from_uid(Uid::from_raw(meta.uid()))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid {}", meta.uid()), |u| format!("{} (uid {})", u.name, meta.uid()));
+fn unsafe_folder_message(file: &Path, d: &Path, meta: &std::fs::Metadata, why: &str, risk: &Risk) -> String {
     format!(
-        "{}: refused, because users other than root may write the folder {} ({why}; owner {owner}, group gid {}, mode {:04o}): \
-         a link planted there, or put in place of a folder below it, would make pika, as root, write or give away a file of their choosing. \
-         Make every folder on the way root's and writable by root only (chown root:root, chmod 755) or put the file elsewhere",
+        "{}: refused, because users other than root may write the folder {} ({why}; owner {}, group gid {}, mode {:04o}): \
+         {}. Make every folder on the way root's and writable by root only (chown root:root, chmod 755) or {}",
         file.display(),
         d.display(),
+        user_name(meta.uid()),
         meta.gid(),
-        meta.mode() & 0o7777
+        meta.mode() & 0o7777,
+        risk.harm,
+        risk.fix
     )
+}
+
+/// `www-data (uid 33)`, or `uid 1234` for a uid with no name.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| format!("{} (uid {uid})", u.name))
 }
 
 /// An opened file for appending, and whether this call created it.
@@ -231,6 +262,141 @@ pub fn hand_over(path: &Path, opened: &Opened, (uid, gid): (Uid, Gid)) -> io::Re
     Ok(())
 }
 
+/// Who the workers are, for a folder made for them: their user and groups.
+#[derive(Debug, Clone, Copy)]
+pub struct Workers<'a> {
+    pub uid: Uid,
+    pub gid: Gid,
+    /// Their supplementary groups.
+    pub groups: &'a [Gid],
+}
+
+impl Workers<'_> {
+    /// Whether they may pass through a folder with this owner, group and mode.
+    fn may_enter(&self, owner: u32, group: u32, mode: u32) -> bool {
+        if self.uid.is_root() {
+            return true;
+        }
+        if owner == self.uid.as_raw() {
+            mode & 0o100 != 0
+        } else if group == self.gid.as_raw() || self.groups.iter().any(|g| g.as_raw() == group) {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        }
+    }
+}
+
+/// Checks `dir` as the folder the workers keep their files in (request bodies),
+/// without changing anything: an existing one must be a real directory of the
+/// workers' user, closed to everyone else (0700); a missing one must be one the
+/// master can make (as root: no folder above it that others may write, which
+/// would let them make it first; else the nearest folder above must be writable by
+/// this user). Either way the workers must be able to reach it. `what` names the
+/// setting in messages (`body_temp_dir`).
+pub fn check_workers_folder(what: &str, dir: &Path, workers: Workers<'_>) -> Result<(), String> {
+    let dir = std::path::absolute(dir).map_err(|e| format!("{what} {}: {e}", dir.display()))?;
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        check_path_up(&dir, dir.parent(), 0, &MADE_FOR_WORKERS).map_err(|e| format!("{what} {e}"))?;
+    }
+    let (user, uid) = (user_name(workers.uid.as_raw()), workers.uid.as_raw());
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) => {
+            if !meta.is_dir() {
+                return Err(format!(
+                    "{what} {} is not a directory (a link or a file): remove it, and pika makes the folder for the workers' user",
+                    dir.display()
+                ));
+            }
+            if meta.uid() != uid {
+                return Err(format!(
+                    "{what} {} belongs to {}, not to the workers' user {user}: another user may have made it first, and the \
+                     workers could not keep files there (every request body past client_body_buffer would be a 500). \
+                     Remove it, and pika makes it again for the workers' user (mode 0700), or set {what} elsewhere",
+                    dir.display(),
+                    user_name(meta.uid())
+                ));
+            }
+            if meta.mode() & 0o777 != 0o700 {
+                return Err(format!(
+                    "{what} {} has mode {:04o}: the workers' user alone must read and write it (request bodies are kept \
+                     there): chmod 700 {}",
+                    dir.display(),
+                    meta.mode() & 0o7777,
+                    dir.display()
+                ));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if !root {
+                let above = dir.ancestors().skip(1).find(|a| a.exists()).unwrap_or(Path::new("/"));
+                let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+                if nix::unistd::access(above, flags).is_err() {
+                    return Err(format!(
+                        "{what} {} does not exist, and {} may not make it in {}: make it (mode 0700), or set {what} to a \
+                         folder this user may make",
+                        dir.display(),
+                        user_name(nix::unistd::geteuid().as_raw()),
+                        above.display()
+                    ));
+                }
+            }
+        }
+        Err(e) => return Err(format!("{what} {}: {e}", dir.display())),
+    }
+    // The folders above, as the workers pass through them (links followed, as
+    // their path lookups do).
+    for above in dir.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(above) else { continue };
+        if !workers.may_enter(meta.uid(), meta.gid(), meta.mode()) {
+            return Err(format!(
+                "{what} {}: the workers' user {user} may not pass through {} (owner {}, group gid {}, mode {:04o}), so \
+                 they could not keep files there. Let them (chmod o+x {}) or set {what} elsewhere",
+                dir.display(),
+                above.display(),
+                user_name(meta.uid()),
+                meta.gid(),
+                meta.mode() & 0o7777,
+                above.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Makes `dir` for the workers if it is missing (the folders above it too, as this
+/// process's user), mode 0700, and gives it to the workers' user: only a folder this
+/// call made (an existing one is never given away, [`hand_over`]'s rule). Checked
+/// before and after by [`check_workers_folder`].
+pub fn make_workers_folder(what: &str, dir: &Path, workers: Workers<'_>) -> Result<(), String> {
+    check_workers_folder(what, dir, workers)?;
+    if std::fs::symlink_metadata(dir).is_err() {
+        let fail = |e: io::Error| format!("{what} {}: cannot make it: {e}", dir.display());
+        if let Some(parent) = dir.parent() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent).map_err(fail)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {
+                // The folder just made, opened without following a link: what is
+                // given away is what this call made.
+                let made = OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                    .open(dir)
+                    .map_err(fail)?;
+                if workers.uid != nix::unistd::geteuid() {
+                    nix::unistd::fchown(&made, Some(workers.uid), Some(workers.gid)).map_err(|e| fail(e.into()))?;
+                }
+            }
+            // Made meanwhile by someone else: looked at below like any other.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    check_workers_folder(what, dir, workers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,5 +499,77 @@ mod tests {
         assert!(open_append(&open.join("a.log")).is_err());
         assert!(check_folder(Path::new("/dev/stdout")).is_ok());
         assert!(check_folder(&dir.path().join("fine/a.log")).is_ok());
+    }
+
+    /// A folder only root may write, that everyone may pass through (temp dirs are
+    /// 0700).
+    fn open_folder() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    const NOBODY: Workers<'static> = Workers { uid: Uid::from_raw(65534), gid: Gid::from_raw(65534), groups: &[] };
+
+    #[test]
+    fn a_workers_folder_is_made_for_them_where_only_root_may_write() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let dir = open_folder();
+        let bodies = dir.path().join("lib/pika/bodies");
+        check_workers_folder("body_temp_dir", &bodies, NOBODY).expect("to be made");
+        make_workers_folder("body_temp_dir", &bodies, NOBODY).unwrap();
+        let meta = std::fs::symlink_metadata(&bodies).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (65534, 65534, 0o700));
+        assert_eq!(std::fs::metadata(dir.path().join("lib/pika")).unwrap().uid(), 0, "the folders above stay root's");
+        make_workers_folder("body_temp_dir", &bodies, NOBODY).expect("made already: theirs");
+        // Someone else's is not theirs, and is never given away.
+        let root_workers = Workers { uid: Uid::from_raw(0), gid: Gid::from_raw(0), groups: &[] };
+        let e = make_workers_folder("body_temp_dir", &bodies, root_workers).unwrap_err();
+        assert!(e.contains("belongs to") && e.contains("uid 65534") && e.contains("Remove it"), "{e}");
+        assert_eq!(std::fs::metadata(&bodies).unwrap().uid(), 65534);
+    }
+
+    #[test]
+    fn a_workers_folder_others_could_take_or_the_workers_not_reach_is_refused() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let dir = open_folder();
+        // Under a folder everyone may write (/var/tmp): another user may make it first.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = check_workers_folder("body_temp_dir", &tmp.join("bodies"), NOBODY).unwrap_err();
+        assert!(e.starts_with("body_temp_dir ") && e.contains(&format!("the folder {} (", tmp.display())), "{e}");
+        assert!(e.contains("everyone may write it") && e.contains("make the folder there first"), "{e}");
+        // Behind a folder the workers may not pass through.
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let e = make_workers_folder("body_temp_dir", &private.join("bodies"), NOBODY).unwrap_err();
+        assert!(e.contains(&format!("may not pass through {} ", private.display())), "{e}");
+        assert!(!private.join("bodies").exists(), "not made");
+        // Open to others, or not a folder.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        let e = check_workers_folder("body_temp_dir", &open, Workers { uid: Uid::from_raw(0), ..NOBODY }).unwrap_err();
+        assert!(e.contains("has mode 0755") && e.contains("chmod 700"), "{e}");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&open, &link).unwrap();
+        let e = check_workers_folder("body_temp_dir", &link, NOBODY).unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn the_workers_pass_through_a_folder_by_owner_group_or_others() {
+        let w = Workers { uid: Uid::from_raw(33), gid: Gid::from_raw(33), groups: &[Gid::from_raw(4)] };
+        assert!(w.may_enter(0, 0, 0o40755));
+        assert!(!w.may_enter(0, 0, 0o40750));
+        assert!(w.may_enter(0, 4, 0o40750), "a supplementary group");
+        assert!(w.may_enter(33, 0, 0o40700));
+        assert!(!w.may_enter(33, 0, 0o40077), "the owner's bits count for the owner");
+        assert!(Workers { uid: Uid::from_raw(0), ..w }.may_enter(1, 1, 0o40700), "root passes");
     }
 }

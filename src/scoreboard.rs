@@ -3,15 +3,19 @@
 //!
 //! It holds only atomics. Each slot has one writer (the worker in it); the master and
 //! the status page only read slots, and write the header (generation, log epoch).
+//! Beside them, the clients whose logins keep failing ([`failures`]), which every
+//! worker counts into.
 //! The master never trusts a pid read from here for `kill()` (a worker could write
 //! anything into its slot): it signals only pids from its own table.
 
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 pub mod counters;
+pub mod failures;
 
 use crate::sys;
 use counters::{PoolEvents, Traffic};
+use failures::FailureTable;
 
 /// What a worker is doing. The letters are Apache's, so `?auto` output reads the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +274,8 @@ impl Slot {
 pub struct Scoreboard {
     pub header: &'static Header,
     pub slots: &'static [Slot],
+    /// The clients failing to log in, shared by every worker.
+    pub failures: &'static FailureTable,
 }
 
 impl Scoreboard {
@@ -277,10 +283,11 @@ impl Scoreboard {
     pub fn new(slots: usize) -> std::io::Result<Scoreboard> {
         let header = &sys::map_shared::<Header>(1)?[0];
         let slots = sys::map_shared::<Slot>(slots)?;
+        let failures = FailureTable::map()?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         header.started.store(now, Relaxed);
         header.generation_started.store(now, Relaxed);
-        Ok(Scoreboard { header, slots })
+        Ok(Scoreboard { header, slots, failures })
     }
 
     pub fn generation(&self) -> u32 {

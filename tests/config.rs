@@ -108,3 +108,92 @@ fn dash_t_names_the_included_file_and_dash_big_t_prints_the_whole_config() {
     let keys = |s: &str| s.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
     assert_eq!(keys(&again), keys(&shown));
 }
+
+fn check(site: &Site) -> (Option<i32>, String) {
+    let o = std::process::Command::new(BIN).arg("-t").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+}
+
+/// A site whose `/echo` reads bodies, kept past 16 KiB in `bodies` (relative to
+/// the site), with `server` lines.
+fn body_site(server: &str, bodies: &str) -> Site {
+    let site = Site::new();
+    site.config(
+        server,
+        &format!(
+            "[http]\nclient_body_buffer = \"16KiB\"\nbody_temp_dir = \"{bodies}\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nexact = \"/echo\"\necho = true\n"
+        ),
+    );
+    site
+}
+
+/// `body_temp_dir` in a folder only root may write (as `/var/lib/pika`), for
+/// workers that run as `nobody`: the master makes it and gives it to them, and a
+/// body past `client_body_buffer` is kept there.
+#[test]
+fn the_master_makes_body_temp_dir_for_the_workers_user() {
+    let site = body_site("user = \"nobody\"", "var/lib/pika/bodies");
+    std::fs::create_dir_all(site.path("var/lib/pika")).unwrap();
+    open_up(&site);
+    let (code, text) = check(&site);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!site.path("var/lib/pika/bodies").exists(), "pika -t makes nothing");
+    let p = Pika::start(&site, "-F");
+    let body = vec![b'x'; 100_000];
+    let mut s = connect(p.addr);
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    std::io::Write::write_all(&mut s, head.as_bytes()).unwrap();
+    std::io::Write::write_all(&mut s, &body).unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!((r.status, r.body.len()), (200, body.len()), "{}", site.error_log());
+    let meta = std::fs::symlink_metadata(site.path("var/lib/pika/bodies")).unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (nobody.uid.as_raw(), 0o700));
+}
+
+/// `pika -t`, and the start, refuse a `body_temp_dir` the workers could not keep
+/// bodies in: under a folder everyone may write (another user may make it first),
+/// made by another user, or behind a folder the workers' user may not pass; each
+/// named with its fix.
+#[test]
+fn pika_t_refuses_a_body_temp_dir_others_could_take_or_the_workers_not_reach() {
+    // Under a folder everyone may write, as /var/tmp.
+    let site = body_site("", "tmp/bodies");
+    std::fs::create_dir(site.path("tmp")).unwrap();
+    std::fs::set_permissions(site.path("tmp"), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let (code, text) = check(&site);
+    assert_eq!(code, Some(1), "{text}");
+    let tmp = site.path("tmp").display().to_string();
+    assert!(
+        text.contains("body_temp_dir") && text.contains(&format!("the folder {tmp} (everyone may write it")),
+        "{text}"
+    );
+    // Made first by another user.
+    std::fs::create_dir(site.path("tmp/bodies")).unwrap();
+    std::fs::set_permissions(site.path("tmp"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(site.path("tmp/bodies"), Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(site.path("tmp/bodies"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let (code, text) = check(&site);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("belongs to") && text.contains("uid 65534") && text.contains("Remove it"), "{text}");
+    // The start says the same and does not serve.
+    let o = std::process::Command::new(BIN).arg("-F").arg("-f").arg(site.path("conf/pika.toml")).output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(1) && said.contains("uid 65534"), "{said}");
+    // Behind a folder the workers' user may not pass.
+    let site = body_site("user = \"nobody\"", "bodies");
+    std::fs::set_permissions(site.dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let (code, text) = check(&site);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(&format!("may not pass through {} ", site.dir.path().display())), "{text}");
+    // Without a location that reads bodies, the folder is not looked at.
+    site.config("user = \"nobody\"", "[http]\nbody_temp_dir = \"bodies\"\n");
+    let (code, text) = check(&site);
+    assert_eq!(code, Some(0), "{text}");
+}

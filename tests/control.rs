@@ -169,27 +169,6 @@ fn start_failures_say_why() {
     assert!(text(&o).contains("worker could not start"), "{}", text(&o));
 }
 
-/// Lets `nobody` reach the site (temp dirs are 0700).
-fn open_up(site: &Site) {
-    for entry in walk(site.dir.path()) {
-        let mode = if entry.is_dir() { 0o755 } else { 0o644 };
-        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-    std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        }
-        out.push(p);
-    }
-    out
-}
-
 fn ids(pid: i32) -> (u32, u32) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let get = |key: &str| -> u32 {

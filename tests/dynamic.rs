@@ -382,15 +382,23 @@ struct Fpm {
 impl Fpm {
     fn start(fpm: &Path, dir: Option<tempfile::TempDir>) -> Fpm {
         let dir = dir.unwrap_or_else(|| tempfile::tempdir().unwrap());
+        let sock = dir.path().join("fpm.sock");
+        Fpm::start_with(fpm, dir, &sock.display().to_string(), "")
+    }
+
+    /// A pool listening on `listen` (a socket's path, or `127.0.0.1:port`), with
+    /// `extra` lines in its pool section.
+    fn start_with(fpm: &Path, dir: tempfile::TempDir, listen: &str, extra: &str) -> Fpm {
         let conf = dir.path().join("fpm.conf");
         std::fs::write(
             &conf,
             format!(
                 "[global]\nerror_log = {d}/fpm.log\ndaemonize = no\n\
-                 [pool]\nlisten = {d}/fpm.sock\npm = static\npm.max_children = 4\n\
+                 [pool]\nlisten = {listen}\npm = static\npm.max_children = 4\n\
                  catch_workers_output = no\n\
                  php_admin_value[upload_max_filesize] = 64M\nphp_admin_value[post_max_size] = 64M\n\
-                 php_admin_value[upload_tmp_dir] = {d}\nphp_admin_flag[log_errors] = on\nphp_admin_flag[display_errors] = off\n",
+                 php_admin_value[upload_tmp_dir] = {d}\nphp_admin_flag[log_errors] = on\nphp_admin_flag[display_errors] = off\n\
+                 {extra}",
                 d = dir.path().display()
             ),
         )
@@ -406,8 +414,10 @@ impl Fpm {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let sock = dir.path().join("fpm.sock");
-        wait_until(DEADLINE, "php-fpm to listen", || sock.exists().then_some(()));
+        wait_until(DEADLINE, "php-fpm to listen", || match listen.parse::<std::net::SocketAddr>() {
+            Ok(addr) => std::net::TcpStream::connect(addr).ok().map(drop),
+            Err(_) => Path::new(listen).exists().then_some(()),
+        });
         Fpm { child, dir }
     }
 
@@ -489,6 +499,82 @@ fn php_fpm_runs_php_over_fastcgi() {
     assert!(site.error_log().contains("cannot connect"), "{}", site.error_log());
     let _fpm = Fpm::start(&php_fpm, Some(dir));
     assert_eq!(get(p.addr, "/app/vars.php").status, 200);
+}
+
+/// A POST whose php-fpm child dies before it answers (past
+/// `request_terminate_timeout`) on a connection the worker kept from an earlier
+/// request: a 502, and the script ran once (a second try would write a second line).
+#[test]
+fn a_post_whose_application_dies_mid_request_runs_once() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("fpm.sock").display().to_string();
+    let fpm = Fpm::start_with(&php_fpm, dir, &sock, "request_terminate_timeout = 1s\n");
+    let site = Site::new();
+    let ledger = site.path("ledger");
+    site.write("htdocs/app/ok.php", "<?php echo 'ok';\n");
+    site.write(
+        "htdocs/app/pay.php",
+        format!(
+            "<?php file_put_contents('{}', file_get_contents('php://input') . \"\\n\", FILE_APPEND); sleep(30);\n",
+            ledger.display()
+        ),
+    );
+    fpm_config(&site, &fpm);
+    let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap().replace("\"3s\"", "\"10s\"");
+    std::fs::write(site.path("conf/pika.toml"), text).unwrap();
+    let p = Pika::start(&site, "-X");
+    // The worker keeps its connection to the pool from this request.
+    assert_eq!(get(p.addr, "/app/ok.php").text(), "ok");
+    let r = post(p.addr, "/app/pay.php", "Content-Type: text/plain\r\n", b"pay 10");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(site.error_log().contains("/app/pay.php: FastCGI application at unix:"), "{}", site.error_log());
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "pay 10\n", "the POST ran once");
+    drop(fpm);
+}
+
+/// A kept connection the application closed while it was idle is seen closed
+/// before it is used: the next POST goes on a new one and is answered. php-fpm's
+/// `pm.max_requests` ends the child after its request: it shuts its side of the
+/// connection and reads on until pika closes it, so a request written there is
+/// taken and dropped, and only the read finds the end.
+#[test]
+fn a_kept_connection_closed_while_idle_is_not_used_for_a_post() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fpm = Fpm::start_with(&php_fpm, tempfile::tempdir().unwrap(), &listen, "pm.max_requests = 1\n");
+    let site = Site::new();
+    site.write("htdocs/app/echo.php", "<?php echo file_get_contents('php://input');\n");
+    std::fs::create_dir_all(site.path("bodies")).unwrap();
+    site.config(
+        "",
+        &format!(
+            "[http]\nbody_temp_dir = \"{}\"\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nregex = \"\\\\.php$\"\nfastcgi = \"tcp:{listen}\"\nscript_timeout = \"10s\"\n",
+            site.path("bodies/tmp").display()
+        ),
+    );
+    let p = Pika::start(&site, "-X");
+    for round in 0..3 {
+        let r = post(p.addr, "/app/echo.php", "Content-Type: text/plain\r\n", format!("round {round}").as_bytes());
+        assert_eq!(r.status, 200, "round {round}: {}\n{}", r.text(), site.error_log());
+        assert_eq!(r.text(), format!("round {round}"));
+        // The child that answered closes its side of the connection the worker kept.
+        wait_until(DEADLINE, "the pool to close the kept connection", || closed_by_peer(port).then_some(()));
+    }
+    drop(fpm);
+}
+
+/// Whether a TCP connection to `port` on this machine was closed by that end and
+/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
+fn closed_by_peer(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
+    })
 }
 
 /// Reads a response head off `s` (up to its blank line).

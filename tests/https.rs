@@ -54,7 +54,7 @@ impl Https {
             "[server]\nlisten = [{listen}]\nlog_level = \"debug\"\n{rest}\n\
              [[access_log]]\npath = \"logs/access.log\"\nformat = \"{FORMAT}\"\nbuffer = 0\n"
         );
-        self.site.write("conf/pika.toml", text);
+        self.site.write("conf/pika.toml", with_body_dir(&text));
     }
 
     /// Starts pika (`-F`) and reads which listener got which port: the error log

@@ -3,8 +3,10 @@
 //! `charset`, and Basic auth from files Debian's `htpasswd` makes (each hash it
 //! writes), with curl; what `pika -t` says about rules it cannot use.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::time::Instant;
 
 use crate::util::*;
 
@@ -207,6 +209,119 @@ fn a_client_that_keeps_failing_is_turned_away_for_a_while() {
     assert_eq!(right.status, 429);
 }
 
+/// `satisfy = "any"` with a deny list alone: an address the list does not name is
+/// not let in without a password (nginx answers 401 too); only an allow rule that
+/// matches stands for the password.
+#[test]
+fn satisfy_any_takes_an_allow_rule_not_the_absence_of_a_deny() {
+    let Some(h) = need_tool("htpasswd") else { return };
+    let site = Site::new();
+    site.write("htdocs/a/x.txt", "deny list\n");
+    site.write("htdocs/b/x.txt", "allow list\n");
+    htpasswd_file(&site, &h);
+    let p = start(
+        &site,
+        "trusted_proxies = [\"127.0.0.1\"]",
+        "[[vhost.location]]\nprefix = \"/a/\"\nauth_realm = \"S\"\nauth_file = \"conf/htpasswd\"\n\
+         deny = [\"192.0.2.0/24\"]\nsatisfy = \"any\"\n\
+         [[vhost.location]]\nprefix = \"/b/\"\nauth_realm = \"S\"\nauth_file = \"conf/htpasswd\"\n\
+         allow = [\"198.51.100.0/24\"]\nsatisfy = \"any\"\n",
+    );
+    // "apr:pa:ss wörd"
+    let login = "Authorization: Basic YXByOnBhOnNzIHfDtnJk\r\n";
+    let from =
+        |path: &str, ip: &str, extra: &str| get_with(p.addr, path, &format!("X-Forwarded-For: {ip}\r\n{extra}")).status;
+    assert_eq!(from("/a/x.txt", "203.0.113.5", ""), 401, "not denied is not allowed");
+    assert_eq!(from("/a/x.txt", "203.0.113.5", login), 200);
+    assert_eq!(from("/a/x.txt", "192.0.2.7", ""), 401, "denied: the password may still let it in");
+    assert_eq!(from("/a/x.txt", "192.0.2.7", login), 200);
+    assert_eq!(from("/b/x.txt", "198.51.100.9", ""), 200, "an allow rule that matches is enough");
+    assert_eq!(from("/b/x.txt", "203.0.113.5", ""), 401);
+    assert_eq!(from("/b/x.txt", "203.0.113.5", login), 200);
+}
+
+/// A wrong password takes as long for a user the file does not name as for one it
+/// does (a decoy hash of the file's cost is checked), so the time of a 401 does not
+/// tell which names are real.
+#[test]
+fn an_unknown_user_takes_as_long_as_a_wrong_password() {
+    let Some(h) = need_tool("htpasswd") else { return };
+    let site = Site::new();
+    let file = site.path("conf/htpasswd");
+    let o = Command::new(&h).args(["-c", "-b", "-B", "-C", "9"]).arg(&file).args(["alice", "secret"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = start(&site, "trusted_proxies = [\"127.0.0.1\"]", "auth_file = \"conf/htpasswd\"\nauth_realm = \"All\"\n");
+    use base64::Engine;
+    // Each try from its own address: the back-off is not what is measured.
+    let mut n = 0;
+    let mut took = |user: &str| {
+        n += 1;
+        let creds = base64::engine::general_purpose::STANDARD.encode(format!("{user}:wrong"));
+        let headers = format!("X-Forwarded-For: 203.0.113.{n}\r\nAuthorization: Basic {creds}\r\n");
+        let t = Instant::now();
+        assert_eq!(get_with(p.addr, "/", &headers).status, 401);
+        t.elapsed()
+    };
+    let known = (0..3).map(|_| took("alice")).min().unwrap();
+    let unknown = (0..3).map(|_| took("mallory")).min().unwrap();
+    assert!(unknown * 2 > known, "an unknown user {unknown:?}, a known one's wrong password {known:?}");
+    assert!(site.error_log().contains("Basic auth as \"mallory\" failed (no such user"), "{}", site.error_log());
+}
+
+/// The failed logins are counted for the whole server: guesses spread over two
+/// workers meet one count, and the addresses of one IPv6 /64 are one client.
+#[test]
+fn failed_logins_are_counted_once_for_the_server_and_an_ipv6_64_is_one_client() {
+    let Some(h) = need_tool("htpasswd") else { return };
+    let site = Site::new();
+    htpasswd_file(&site, &h);
+    let (started, go) = (site.path("started"), site.path("go"));
+    site.write(
+        "htdocs/cgi-bin/waits.sh",
+        format!(
+            "#!/bin/sh\ntouch {}; while [ ! -e {} ]; do sleep 0.05; done; printf 'Content-Type: text/plain\\r\\n\\r\\ndone'\n",
+            started.display(),
+            go.display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(site.path("htdocs/cgi-bin/waits.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.config(
+        "trusted_proxies = [\"127.0.0.1\"]\n[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 2\n",
+        "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nprefix = \"/staff/\"\nauth_file = \"conf/htpasswd\"\nauth_realm = \"Staff\"\n\
+         [[vhost.location]]\nprefix = \"/cgi-bin/\"\ncgi = true\nscript_timeout = \"60s\"\n",
+    );
+    let p = Pika::start(&site, "-F");
+    // "apr:nope", from one client.
+    let wrong = |ip: &str| {
+        format!(
+            "GET /staff/ HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: {ip}\r\nAuthorization: Basic YXByOm5vcGU=\r\n\r\n"
+        )
+    };
+    // Five failures on one kept-alive connection: all in the worker that holds it.
+    let mut kept = connect(p.addr);
+    for i in 0..5 {
+        kept.write_all(wrong("192.0.2.9").as_bytes()).unwrap();
+        assert_eq!(read_response(&mut kept, false).unwrap().status, 401, "failure {i}");
+    }
+    // That worker runs a script that waits: the next connection goes to the other.
+    kept.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
+    let r = raw(p.addr, wrong("192.0.2.9").replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n").as_bytes());
+    assert_eq!(r.status, 429, "the other worker knows of the five failures");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(read_response(&mut kept, false).unwrap().text(), "done");
+    // IPv6: five addresses of one /64 are one client; the next /64 is another.
+    let from = |ip: &str| raw(p.addr, wrong(ip).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n").as_bytes()).status;
+    for i in 1..=5 {
+        assert_eq!(from(&format!("2001:db8:7:1::{i}")), 401, "failure {i}");
+    }
+    assert_eq!(from("2001:db8:7:1:ffff:ffff:ffff:ffff"), 429, "the same /64");
+    assert_eq!(from("2001:db8:7:2::1"), 401, "another /64");
+}
+
 #[test]
 fn json_logs_name_the_user() {
     let Some(h) = need_tool("htpasswd") else { return };
@@ -253,6 +368,18 @@ fn dash_t_reports_rules_it_cannot_use() {
     htpasswd_file(&site, &h);
     let (code, text) = said("auth_file = \"conf/htpasswd\"\nauth_realm = \"x\"\n");
     assert!(code == Some(0) && text.contains("unsalted SHA-1"), "a weak hash is said: {text}");
+    // A bcrypt cost a guess would pin a worker with: said above 12, refused above 17.
+    let slow =
+        Command::new(&h).args(["-b", "-B", "-C", "13"]).arg(site.path("conf/htpasswd")).args(["slow", "x"]).output();
+    assert!(slow.unwrap().status.success());
+    let text = std::fs::read_to_string(site.path("conf/htpasswd")).unwrap();
+    site.write("conf/htpasswd", format!("{text}huge:$2y$31$7Is7CzbF9wp5XxlPjgXMfeo7XSfer0mDeZZ9ALiyvuKXBwqa7Zouy\n"));
+    let (code, text) = said("auth_file = \"conf/htpasswd\"\nauth_realm = \"x\"\n");
+    assert!(code == Some(0) && text.contains("\"slow\": bcrypt cost 13"), "{text}");
+    assert!(text.contains("\"huge\": a bcrypt cost above 17") && text.contains("cannot log in"), "{text}");
+    site.write("conf/htpasswd", "huge:$2y$31$7Is7CzbF9wp5XxlPjgXMfeo7XSfer0mDeZZ9ALiyvuKXBwqa7Zouy\n");
+    let (code, text) = said("auth_file = \"conf/htpasswd\"\nauth_realm = \"x\"\n");
+    assert!(code == Some(1) && text.contains("no user that can log in"), "{text}");
     site.write("conf/htpasswd", "des:IoaWFYkqlHC4w\n");
     let (code, text) = said("auth_file = \"conf/htpasswd\"\nauth_realm = \"x\"\n");
     assert!(code == Some(1) && text.contains("DES crypt") && text.contains("no user that can log in"), "{text}");

@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -140,7 +141,7 @@ impl Site {
             text.push_str("\n[[access_log]]\npath = \"logs/access.log\"\nformat = \"combined\"\n");
         }
         let p = self.path("conf/pika.toml");
-        std::fs::write(&p, text).unwrap();
+        std::fs::write(&p, with_body_dir(&text)).unwrap();
         p
     }
 
@@ -592,4 +593,38 @@ pub fn dechunk(mut bytes: &[u8]) -> (Vec<u8>, &[u8]) {
 pub fn split_head(bytes: &[u8]) -> (String, &[u8]) {
     let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole head") + 4;
     (String::from_utf8_lossy(&bytes[..end]).into_owned(), &bytes[end..])
+}
+
+/// A config that keeps request bodies in the site's `bodies` folder unless it names
+/// one: not in the machine's `/var/lib/pika/bodies`, which the master would make
+/// (root's, or the workers' user's) for a location that reads bodies.
+pub fn with_body_dir(config: &str) -> String {
+    if config.contains("body_temp_dir") {
+        config.to_string()
+    } else if config.contains("\n[http]\n") {
+        config.replacen("\n[http]\n", "\n[http]\nbody_temp_dir = \"bodies\"\n", 1)
+    } else {
+        format!("{config}\n[http]\nbody_temp_dir = \"bodies\"\n")
+    }
+}
+
+/// Lets `nobody` reach the site (temp dirs are 0700).
+pub fn open_up(site: &Site) {
+    for entry in walk(site.dir.path()) {
+        let mode = if entry.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
 }

@@ -170,7 +170,8 @@ pub struct Http {
     pub body_spool_max: u64,
     /// Bytes of such a body kept in memory before a temporary file takes it.
     pub client_body_buffer: usize,
-    /// Where those temporary files go (made by the workers, mode 0700).
+    /// Where those temporary files go: the workers' folder (mode 0700), made by the
+    /// master for them when a location reads bodies ([`Config::make_body_dir`]).
     pub body_temp_dir: PathBuf,
 }
 
@@ -284,9 +285,16 @@ impl Ctx<'_> {
         let Sites { vhosts, access_logs, tls } =
             self.sites(&raw, included, &root, &listen, &status, acme.as_ref(), &mut notes)?;
         let coredump_dir = self.coredump_dir(&raw, &root)?;
-        let chroot = self.chroot(&raw, &root, &vhosts, &access_logs, &error_log, coredump_dir.as_ref())?;
+        // Where request bodies are kept, if a location reads them.
+        let body_dir = vhosts.iter().any(Vhost::reads_bodies).then_some(&http.body_temp_dir);
+        let chroot = self.chroot(&raw, &root, &vhosts, &access_logs, &error_log, [coredump_dir.as_ref(), body_dir])?;
         let pid_file = absolute(&root, &raw.server.pid_file);
         self.written_as_root(&pid_file, &error_log, &access_logs)?;
+        if let Some(dir) = body_dir {
+            let groups = own_groups();
+            crate::safe_files::check_workers_folder("body_temp_dir", dir, workers_ids(run_as.as_ref(), &groups))
+                .map_err(|e| self.error(self.table("http"), e))?;
+        }
 
         Ok(Config {
             chroot,
@@ -480,7 +488,8 @@ impl Ctx<'_> {
     }
 
     /// `server.chroot`: canonical, and holding every directory served, every log and
-    /// the core dumps' folder, which workers must reach from inside it.
+    /// the workers' own folders (core dumps, request bodies), which workers must
+    /// reach from inside it.
     fn chroot(
         &self,
         raw: &RawConfig,
@@ -488,7 +497,7 @@ impl Ctx<'_> {
         vhosts: &[Vhost],
         access_logs: &[AccessLog],
         error_log: &ErrorLogTarget,
-        coredump_dir: Option<&PathBuf>,
+        workers_dirs: [Option<&PathBuf>; 2],
     ) -> Result<Option<PathBuf>, ConfigError> {
         let Some(c) = &raw.server.chroot else { return Ok(None) };
         let dir = std::fs::canonicalize(absolute(root, c.get_ref()))
@@ -497,7 +506,7 @@ impl Ctx<'_> {
             ErrorLogTarget::File(p) => Some(p),
             _ => None,
         });
-        for p in vhosts.iter().flat_map(Vhost::dirs).chain(logs).chain(coredump_dir) {
+        for p in vhosts.iter().flat_map(Vhost::dirs).chain(logs).chain(workers_dirs.into_iter().flatten()) {
             if !p.starts_with(&dir) {
                 return Err(self.spanned(
                     c,
@@ -584,8 +593,39 @@ impl Config {
         if let Some(d) = &mut c.coredump_dir {
             *d = inside(d);
         }
+        c.http.body_temp_dir = inside(&c.http.body_temp_dir);
         c
     }
+
+    /// Makes `body_temp_dir` for the workers when a location reads request bodies:
+    /// by the master, at start and at each reload, before workers that need it are
+    /// forked (as root it may be where only root may make it, as
+    /// `/var/lib/pika/bodies`); given to the workers' user when just made, checked
+    /// as theirs otherwise.
+    pub fn make_body_dir(&self) -> Result<(), String> {
+        if !self.vhosts.iter().any(Vhost::reads_bodies) {
+            return Ok(());
+        }
+        let groups = own_groups();
+        let workers = workers_ids(self.run_as.as_ref(), &groups);
+        crate::safe_files::make_workers_folder("body_temp_dir", &self.http.body_temp_dir, workers)
+    }
+}
+
+/// The ids the workers run as: `server.user`'s, else this process's own
+/// (`own_groups` are its supplementary groups).
+fn workers_ids<'a>(run_as: Option<&'a RunAs>, own_groups: &'a [Gid]) -> crate::safe_files::Workers<'a> {
+    match run_as {
+        Some(r) => crate::safe_files::Workers { uid: r.uid, gid: r.gid, groups: &r.groups },
+        None => {
+            crate::safe_files::Workers { uid: nix::unistd::geteuid(), gid: nix::unistd::getegid(), groups: own_groups }
+        }
+    }
+}
+
+/// This process's supplementary groups (none if they cannot be read).
+fn own_groups() -> Vec<Gid> {
+    nix::unistd::getgroups().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -230,7 +230,9 @@ impl Default for RawHttp {
             body_spool_max: Bytes(1 << 30),
             // nginx's client_body_buffer_size is 16 KiB on 64-bit; a form post fits in 64.
             client_body_buffer: Bytes(64 * 1024),
-            body_temp_dir: "/var/tmp/pika-bodies".into(),
+            // Under a folder only root may write (as nginx's /var/lib/nginx): in a
+            // folder everyone may write (/var/tmp), another user could make it first.
+            body_temp_dir: "/var/lib/pika/bodies".into(),
             // nginx's is 75 s. An idle connection holds no worker (it waits in its
             // worker's epoll set), so a browser may keep it while its user reads;
             // Apache's 5 s is short because there an idle connection holds a worker.

@@ -590,6 +590,8 @@ coredump_dir = "core"
 max_open_files = 100
 [workers]
 max_memory = "1GiB"
+[http]
+body_temp_dir = "bodies"
 [[vhost]]
 root = "htdocs"
 tls_cert = "conf/c.pem"

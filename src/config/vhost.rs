@@ -50,6 +50,11 @@ impl Vhost {
         let own = self.locations.list.iter().filter_map(|l| l.kind.dir());
         std::iter::once(&self.root).chain(own)
     }
+
+    /// Whether a location here reads request bodies ([`crate::kinds::Kind::reads_bodies`]).
+    pub fn reads_bodies(&self) -> bool {
+        self.locations.list.iter().any(|l| l.kind.reads_bodies())
+    }
 }
 
 impl Ctx<'_> {

@@ -51,8 +51,9 @@ pub enum Fault {
     TooLong,
     /// The client hung up.
     ClientGone,
-    /// The script or the application broke off; `retry`: nothing was asked of it
-    /// yet on a kept connection it had closed (a fresh one may answer).
+    /// The script or the application broke off; `retry`: a kept connection broke
+    /// before any answer, and the request may go again on a fresh one (it was not
+    /// written, or running it twice does no harm).
     Broken { why: String, retry: bool },
 }
 

@@ -11,7 +11,15 @@
 //! name).
 //!
 //! Each worker keeps one connection to the application open across requests
-//! (`FCGI_KEEP_CONN`), and opens a new one when the application closed it. A
+//! (`FCGI_KEEP_CONN`), and opens a new one when the application closed it: a kept
+//! connection with anything to read before a request (the application's end of file,
+//! or bytes out of step) is dropped unused. A kept connection that breaks before the
+//! first byte of an answer may be one the application closed as the request went out,
+//! or one whose application died running it (a php-fpm child past
+//! `request_terminate_timeout`, killed for its memory, crashed): the request is sent
+//! again on a new connection only when running it twice does no harm (an idempotent
+//! method, [`replayable`]) or when not a byte of it was written, so a POST never runs
+//! twice. A
 //! PHP-FPM child serves one connection at a time, so a kept connection holds one of
 //! the pool's children for this worker: the pool needs at least as many children as
 //! pika has workers (`pm.max_children >= workers.max_workers`). The application
@@ -70,6 +78,15 @@ impl AppConn {
             AppConn::Tcp(s) => s.set_nonblocking(true)?,
         }
         Ok(conn)
+    }
+
+    /// Whether a kept connection has anything to read before a request is written on
+    /// it: the application's end of file (it closed the connection while idle: its
+    /// `pm.max_requests`, its idle timeout, a restart), or bytes no request asked for.
+    /// Either way it cannot carry the next request.
+    fn stale(&self) -> bool {
+        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
+        !matches!(poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
@@ -147,7 +164,7 @@ impl<'c> FastCgi<'c> {
         let got = loop {
             tries += 1;
             let Some(body) = script::stdin(ask, &p.name, reply) else { return };
-            let kept = self.kept.borrow_mut().take();
+            let kept = self.kept.borrow_mut().take().filter(|c| !c.stale());
             let (conn, fresh) = match kept {
                 Some(c) => (c, false),
                 None => match AppConn::open(addr, self.config.timeout) {
@@ -159,7 +176,7 @@ impl<'c> FastCgi<'c> {
             };
             let talk = Talk {
                 conn: Some(conn),
-                fresh,
+                so_far: SoFar { fresh, replayable: replayable(ask.req.method_str), wrote_any: false, got_any: false },
                 out: begin.bytes.clone(),
                 written: 0,
                 body,
@@ -168,7 +185,6 @@ impl<'c> FastCgi<'c> {
                 scratch: Vec::new(),
                 reader: Reader::default(),
                 errors: StderrLines::new(&p.name, &p.context),
-                got_any: false,
                 taken: 0,
                 deadline,
                 addr: self.addr.clone(),
@@ -177,7 +193,8 @@ impl<'c> FastCgi<'c> {
                 kept: self.kept.clone(),
             };
             match output::read(talk, ask.link.socket, ask.link.waiting) {
-                // A kept connection the application had closed: once more on a new one.
+                // A kept connection the application had closed, and a request that may
+                // be sent again: once more on a new one.
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
                 other => break other,
             }
@@ -214,8 +231,8 @@ impl<'c> FastCgi<'c> {
 struct Talk {
     /// None once the answer ended (kept or closed).
     conn: Option<AppConn>,
-    /// Opened for this request (a kept one may just have been closed by the application).
-    fresh: bool,
+    /// What decides whether the request may go again should the connection break.
+    so_far: SoFar,
     /// Request records not written yet, from `written`.
     out: Vec<u8>,
     written: usize,
@@ -225,7 +242,6 @@ struct Talk {
     scratch: Vec<u8>,
     reader: Reader,
     errors: StderrLines,
-    got_any: bool,
     /// FCGI_STDOUT bytes taken.
     taken: u64,
     deadline: Instant,
@@ -236,10 +252,32 @@ struct Talk {
     kept: Rc<RefCell<Option<AppConn>>>,
 }
 
+/// What one try of a request has done so far on its connection.
+struct SoFar {
+    /// Opened for this request (a kept one may just have been closed by the application).
+    fresh: bool,
+    /// The request's method lets it run twice ([`replayable`]).
+    replayable: bool,
+    /// Some byte of the request went out: the application may have begun to run it.
+    wrote_any: bool,
+    /// Some byte of the answer came.
+    got_any: bool,
+}
+
+impl SoFar {
+    /// Whether the request may go again on a new connection should this one break
+    /// now: it was kept from an earlier request (the application may have closed
+    /// it as this one went out), no answer came, and either running it twice does no
+    /// harm or none of it was written.
+    fn may_retry(&self) -> bool {
+        !self.fresh && !self.got_any && (self.replayable || !self.wrote_any)
+    }
+}
+
 impl Source for Talk {
     fn step(&mut self, out: &mut Vec<u8>, wait: Duration, client: BorrowedFd<'_>) -> Result<bool, Fault> {
         let Some(conn) = &mut self.conn else { return Ok(true) };
-        let retry = !self.fresh && !self.got_any;
+        let retry = self.so_far.may_retry();
         let broken = |why: String, retry| Fault::Broken { why, retry };
         fill_stdin(
             &self.body,
@@ -268,9 +306,11 @@ impl Source for Talk {
             return Err(Fault::ClientGone);
         }
         if app.contains(PollFlags::POLLOUT) && self.written < self.out.len() {
-            write_some(conn, &mut self.out, &mut self.written)
+            let wrote = write_some(conn, &mut self.out, &mut self.written)
                 .map_err(|e| broken(format!("writing the request: {e}"), retry))?;
+            self.so_far.wrote_any |= wrote > 0;
         }
+        let retry = self.so_far.may_retry();
         if !app.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
             return Ok(false);
         }
@@ -279,7 +319,7 @@ impl Source for Talk {
         self.reader.filled(64 * 1024, *got.as_ref().unwrap_or(&0));
         match got {
             Ok(0) => return Err(broken("closed the connection before the end of its answer".into(), retry)),
-            Ok(_) => self.got_any = true,
+            Ok(_) => self.so_far.got_any = true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(broken(format!("reading the answer: {e}"), retry)),
         }
@@ -343,18 +383,28 @@ fn fill_stdin(
 }
 
 /// Writes what the socket takes of `out` past `written`; all of it written, `out`
-/// starts over.
-fn write_some(conn: &mut AppConn, out: &mut Vec<u8>, written: &mut usize) -> io::Result<()> {
-    match conn.write(&out[*written..]) {
-        Ok(n) => *written += n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+/// starts over. Returns how many bytes went.
+fn write_some(conn: &mut AppConn, out: &mut Vec<u8>, written: &mut usize) -> io::Result<usize> {
+    let n = match conn.write(&out[*written..]) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => 0,
         Err(e) => return Err(e),
-    }
+    };
+    *written += n;
     if *written == out.len() {
         out.clear();
         *written = 0;
     }
-    Ok(())
+    Ok(n)
+}
+
+/// Whether a request with this method may be sent to the application a second time
+/// when its first try broke before any answer: the idempotent methods of RFC 9110
+/// §9.2.2, for which two runs leave what one run leaves. A POST or a PATCH may have
+/// written a ledger line before its application died; it is sent again only when no
+/// byte of it had gone out.
+fn replayable(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 
 /// What the records read so far said.
@@ -391,5 +441,31 @@ fn take_records(reader: &mut Reader, output: &mut Vec<u8>, errors: &mut StderrLi
             }
             Err(e) => return Records::Failed(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_idempotent_methods_are_sent_twice() {
+        for m in ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"] {
+            assert!(replayable(m), "{m}");
+        }
+        for m in ["POST", "PATCH", "LOCK", "MKCOL", "COPY", "MOVE", "get"] {
+            assert!(!replayable(m), "{m}");
+        }
+    }
+
+    #[test]
+    fn a_post_goes_again_only_when_none_of_it_was_written() {
+        let post = SoFar { fresh: false, replayable: false, wrote_any: false, got_any: false };
+        assert!(post.may_retry(), "a kept connection found closed before a byte went");
+        assert!(!SoFar { wrote_any: true, ..post }.may_retry(), "the application may have run it");
+        let get = SoFar { replayable: true, wrote_any: true, ..post };
+        assert!(get.may_retry());
+        assert!(!SoFar { got_any: true, ..get }.may_retry(), "an answer began");
+        assert!(!SoFar { fresh: true, ..get }.may_retry(), "a new connection is not tried twice");
     }
 }

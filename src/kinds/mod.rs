@@ -211,6 +211,13 @@ impl Kind {
         }
     }
 
+    /// Whether it answers from request bodies, which the workers keep in
+    /// `body_temp_dir` past `client_body_buffer` (scripts and the echo; a files
+    /// location's `try_files` hands its bodies to one of those).
+    pub fn reads_bodies(&self) -> bool {
+        matches!(self, Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo)
+    }
+
     /// The directory it serves files from, if any (for the chroot's check).
     pub fn dir(&self) -> Option<&PathBuf> {
         match self {

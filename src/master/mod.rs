@@ -153,6 +153,8 @@ impl Master {
                 .push(format!("an inherited socket on {addr} ({:?}) matches no listen entry; closed", left.origin));
         }
         let listeners = Listeners::new(listeners).map_err(|e| e.to_string())?;
+        // The workers' folder for request bodies, which they may not be able to make.
+        config.make_body_dir()?;
         let scoreboard = Scoreboard::new(config.workers.max as usize).map_err(|e| format!("scoreboard: {e}"))?;
         let pod = Pod::new().map_err(|e| format!("pipe of death: {e}"))?;
         let doorbell = Doorbell::new().map_err(|e| format!("doorbell: {e}"))?;

@@ -57,6 +57,7 @@ impl Master {
     /// puts the old listeners back when it fails, and it comes last).
     pub(super) fn prepare_reload(&mut self) -> Result<(Config, AccessLogs, Listeners), String> {
         let new = config::load(&self.config.file).map_err(|e| e.to_string())?;
+        new.make_body_dir()?;
         prepare_log_files(&new);
         let logs = AccessLogs::open(&new.access_logs).map_err(|e| e.to_string())?;
         let listeners = self.listeners.rebind(&new)?;

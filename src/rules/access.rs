@@ -6,7 +6,9 @@
 //! as nginx's `allow`/`deny` do. When none matches, the client may ask unless the
 //! location has an `allow` list: a list of who may ask shuts out everyone else
 //! without a `deny = ["all"]` after it (as `[status] allow` does), while a `deny`
-//! list alone shuts out only those it names.
+//! list alone shuts out only those it names. With a password asked too and
+//! `satisfy = "any"`, only an `allow` rule that matches the client stands for the
+//! password ([`Access::allows_by_rule`]): not being denied does not.
 
 use std::net::IpAddr;
 
@@ -81,6 +83,13 @@ impl Access {
     #[inline]
     pub fn allows(&self, ip: IpAddr) -> bool {
         self.rules.iter().find(|(_, w)| w.matches(ip)).map_or(self.otherwise, |(allowed, _)| *allowed)
+    }
+
+    /// Whether an `allow` rule lets `ip` ask: the first rule that matches it is one.
+    /// What `satisfy = "any"` takes instead of a password (a client no rule names
+    /// may ask when there is no `allow` list, but no rule let it in).
+    pub fn allows_by_rule(&self, ip: IpAddr) -> bool {
+        self.rules.iter().find(|(_, w)| w.matches(ip)).is_some_and(|(allowed, _)| *allowed)
     }
 
     /// The lists as `-T` shows them, in the order they are tried.
@@ -175,6 +184,17 @@ mod tests {
         assert!(!Access::new(&[], &who(&["all"]), true).allows(ip("::1")));
         let open = Access::default();
         assert!(open.is_open() && open.allows(ip("192.0.2.1")));
+    }
+
+    #[test]
+    fn only_an_allow_rule_that_matches_lets_a_client_in_by_rule() {
+        let d = Access::new(&[], &who(&["192.0.2.0/24"]), true);
+        assert!(d.allows(ip("198.51.100.1")) && !d.allows_by_rule(ip("198.51.100.1")), "not denied is not allowed");
+        assert!(!d.allows_by_rule(ip("192.0.2.7")));
+        let a = Access::new(&who(&["10.0.0.0/8", "all"]), &who(&["10.1.2.3"]), false);
+        assert!(a.allows_by_rule(ip("10.9.9.9")) && a.allows_by_rule(ip("192.0.2.1")), "allow all is a rule");
+        assert!(!a.allows_by_rule(ip("10.1.2.3")), "denied first");
+        assert!(!Access::default().allows_by_rule(ip("192.0.2.1")));
     }
 
     #[test]

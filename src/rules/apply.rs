@@ -2,11 +2,13 @@
 //! `return`), [`decorate`] after it (headers, `expires`, `charset`, and the
 //! compression of bodies pika makes itself: error pages, listings).
 //!
-//! A worker's verified credentials and failing clients ([`basic::Verified`],
-//! [`basic::Failures`]) live here, one set per process: a worker serves one request
-//! at a time, and nothing is shared between workers.
+//! A worker's verified credentials ([`basic::Verified`]) live here, its own: a worker
+//! serves one request at a time. The failing clients ([`basic::Failures`]) are the
+//! server's, counted in the table the master maps with the scoreboard, which the
+//! worker names here when it starts ([`share_failures`]).
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
 use super::basic::{self, Failures, Verified};
@@ -16,10 +18,27 @@ use super::redirect::{Return, Vars};
 use super::{Auth, Decor, Gate, compress};
 use crate::handlers::Ask;
 use crate::http::response::{self, Body, Internal, Reply, Streamed};
+use crate::scoreboard::failures::FailureTable;
 
 thread_local! {
     static VERIFIED: RefCell<Verified> = RefCell::new(Verified::default());
-    static FAILURES: RefCell<Failures> = RefCell::new(Failures::default());
+}
+
+/// The failing clients' table this process counts into.
+static FAILING: OnceLock<Option<&'static FailureTable>> = OnceLock::new();
+
+/// Counts this process's failed logins into `table`, shared with every worker (a
+/// worker calls it as it starts, with the scoreboard's).
+pub fn share_failures(table: &'static FailureTable) {
+    let _ = FAILING.set(Some(table));
+}
+
+/// The failing clients: the shared table, or (in a process given none) one of its
+/// own; `None` if none can be mapped, and then nobody is slowed.
+fn failures() -> Option<Failures<'static>> {
+    let table =
+        FAILING.get_or_init(|| FailureTable::map().inspect_err(|e| log::error!("no table of failed logins: {e}")).ok());
+    table.map(Failures)
 }
 
 /// Whether the request goes on to the handler; if not, `reply` holds the answer
@@ -32,9 +51,11 @@ pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
     }
     let address_ok = gate.access.as_ref().is_none_or(|a| a.allows(ask.client));
     let allowed = match &gate.auth {
-        None if !address_ok => false,
-        None => true,
-        Some(_) if address_ok && gate.satisfy_any && gate.access.is_some() => true,
+        None => address_ok,
+        // satisfy = "any": an allow rule that matches the client is enough; an
+        // address no rule names is not (a deny list alone lets nobody in without a
+        // password, as nginx's satisfy any).
+        Some(_) if gate.satisfy_any && gate.access.as_ref().is_some_and(|a| a.allows_by_rule(ask.client)) => true,
         Some(_) if !address_ok && !gate.satisfy_any => false,
         Some(auth) => {
             if !password(auth, ask, reply) {
@@ -92,7 +113,9 @@ fn password(auth: &Auth, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
     if VERIFIED.with(|v| v.borrow().get(&key, now).is_some()) {
         return true;
     }
-    if let Some(wait) = FAILURES.with(|f| f.borrow().wait(ask.client, now)) {
+    let failing = failures();
+    let now_ms = crate::clock::now_ms();
+    if let Some(wait) = failing.and_then(|f| f.wait(ask.client, now_ms)) {
         reply.error(429, "Too many failed logins; try again later.");
         reply.header("Retry-After", (wait.as_secs() + 1).to_string());
         return false;
@@ -109,14 +132,26 @@ fn password(auth: &Auth, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
             return false;
         }
     };
-    let ok = auth.users.get(&creds.user).is_some_and(|h| h.verify(&creds.password));
+    let known = auth.users.get(&creds.user);
+    let ok = match known {
+        Some(h) => h.verify(&creds.password),
+        None => {
+            // As long as a wrong password for a real user takes.
+            std::hint::black_box(auth.users.decoy().is_some_and(|d| d.verify(&creds.password)));
+            false
+        }
+    };
     if ok {
         VERIFIED.with(|v| v.borrow_mut().insert(key, &creds.user, now));
-        FAILURES.with(|f| f.borrow_mut().succeeded(ask.client));
+        if let Some(f) = failing {
+            f.succeeded(ask.client);
+        }
         return true;
     }
-    FAILURES.with(|f| f.borrow_mut().failed(ask.client, now));
-    let why = if auth.users.get(&creds.user).is_some() { "wrong password" } else { "no such user" };
+    if let Some(f) = failing {
+        f.failed(ask.client, now_ms);
+    }
+    let why = if known.is_some() { "wrong password" } else { "no such user" };
     log::info!("{}: Basic auth as {:?} failed ({why} in {})", ask.client, creds.user, auth.file.display());
     challenge(auth, reply, "The user name or password is wrong.");
     false

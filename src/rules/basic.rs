@@ -9,9 +9,18 @@
 //! [`VERIFIED_FOR`]. A client that fails [`FREE_FAILURES`] times in a row is then
 //! answered 429 with `Retry-After` for a time that doubles with each further failure
 //! ([`Failures`]), without a hash being checked: the worker is not held (no sleep,
-//! no waiting connection), and guessing costs the guesser time, not the server. Both
-//! are per worker: a client whose connections reach several workers gets that many
-//! allowances, which bounds its rate all the same.
+//! no waiting connection), and guessing costs the guesser time, not the server. The
+//! failures are counted for the whole server, in the scoreboard's shared memory
+//! ([`crate::scoreboard::failures`]): a client whose connections reach several
+//! workers has one allowance, not one per worker. An IPv6 client is its /64
+//! ([`client_key`]): what one subscriber or one server is given, so the 2^64 addresses
+//! of a guesser's /64 are one client, as an IPv4 address is. The verified credentials
+//! are the worker's own (a cache: a second worker verifies once more).
+//!
+//! A user the file does not name is checked against a decoy hash made like the
+//! file's ([`crate::rules::htpasswd::Users::decoy`]), so a wrong password takes as
+//! long for a name that does not exist as for one that does: the time of a 401 does
+//! not tell which user names are real.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,6 +33,7 @@ use super::htpasswd::Users;
 use crate::config::read::{ConfigError, Ctx, Keys, absolute};
 use crate::config::show::{Toml, string};
 use crate::config::watch::Stamp;
+use crate::scoreboard::failures::FailureTable;
 
 /// Its keys: the htpasswd file, the realm, and how an address list combines.
 pub const KEYS: [&str; 3] = ["auth_file", "auth_realm", "satisfy"];
@@ -110,9 +120,6 @@ pub const MAX_PENALTY: Duration = Duration::from_secs(60);
 
 /// A client with no failure for this long starts afresh.
 pub const FAILURES_FORGOTTEN: Duration = Duration::from_secs(600);
-
-/// Most clients a worker remembers failures of; when full it starts over.
-pub const MAX_FAILING: usize = 4096;
 
 /// The user and password of a `Basic` header.
 #[derive(Debug, PartialEq, Eq)]
@@ -214,47 +221,40 @@ impl Verified {
     }
 }
 
-/// The clients that failed lately, and until when each is turned away.
-#[derive(Default)]
-pub struct Failures {
-    by_client: HashMap<IpAddr, Failing>,
+/// Which addresses are one client for [`Failures`]: an IPv4 address (written as
+/// IPv4-mapped IPv6 or not), or an IPv6 /64.
+pub fn client_key(ip: IpAddr) -> u128 {
+    let v6 = match ip {
+        IpAddr::V4(v4) => return u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => v6,
+    };
+    match v6.to_ipv4_mapped() {
+        Some(v4) => u128::from(v4.to_ipv6_mapped()),
+        None => u128::from(v6) & !(u128::from(u64::MAX)),
+    }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Failing {
-    count: u32,
-    last: Instant,
-}
+/// The clients that failed lately, and until when each is turned away: counted in
+/// the table every worker shares.
+#[derive(Clone, Copy)]
+pub struct Failures<'t>(pub &'t FailureTable);
 
-impl Failures {
+impl Failures<'_> {
     /// How long `client` must still wait before its next try is checked, if it must.
-    pub fn wait(&self, client: IpAddr, now: Instant) -> Option<Duration> {
-        let f = self.by_client.get(&client)?;
-        let until = f.last + penalty(f.count);
-        (until > now).then(|| until - now)
+    pub fn wait(&self, client: IpAddr, now_ms: u64) -> Option<Duration> {
+        let f = self.0.get(client_key(client))?;
+        let until = f.last_ms.saturating_add(penalty(f.count).as_millis() as u64);
+        (until > now_ms).then(|| Duration::from_millis(until - now_ms))
     }
 
     /// `client` sent credentials that did not verify.
-    pub fn failed(&mut self, client: IpAddr, now: Instant) {
-        if self.by_client.len() >= MAX_FAILING && !self.by_client.contains_key(&client) {
-            self.by_client.retain(|_, f| now.saturating_duration_since(f.last) < FAILURES_FORGOTTEN);
-            if self.by_client.len() >= MAX_FAILING {
-                self.by_client.clear();
-            }
-        }
-        let f = self.by_client.entry(client).or_insert(Failing { count: 0, last: now });
-        if now.saturating_duration_since(f.last) >= FAILURES_FORGOTTEN {
-            f.count = 0;
-        }
-        f.count += 1;
-        f.last = now;
+    pub fn failed(&self, client: IpAddr, now_ms: u64) {
+        self.0.failed(client_key(client), now_ms, FAILURES_FORGOTTEN.as_millis() as u64);
     }
 
     /// `client` logged in: its failures are forgotten.
-    pub fn succeeded(&mut self, client: IpAddr) {
-        if !self.by_client.is_empty() {
-            self.by_client.remove(&client);
-        }
+    pub fn succeeded(&self, client: IpAddr) {
+        self.0.forget(client_key(client));
     }
 }
 
@@ -328,16 +328,16 @@ mod tests {
 
     #[test]
     fn a_client_that_keeps_failing_waits_longer_each_time() {
-        let mut f = Failures::default();
+        let f = Failures(FailureTable::map().unwrap());
         let (me, other) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        let t0 = Instant::now();
+        let t0 = 5_000_000;
         for _ in 0..FREE_FAILURES - 1 {
             f.failed(me, t0);
         }
         assert_eq!(f.wait(me, t0), None, "a few typing errors cost nothing");
         f.failed(me, t0);
         assert_eq!(f.wait(me, t0), Some(Duration::from_secs(1)));
-        assert_eq!(f.wait(me, t0 + Duration::from_secs(1)), None, "then it may try again");
+        assert_eq!(f.wait(me, t0 + 1000), None, "then it may try again");
         f.failed(me, t0);
         assert_eq!(f.wait(me, t0), Some(Duration::from_secs(2)), "doubled");
         assert_eq!(f.wait(other, t0), None, "another client is not slowed");
@@ -348,7 +348,22 @@ mod tests {
         for _ in 0..FREE_FAILURES {
             f.failed(other, t0);
         }
-        f.failed(other, t0 + FAILURES_FORGOTTEN);
-        assert_eq!(f.wait(other, t0 + FAILURES_FORGOTTEN), None, "one failure after a long quiet");
+        let later = t0 + FAILURES_FORGOTTEN.as_millis() as u64;
+        f.failed(other, later);
+        assert_eq!(f.wait(other, later), None, "one failure after a long quiet");
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64() {
+        let f = Failures(FailureTable::map().unwrap());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for i in 0..FREE_FAILURES {
+            f.failed(ip(&format!("2001:db8:1:2::{:x}", i + 1)), 1000);
+        }
+        assert!(f.wait(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"), 1000).is_some(), "the same /64");
+        assert_eq!(f.wait(ip("2001:db8:1:3::1"), 1000), None, "the next /64");
+        assert_eq!(client_key(ip("192.0.2.1")), client_key(ip("::ffff:192.0.2.1")), "one IPv4 client either way");
+        assert_ne!(client_key(ip("0.0.0.0")), client_key(ip("::1")));
+        assert_ne!(client_key(ip("192.0.2.1")), client_key(ip("192.0.2.2")), "IPv4 by address");
     }
 }

@@ -4,6 +4,10 @@
 //! `{SHA}`: accepted, and said by `pika -t` as weak). DES crypt (`-d`) and plain text
 //! (`-p`) are refused: a line with them is said and its user cannot log in.
 //!
+//! A bcrypt hash costs 2^cost rounds to check, and each wrong guess holds a worker
+//! that long: a cost above [`BCRYPT_WARN_COST`] is said by `pika -t`, and one above
+//! [`BCRYPT_MAX_COST`] (htpasswd's own maximum) refused like DES.
+//!
 //! Parsing is pure ([`Users::parse`]); who reads the file, and when again, is the
 //! config's business (`rules::basic`).
 
@@ -14,6 +18,27 @@ use sha_crypt::PasswordVerifier;
 
 /// Longest line read: a bcrypt line is about 70 bytes, a SHA-512 one about 120.
 const MAX_LINE: usize = 1024;
+
+/// The highest bcrypt cost `pika -t` takes without a word: 2^12 rounds, a quarter of
+/// a second of a worker's time for each check (htpasswd's default, 5, takes about
+/// 2 ms). Above, every wrong guess holds a worker that long or more.
+pub const BCRYPT_WARN_COST: u32 = 12;
+
+/// The highest bcrypt cost checked at all: htpasswd's own maximum (`-C 17`, about
+/// 8 s a check). Above it a single guess holds a worker for minutes to days (cost
+/// 31: 2^31 rounds) until the watchdog kills it, so the user cannot log in.
+pub const BCRYPT_MAX_COST: u32 = 17;
+
+/// The lowest cost bcrypt has.
+const BCRYPT_MIN_COST: u32 = 4;
+
+/// Salt and hash of a bcrypt hash of a random password nobody knows: with the cost of
+/// a file's users in front, the decoy a user the file does not name is checked
+/// against ([`Users::decoy`]).
+const BCRYPT_DECOY: &str = "XhzrUx.UwiBVAUBwl1B/jOgdZdRIGL9v0XE8hKKKdLqo5ZKL84eT6";
+
+/// The salt a decoy of the other crypt hashes has.
+const DECOY_SALT: &str = "pikadecoy";
 
 /// A password hash from the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,8 +65,15 @@ impl Hash {
         }
         if ["$2y$", "$2a$", "$2b$"].iter().any(|p| text.starts_with(p)) {
             // `$2y$05$` then 53 characters of salt and hash.
-            if text.len() != 60 {
+            let cost = text.get(4..6).and_then(|c| c.parse::<u32>().ok());
+            if text.len() != 60 || text.as_bytes()[6] != b'$' || cost.is_none_or(|c| c < BCRYPT_MIN_COST) {
                 return Err("a malformed bcrypt hash");
+            }
+            if cost.is_some_and(|c| c > BCRYPT_MAX_COST) {
+                return Err(
+                    "a bcrypt cost above 17 (htpasswd's maximum): each check would hold a worker for minutes or \
+                     more; make it again with htpasswd -B -C 12 or less",
+                );
             }
             return Ok(Hash::Bcrypt(text.into()));
         }
@@ -81,12 +113,50 @@ impl Hash {
     pub fn weak(&self) -> bool {
         matches!(self, Hash::Sha1(_))
     }
+
+    /// A bcrypt hash's cost (2^cost rounds a check).
+    pub fn bcrypt_cost(&self) -> Option<u32> {
+        match self {
+            Hash::Bcrypt(h) => h.get(4..6)?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// What costs as much to check as this hash: its kind, cost and rounds with a
+    /// salt of pika's own (a password nobody knows).
+    fn decoy(&self) -> Hash {
+        match self {
+            Hash::Bcrypt(h) => Hash::Bcrypt(format!("{}{BCRYPT_DECOY}", &h[..7])),
+            Hash::ShaCrypt(h) => {
+                // `$6$[rounds=N$]salt$hash`: the salt is the next to last field.
+                let mut fields: Vec<&str> = h.split('$').collect();
+                let salt = fields.len() - 2;
+                fields[salt] = DECOY_SALT;
+                Hash::ShaCrypt(fields.join("$"))
+            }
+            Hash::Apr1 { hash, .. } => Hash::Apr1 { salt: DECOY_SALT[..8].into(), hash: hash.clone() },
+            Hash::Sha1(_) => Hash::Sha1([0; 20]),
+        }
+    }
+
+    /// What makes checks of hashes alike cost alike: the kind, and a cost or
+    /// rounds if the hash has them.
+    fn shape(&self) -> &str {
+        match self {
+            Hash::Bcrypt(h) => &h[4..6],
+            Hash::ShaCrypt(h) => h.rsplitn(3, '$').nth(2).unwrap_or(h),
+            Hash::Apr1 { .. } => "$apr1$",
+            Hash::Sha1(_) => "{SHA}",
+        }
+    }
 }
 
 /// The users of one file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Users {
     users: HashMap<String, Hash>,
+    /// What a user the file does not name is checked against.
+    decoy: Option<Hash>,
 }
 
 /// A line of the file that gives no user, or one that cannot log in.
@@ -106,6 +176,8 @@ impl Users {
     pub fn parse(text: &str) -> (Users, Vec<Problem>) {
         let mut users = HashMap::new();
         let mut problems = Vec::new();
+        // The hashes' shapes in the order first seen, with how many have each.
+        let mut shapes: Vec<(Hash, usize)> = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim_end_matches('\r');
             let mut problem = |what: String, warning| problems.push(Problem { line: n + 1, what, warning });
@@ -129,20 +201,44 @@ impl Users {
                     if h.weak() {
                         problem(format!("user {user:?}: unsalted SHA-1 ({{SHA}}, htpasswd -s) is weak: use -B"), true);
                     }
+                    if let Some(cost) = h.bcrypt_cost().filter(|&c| c > BCRYPT_WARN_COST) {
+                        let ms = 2u64 << (cost - 5);
+                        problem(
+                            format!(
+                                "user {user:?}: bcrypt cost {cost}: every check, a wrong guess too, holds a worker \
+                                 about {ms} ms; {BCRYPT_WARN_COST} or less is enough (htpasswd -B -C)"
+                            ),
+                            true,
+                        );
+                    }
                     if users.contains_key(user) {
                         problem(format!("user {user:?} again: the first line counts"), true);
                     } else {
+                        match shapes.iter_mut().find(|(s, _)| s.shape() == h.shape()) {
+                            Some((_, n)) => *n += 1,
+                            None => shapes.push((h.clone(), 1)),
+                        }
                         users.insert(user.to_string(), h);
                     }
                 }
                 Err(why) => problem(format!("user {user:?}: {why}; this user cannot log in"), false),
             }
         }
-        (Users { users }, problems)
+        // The most common shape (the first of those as common).
+        let typical = shapes.iter().rev().max_by_key(|(_, n)| *n).map(|(h, _)| h.decoy());
+        (Users { users, decoy: typical }, problems)
     }
 
     pub fn get(&self, user: &str) -> Option<&Hash> {
         self.users.get(user)
+    }
+
+    /// A hash made like most of the file's (bcrypt of the same cost, say) with a
+    /// password nobody knows: checked for a user the file does not name, so that a
+    /// wrong password takes as long whether the user exists or not. `None` for a
+    /// file with no user.
+    pub fn decoy(&self) -> Option<&Hash> {
+        self.decoy.as_ref()
     }
 
     pub fn len(&self) -> usize {
@@ -287,5 +383,54 @@ erin:{SHA}cRQ3iPZN/cUFUyAxdC91S5hcXvA=
         assert!(users.get("alice").unwrap().verify("pa:ss wörd".as_bytes()), "the first alice");
         let (_, p) = Users::parse(&format!("long:{}\n", "x".repeat(MAX_LINE)));
         assert!(p[0].what.contains("longer than"));
+    }
+
+    #[test]
+    fn a_decoy_is_made_like_the_files_hashes_and_really_checked() {
+        let (users, _) = Users::parse(FILE);
+        for user in ["alice", "bob", "carol", "dave", "erin"] {
+            let h = users.get(user).unwrap();
+            let d = h.decoy();
+            assert_eq!(d.shape(), h.shape(), "{user}");
+            assert!(!d.verify("pa:ss wörd".as_bytes()), "{user}: nobody's password");
+            // Checked in full: a malformed decoy would be refused before any work.
+            match &d {
+                Hash::Bcrypt(t) => assert_eq!(bcrypt::verify(b"x", t).ok(), Some(false)),
+                Hash::ShaCrypt(t) => assert_eq!(
+                    sha_crypt::ShaCrypt::default().verify_password(b"x", t.as_str()),
+                    Err(sha_crypt::password_hash::Error::PasswordInvalid),
+                    "{t}"
+                ),
+                _ => {}
+            }
+        }
+        let rounds =
+            Hash::ShaCrypt("$5$rounds=6000$G6PGBkzOVoamx.ZF$Kk2KrY5/WRqRVkmVm3KbgqWEC/iTvv0eJg..wJ/iq62".into());
+        assert_eq!(
+            rounds.decoy(),
+            Hash::ShaCrypt(format!("$5$rounds=6000${DECOY_SALT}$Kk2KrY5/WRqRVkmVm3KbgqWEC/iTvv0eJg..wJ/iq62"))
+        );
+        // The file's most common kind and cost: bcrypt at cost 10 here.
+        let text = "a:$2y$10$7Is7CzbF9wp5XxlPjgXMfeo7XSfer0mDeZZ9ALiyvuKXBwqa7Zouy\n\
+                    b:$apr1$Thr.YsdQ$eJzB/UpeuFpmhIJBAJpcJ.\n\
+                    c:$2y$10$7Is7CzbF9wp5XxlPjgXMfeo7XSfer0mDeZZ9ALiyvuKXBwqa7Zouy\n";
+        let (users, _) = Users::parse(text);
+        assert_eq!(users.decoy(), Some(&Hash::Bcrypt(format!("$2y$10${BCRYPT_DECOY}"))));
+        assert_eq!(Users::parse("").0.decoy(), None);
+    }
+
+    #[test]
+    fn a_costly_bcrypt_hash_is_said_and_one_past_htpasswds_maximum_refused() {
+        let tail = "$7Is7CzbF9wp5XxlPjgXMfeo7XSfer0mDeZZ9ALiyvuKXBwqa7Zouy";
+        let line = |user: &str, cost: u32| format!("{user}:$2y${cost:02}{tail}\n");
+        let text = [line("fine", 12), line("slow", 13), line("max", 17), line("huge", 31), line("tiny", 3)].concat();
+        let (users, problems) = Users::parse(&text);
+        assert!(users.get("fine").is_some() && users.get("slow").is_some() && users.get("max").is_some());
+        assert!(users.get("huge").is_none() && users.get("tiny").is_none());
+        let said: Vec<(usize, bool)> = problems.iter().map(|p| (p.line, p.warning)).collect();
+        assert_eq!(said, [(2, true), (3, true), (4, false), (5, false)], "{problems:?}");
+        assert!(problems[0].what.contains("bcrypt cost 13") && problems[0].what.contains("512 ms"), "{problems:?}");
+        assert!(problems[2].what.contains("above 17") && problems[2].what.contains("cannot log in"), "{problems:?}");
+        assert!(problems[3].what.contains("malformed"), "{problems:?}");
     }
 }
