@@ -163,6 +163,13 @@ impl<'c> Site<'c> {
         }
     }
 
+    /// Lets go of the open files no request used for a while, in each directory.
+    pub fn sweep_files(&self, now: std::time::Instant) {
+        for r in &self.roots {
+            r.sweep(now);
+        }
+    }
+
     /// Replaces a generated error body with the vhost's own page for that status, if
     /// it has one that can be opened.
     pub fn error_page(&self, reply: &mut Reply<'_>) {

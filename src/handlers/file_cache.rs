@@ -9,6 +9,13 @@
 //! cache and nginx's `open_file_cache_valid` do the same; 0 looks every time), so an
 //! edited file is seen within that interval. Entries are made only from a file opened
 //! through `openat2(RESOLVE_BENEATH)`, so a cached inode was proven inside the root.
+//!
+//! Files of any size are kept: a small one mapped, a large one as its open
+//! descriptor (sent with `sendfile`), so a 1.7 MB file costs no `openat2`, `statx`
+//! or `close` a request either. A kept descriptor holds its file's disk space even
+//! once the file is deleted, so an entry with one that no request used for
+//! [`OPEN_IDLE`] is let go (nginx's `open_file_cache … inactive`), and a deleted or
+//! replaced file's entry goes at the next look at its path.
 
 use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
@@ -27,10 +34,11 @@ use nix::sys::stat::{FileStat, SFlag};
 use crate::http::conditional;
 use crate::http::response::Body;
 
-/// Largest file kept mapped between requests. Bigger files cost their open and map
-/// once per request, which their transfer time dwarfs; keeping them mapped would only
-/// grow every worker's footprint.
-pub const MAX_CACHED_FILE: u64 = 256 * 1024;
+/// How long an entry holding a descriptor stays unused before it is let go: the
+/// longest a deleted file's space stays held by a worker that no longer serves it
+/// (nginx's `open_file_cache` takes 60 s unless told; a third of that is plenty for
+/// a file asked for again and again).
+pub const OPEN_IDLE: Duration = Duration::from_secs(20);
 
 /// Files this large or larger are sent with `sendfile` from an open descriptor, which
 /// spares the copy from the mapping into the socket (the kernel hands the page-cache
@@ -66,6 +74,9 @@ pub struct Entry {
     mode: u32,
     /// When the file was last confirmed unchanged (None: look before the next use).
     checked: Cell<Option<Instant>>,
+    /// When a request last used it (an entry holding a descriptor goes after
+    /// [`OPEN_IDLE`] without one).
+    used: Cell<Instant>,
     /// The header lines of a whole-file (or one-range) answer, made on the first one.
     file_headers: OnceCell<Box<[u8]>>,
     /// The file compressed on the fly, by coding (`rules::encoding::Coding::index`),
@@ -105,6 +116,7 @@ impl Entry {
             ctime: (meta.ctime(), meta.ctime_nsec()),
             mode: meta.mode(),
             checked: Cell::new(Some(Instant::now())),
+            used: Cell::new(Instant::now()),
             file_headers: OnceCell::new(),
             coded: Default::default(),
             script: false,
@@ -231,6 +243,7 @@ impl FileCache {
         let key = rel.as_os_str().as_bytes();
         let entry = self.entries.get(key)?;
         let now = Instant::now();
+        entry.used.set(now);
         if entry.checked.get().is_some_and(|t| now.saturating_duration_since(t) < self.check_interval) {
             return Some(entry.clone());
         }
@@ -258,18 +271,28 @@ impl FileCache {
         }
     }
 
-    /// Keeps `entry` for later requests, if it is small enough.
+    /// Lets go of the entries holding a descriptor that no request used for
+    /// [`OPEN_IDLE`] (the worker's once-a-second look).
+    pub fn sweep(&mut self, now: Instant) {
+        self.entries.retain(|_, e| e.file.is_none() || now.saturating_duration_since(e.used.get()) < OPEN_IDLE);
+    }
+
+    /// Keeps `entry` for later requests.
     pub fn insert(&mut self, rel: &Path, entry: &Rc<Entry>) {
         use std::os::unix::ffi::OsStrExt;
-        if entry.len > MAX_CACHED_FILE {
-            return;
-        }
         let key = rel.as_os_str().as_bytes();
         self.entries.remove(key);
-        // Counted only on a miss (an insert), never on a hit.
-        let full = entry.file.is_some() && self.open() >= MAX_OPEN_ENTRIES;
-        if self.entries.len() >= MAX_ENTRIES || full {
+        if self.entries.len() >= MAX_ENTRIES {
             self.entries.clear();
+        }
+        // Counted only on a miss (an insert), never on a hit: the descriptor used
+        // least lately makes room (a site of many large files would otherwise empty
+        // the whole cache, its small files with it, at every new one).
+        if entry.file.is_some() && self.open() >= MAX_OPEN_ENTRIES {
+            let oldest = self.entries.iter().filter(|(_, e)| e.file.is_some()).min_by_key(|(_, e)| e.used.get());
+            if let Some(k) = oldest.map(|(k, _)| k.clone()) {
+                self.entries.remove(&k);
+            }
         }
         self.entries.insert(key.to_vec(), entry.clone());
     }
@@ -355,16 +378,23 @@ mod tests {
     }
 
     #[test]
-    fn big_files_are_not_kept() {
+    fn big_files_keep_their_descriptor_until_no_request_used_it_for_open_idle() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("big");
-        std::fs::write(&p, vec![0u8; MAX_CACHED_FILE as usize + 1]).unwrap();
+        std::fs::write(&p, vec![0u8; 2 << 20]).unwrap();
         let f = File::open(&p).unwrap();
         let meta = f.metadata().unwrap();
         let e = Rc::new(Entry::from_file(f, &meta).unwrap());
-        let mut c = FileCache::default();
+        let mut c = FileCache::new(Duration::from_secs(1));
         c.insert(Path::new("big"), &e);
-        assert!(c.entries.is_empty());
+        assert_eq!(c.open(), 1, "a 2 MiB file is kept, as its descriptor");
+        let root = File::open(dir.path()).unwrap();
+        assert!(c.fresh(root.as_fd(), Path::new("big")).is_some());
+        let used = e.used.get();
+        c.sweep(used + OPEN_IDLE - Duration::from_millis(1));
+        assert_eq!(c.open(), 1, "used lately: kept");
+        c.sweep(used + OPEN_IDLE);
+        assert!(c.entries.is_empty(), "unused for OPEN_IDLE: let go");
     }
 
     #[test]
@@ -389,8 +419,12 @@ mod tests {
         // The same name again replaces its entry: still as many descriptors.
         c.insert(Path::new("l0"), &entry("l0", SENDFILE_MIN));
         assert_eq!(c.open(), MAX_OPEN_ENTRIES);
-        // One more open file than allowed: the cache starts over.
+        // One more open file than allowed: the one used least lately makes room,
+        // the small files stay.
+        let l1 = c.entries[&b"l1"[..]].clone();
+        l1.used.set(l1.used.get() - Duration::from_secs(1));
         c.insert(Path::new("one-more"), &entry("one-more", SENDFILE_MIN));
-        assert_eq!((c.open(), c.entries.len()), (1, 1));
+        assert_eq!((c.open(), c.entries.len()), (MAX_OPEN_ENTRIES, MAX_OPEN_ENTRIES + 1));
+        assert!(!c.entries.contains_key(&b"l1"[..]) && c.entries.contains_key(&b"small"[..]));
     }
 }

@@ -58,6 +58,12 @@ impl Root {
         self.cache.borrow().distrust();
     }
 
+    /// Lets go of the open files no request used for a while
+    /// ([`super::file_cache::OPEN_IDLE`]).
+    pub fn sweep(&self, now: std::time::Instant) {
+        self.cache.borrow_mut().sweep(now);
+    }
+
     /// What `rel` names under the root: a file ready to send (from the cache when it
     /// is still the same file), a directory, or something not to serve.
     fn lookup(&self, rel: &Path) -> io::Result<Found> {
@@ -283,7 +289,7 @@ impl StaticFiles<'_> {
         let content_type = self.mime.lookup(name);
         let fly = !rules.compress.is_empty()
             && entry.len >= rules.compress_min_size
-            && entry.len <= super::file_cache::MAX_CACHED_FILE
+            && entry.len <= compress::MAX_FLY_FILE
             && compress::compressible(content_type, &rules.compress_types);
         if !fly && rules.precompressed.is_empty() {
             return self.answer_plain(req, entry, name, None, reply);

@@ -92,6 +92,11 @@ pub const BROTLI_QUALITY: u32 = 5;
 /// zstd's level: 9 compresses text about as well as brotli 5 and decodes fastest.
 pub const ZSTD_LEVEL: i32 = 9;
 
+/// Largest file compressed on the fly; a bigger one goes out as it is (ship its
+/// siblings: `precompressed`), its compression being worth more time than an answer
+/// should wait.
+pub const MAX_FLY_FILE: u64 = 256 * 1024;
+
 /// Most bytes of compressed copies a worker keeps.
 pub const MAX_KEPT: usize = 16 * 1024 * 1024;
 

@@ -113,6 +113,15 @@ impl<'c> Server<'c> {
         self.out.logs.idle();
     }
 
+    /// The worker's once-a-second look: the open files no request used for a
+    /// while are let go (a deleted one's space with them).
+    pub fn sweep_files(&self) {
+        let now = std::time::Instant::now();
+        for site in &self.sites {
+            site.sweep_files(now);
+        }
+    }
+
     /// Serves what a held connection has: every whole request in its buffer or
     /// arrived (a burst at most), without waiting for more; or, while an answer
     /// waits, as much more of it as the socket takes. Says what the worker does with

@@ -246,6 +246,7 @@ impl<'a, 'c> Loop<'a, 'c> {
                     self.server.idle();
                 }
                 self.sweep(now);
+                self.server.sweep_files();
                 if let Err(code) = self.look_at_listeners() {
                     return code;
                 }
