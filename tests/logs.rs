@@ -762,3 +762,32 @@ fn a_fast_stop_logs_the_answers_being_written_with_the_bytes_that_went() {
     assert!(sent > 0 && sent < SIZE, "the bytes that went: {sent}");
     drop(stuck);
 }
+
+#[test]
+fn a_worker_a_script_holds_at_a_fast_stop_writes_its_records_from_its_alarm() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new();
+    site.write("htdocs/cgi-bin/sleep.sh", "#!/bin/sh\nsleep 30\n");
+    std::fs::set_permissions(site.path("htdocs/cgi-bin/sleep.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 1\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nprefix = \"/cgi-bin/\"\ncgi = true\nscript_timeout = \"20s\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%U %>s\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n",
+    );
+    let mut p = Pika::start(&site, "-F");
+    assert_eq!(get(p.addr, "/index.html").status, 200);
+    let worker = n_children(p.pid, 1)[0];
+    let addr = p.addr;
+    let _waiting = std::thread::spawn(move || raw(addr, b"GET /cgi-bin/sleep.sh HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    wait_until(DEADLINE, "the script running", || (!children_of(worker).is_empty()).then_some(()));
+    let stop = std::time::Instant::now();
+    p.signal(15);
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
+    // The worker's loop never came back from the script: its alarm wrote the record
+    // and ended it, a second after TERM, before the master's KILL (3 s) would have.
+    assert!(stop.elapsed() < Duration::from_millis(2900), "{:?}", stop.elapsed());
+    assert_eq!(site.access_lines(), ["/index.html 200"]);
+    assert!(!site.error_log().contains("bytes of access-log records worker"), "{}", site.error_log());
+}
