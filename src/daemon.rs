@@ -77,6 +77,7 @@ pub fn run_single(config: Config) -> ExitCode {
         logs,
         log_epoch: scoreboard.header.log_epoch.load(std::sync::atomic::Ordering::SeqCst),
         master: None,
+        held: None,
     };
     let code = crate::worker::run(ctx);
     if code == crate::worker::ChildExit::Retired { ExitCode::SUCCESS } else { ExitCode::FAILURE }

@@ -220,10 +220,12 @@
 //! and writes each line with one `write()`; access logs are opened by the master,
 //! inherited by the workers, and rotated by the master ([`log::rotate`]): rename,
 //! create for the workers, bump the epoch. A worker holds its access-log records back
-//! in a fixed buffer per log ([`log::held`]) and writes them together: when full, when
-//! `flush` old, once a script has kept it waiting a second, when it retires, and
-//! from its `TERM` handler ([`sys::write_on_term`]; the stuck-worker watchdog sends
-//! `TERM` first, `KILL` only after a grace).
+//! in a fixed buffer per log and writes them together: when full, when `flush` old,
+//! once a script has kept it waiting a second, when it retires, and when `TERM` tells
+//! it to stop at once ([`sys::catch_stop`]: its loop logs the answers it was writing
+//! as cut, then writes; the stuck-worker watchdog sends `TERM` first, `KILL` only
+//! after a grace). The buffers live in memory the master shares with each slot
+//! ([`log::held`]): the master writes what a worker killed by `KILL` held.
 //!
 //! # The layers
 //!

@@ -105,7 +105,7 @@ const WORKER_IGNORES: [Signal; 9] = [
 ];
 
 /// Signals a worker gives their default action after the fork (the master handles
-/// them; a worker's `SIGTERM` may then get the handler of [`write_on_term`]).
+/// them; a worker's `SIGTERM` and `SIGALRM` then get the handlers of [`catch_stop`]).
 const WORKER_DEFAULTS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGCHLD, Signal::SIGALRM];
 
 /// In a freshly forked child: replace every handler inherited from the master
@@ -332,86 +332,243 @@ pub fn map_file(file: &std::fs::File, len: u64) -> io::Result<memmap2::Mmap> {
     unsafe { memmap2::MmapOptions::new().len(len).map(file) }
 }
 
-/// One buffer of whole access-log records that the `TERM` handler writes out before
-/// the process ends (see `log/held.rs`): the descriptor, where the buffer is, and how
-/// many bytes of it are records.
-pub struct TermWrite {
-    pub fd: AtomicI32,
-    pub buf: AtomicPtr<u8>,
-    pub len: AtomicUsize,
+/// Bytes in anonymous `MAP_SHARED` memory, mapped before a fork so that the parent
+/// and every child reach the same bytes (a worker's held access-log records, which the
+/// master writes out if the worker dies: see `log/held.rs`). The mapping is never
+/// unmapped, so a copy of this handle stays valid for the life of the process.
+///
+/// Its bytes are never lent out as Rust references: they are copied in, handed to
+/// the kernel by `write(2)`, or read as the atomic words [`SharedBytes::word`] gives.
+/// Each part has one writer at a time (the worker whose slot it is; the master only
+/// once that worker is reaped).
+#[derive(Clone, Copy)]
+pub struct SharedBytes {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
 }
 
-impl TermWrite {
-    pub fn new(fd: i32) -> TermWrite {
-        TermWrite { fd: AtomicI32::new(fd), buf: AtomicPtr::new(std::ptr::null_mut()), len: AtomicUsize::new(0) }
+// SAFETY: the mapping lives as long as the process and is reached only through the
+// methods below (copies, `write(2)`, atomics), so a handle may move between threads.
+unsafe impl Send for SharedBytes {}
+// SAFETY: as above; no method lends out a plain reference to the bytes.
+unsafe impl Sync for SharedBytes {}
+
+/// Maps `len` zeroed bytes shared with every process forked afterwards (page-aligned).
+pub fn map_shared_bytes(len: usize) -> io::Result<SharedBytes> {
+    let size = NonZeroUsize::new(len).ok_or_else(|| io::Error::other("shared mapping of zero size"))?;
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap_anonymous};
+    // SAFETY: a fresh anonymous mapping aliases nothing; the kernel zero-fills it.
+    let ptr = unsafe { mmap_anonymous(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED) }
+        .map_err(io::Error::from)?;
+    Ok(SharedBytes { ptr: ptr.cast(), len })
+}
+
+impl SharedBytes {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `len` bytes from `at` (panics past the end).
+    pub fn part(&self, at: usize, len: usize) -> SharedBytes {
+        assert!(at <= self.len && len <= self.len - at, "a part past the end of a shared mapping");
+        // SAFETY: `at` is within the mapping (checked above).
+        SharedBytes { ptr: unsafe { self.ptr.add(at) }, len }
+    }
+
+    /// The word at `at` as an atomic both sides load and store; `None` unless `at`
+    /// is a multiple of 8 with a whole word there.
+    pub fn word(&self, at: usize) -> Option<&'static AtomicUsize> {
+        let align = std::mem::align_of::<AtomicUsize>();
+        let fits = at % align == 0
+            && self.ptr.as_ptr().addr() % align == 0
+            && at.checked_add(std::mem::size_of::<AtomicUsize>()).is_some_and(|end| end <= self.len);
+        // SAFETY: aligned and within the mapping (checked), which is never unmapped;
+        // all-zero is a valid AtomicUsize, and any bits are; the word is only ever
+        // reached as an atomic (the layout keeps records off it).
+        fits.then(|| unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicUsize>() })
+    }
+
+    /// Copies `bytes` in at `at` (panics past the end).
+    #[inline]
+    pub fn copy_in(&self, at: usize, bytes: &[u8]) {
+        assert!(at <= self.len && bytes.len() <= self.len - at, "a copy past the end of a shared mapping");
+        // SAFETY: the destination is within the mapping (checked) and cannot overlap
+        // `bytes`, a Rust slice of this process's own memory; this part has no other
+        // writer meanwhile (see the type).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(at), bytes.len()) }
+    }
+
+    /// One `write(2)` of the `len` bytes from `at` to `fd` (cut at the end of the
+    /// mapping; async-signal-safe).
+    pub fn write_out(&self, fd: i32, at: usize, len: usize) -> io::Result<usize> {
+        let at = at.min(self.len);
+        let len = len.min(self.len - at);
+        // SAFETY: the range is within the mapping (clamped above); the kernel only
+        // reads it.
+        let n = unsafe { libc::write(fd, self.ptr.as_ptr().add(at).cast(), len) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
     }
 }
 
-/// The entries of this process, published once, read by the handler.
-static TERM_WRITES: AtomicPtr<TermWrite> = AtomicPtr::new(std::ptr::null_mut());
-static TERM_WRITES_LEN: AtomicUsize = AtomicUsize::new(0);
+/// One log's held records as a stopping worker's alarm writes them if its loop
+/// could not (see `log/held.rs`): the log's descriptor, and the area in shared
+/// memory: a word counting the bytes of whole records, then the records.
+pub struct LastWrite {
+    pub fd: AtomicI32,
+    mem: SharedBytes,
+    /// Where the area's word is; the records follow it.
+    at: usize,
+    cap: usize,
+}
 
-/// On `TERM` (and `INT`, which a worker ignores but `pika -X` gets from a terminal),
-/// write every entry's records, then end as the signal would have. Each entry's
-/// buffer must hold `len` initialised bytes and never move; the process must be
-/// single-threaded.
-pub fn write_on_term(entries: &'static [TermWrite]) {
-    TERM_WRITES_LEN.store(entries.len(), Release);
-    TERM_WRITES.store(entries.as_ptr().cast_mut(), Release);
-    let action = SigAction::new(SigHandler::Handler(on_term), SaFlags::empty(), SigSet::empty());
+impl LastWrite {
+    pub fn new(fd: i32, mem: SharedBytes, at: usize, cap: usize) -> LastWrite {
+        LastWrite { fd: AtomicI32::new(fd), mem, at, cap }
+    }
+
+    /// Writes the records the word counts, then counts none (async-signal-safe: a
+    /// load, `write(2)`, a store).
+    fn write_now(&self) {
+        let Some(word) = self.mem.word(self.at) else { return };
+        let len = word.load(Acquire).min(self.cap);
+        if len > 0 {
+            let _ = self.mem.write_out(self.fd.load(Acquire), self.at + std::mem::size_of::<AtomicUsize>(), len);
+            word.store(0, Release);
+        }
+    }
+}
+
+/// The entries of this process, published once, read by the alarm's handler.
+static LAST_WRITES: AtomicPtr<LastWrite> = AtomicPtr::new(std::ptr::null_mut());
+static LAST_WRITES_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Publishes the held records' areas for [`catch_stop`]'s alarm. Each entry's area
+/// must stay laid out as it says for the life of the process.
+pub fn write_last(entries: &'static [LastWrite]) {
+    LAST_WRITES.store(std::ptr::null_mut(), Release);
+    LAST_WRITES_LEN.store(entries.len(), Release);
+    LAST_WRITES.store(entries.as_ptr().cast_mut(), Release);
+}
+
+/// The signal that asked this process to stop at once (0: none yet).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The eventfd the stop handler rings, so that a loop asleep in `epoll_wait` wakes.
+static STOP_BELL: AtomicI32 = AtomicI32::new(-1);
+
+/// How long a worker asked to stop has to log what it was writing and write its
+/// held records from its loop, before its alarm writes the held records itself and
+/// ends it: a loop turn takes microseconds, unless a script holds the worker, and a
+/// fast stop must stay fast (the master's own `KILL` comes later, after
+/// `STOP_GRACE`).
+pub const STOP_ALARM_SECS: u32 = 1;
+
+/// Catches `TERM` (and `INT`, unless ignored, as in a worker; `pika -X` gets it from
+/// a terminal) for a loop that stops in its own time: the handler only notes the
+/// signal ([`stop_asked`]), rings the returned descriptor (an eventfd: add it to the
+/// loop's `epoll` set) and sets an alarm of [`STOP_ALARM_SECS`]; the alarm writes
+/// the areas of [`write_last`] and ends the process as the stop signal would have.
+/// Call once per process; the process must be single-threaded.
+pub fn catch_stop() -> io::Result<BorrowedFd<'static>> {
+    // SAFETY: eventfd(2) takes plain integers; the descriptor it returns is new.
+    let bell = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if bell < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Never closed: the handler may write to it until the process ends.
+    STOP_BELL.store(bell, Release);
+    let stop = SigAction::new(SigHandler::Handler(on_stop), SaFlags::empty(), SigSet::empty());
     for sig in [Signal::SIGTERM, Signal::SIGINT] {
-        // SAFETY: the handler only loads atomics and calls write(2), signal(2) and
-        // raise(3), all async-signal-safe. An ignored INT (a worker) stays ignored.
+        // SAFETY: the handler only uses atomics, write(2) and alarm(2), all
+        // async-signal-safe. An ignored INT (a worker) stays ignored.
         unsafe {
-            if let Ok(prev) = nix::sys::signal::sigaction(sig, &action)
+            if let Ok(prev) = nix::sys::signal::sigaction(sig, &stop)
                 && matches!(prev.handler(), SigHandler::SigIgn)
             {
                 let _ = nix::sys::signal::sigaction(sig, &prev);
             }
         }
     }
+    let alarm = SigAction::new(SigHandler::Handler(on_alarm), SaFlags::empty(), SigSet::empty());
+    // SAFETY: the handler only loads atomics and calls write(2), signal(2),
+    // sigprocmask(2), raise(3) and _exit(2), all async-signal-safe.
+    unsafe { nix::sys::signal::sigaction(Signal::SIGALRM, &alarm) }.map_err(io::Error::from)?;
+    // SAFETY: `bell` is open and ours (above), and stays open.
+    Ok(unsafe { BorrowedFd::borrow_raw(bell) })
 }
 
-extern "C" fn on_term(sig: libc::c_int) {
-    let table = TERM_WRITES.load(Acquire);
+/// The signal that asked this process to stop, once one did.
+#[inline]
+pub fn stop_asked() -> Option<i32> {
+    match STOP_SIGNAL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    if STOP_SIGNAL.compare_exchange(0, sig, Release, std::sync::atomic::Ordering::Relaxed).is_err() {
+        return;
+    }
+    let one: u64 = 1;
+    // SAFETY: write(2) and alarm(2) are async-signal-safe; `one` outlives the call.
+    unsafe {
+        libc::write(STOP_BELL.load(Acquire), (&one as *const u64).cast(), 8);
+        libc::alarm(STOP_ALARM_SECS);
+    }
+}
+
+extern "C" fn on_alarm(_: libc::c_int) {
+    let table = LAST_WRITES.load(Acquire);
     if !table.is_null() {
-        // SAFETY: TERM_WRITES points at TERM_WRITES_LEN entries that live as long as
-        // the process (leaked), published before the handler was installed.
-        let entries = unsafe { std::slice::from_raw_parts(table, TERM_WRITES_LEN.load(Acquire)) };
+        // SAFETY: LAST_WRITES points at LAST_WRITES_LEN entries that live as long as
+        // the process (leaked), published before the pointer.
+        let entries = unsafe { std::slice::from_raw_parts(table, LAST_WRITES_LEN.load(Acquire)) };
         for e in entries {
-            let len = e.len.load(Acquire);
-            let buf = e.buf.load(Acquire);
-            if len > 0 && !buf.is_null() {
-                // SAFETY: buf holds at least len initialised bytes and never moves
-                // (write_on_term's contract).
-                unsafe { libc::write(e.fd.load(Acquire), buf.cast(), len) };
-            }
+            e.write_now();
         }
     }
-    // End the way the signal would have ended us: the parent sees the same status.
-    // SAFETY: signal(2) and raise(3) are async-signal-safe.
+    let sig = match STOP_SIGNAL.load(Acquire) {
+        0 => libc::SIGALRM,
+        sig => sig,
+    };
+    die_by(sig)
+}
+
+/// Ends the process the way `sig` would have (its default action), so the parent
+/// sees the same status; async-signal-safe.
+pub fn die_by(sig: i32) -> ! {
+    // SAFETY: signal(2), sigprocmask(2), raise(3) and _exit(2) are async-signal-safe
+    // and take plain values; `set` is a local that outlives the calls.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         libc::raise(sig);
+        libc::_exit(128 + sig)
     }
 }
 
-/// Holds `TERM` and `INT` off while alive (the records a [`TermWrite`] describes are
-/// being written or moved).
-pub struct TermBlocked(SigSet);
+/// Holds the stop alarm off while alive (held records being written, or their
+/// descriptor changed), so that its handler and the worker never both write them.
+pub struct AlarmBlocked(SigSet);
 
-impl TermBlocked {
-    pub fn hold() -> TermBlocked {
+impl AlarmBlocked {
+    pub fn hold() -> AlarmBlocked {
         let mut set = SigSet::empty();
-        set.add(Signal::SIGTERM);
-        set.add(Signal::SIGINT);
+        set.add(Signal::SIGALRM);
         let mut old = SigSet::empty();
         let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old));
-        TermBlocked(old)
+        AlarmBlocked(old)
     }
 }
 
-impl Drop for TermBlocked {
+impl Drop for AlarmBlocked {
     fn drop(&mut self) {
         let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.0), None);
     }
@@ -623,8 +780,8 @@ extern "C" fn script_child(arg: *mut libc::c_void) -> libc::c_int {
         }
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
-        // Those the worker ignores or handles (its TERM writes the log records it
-        // holds): 12 calls, not 31.
+        // Those the worker ignores or handles (its TERM and its stop alarm): 12
+        // calls, not 31.
         for &sig in WORKER_IGNORES.iter().chain(&WORKER_DEFAULTS) {
             libc::sigaction(sig as libc::c_int, &action, std::ptr::null_mut());
         }

@@ -21,6 +21,7 @@ use crate::handlers::status_page::StatusPage;
 use crate::handover::Handover;
 use crate::listen::Listeners;
 use crate::log::access::AccessLogs;
+use crate::log::held::Shelf;
 use crate::pod::{Doorbell, Pod};
 use crate::scoreboard::counters::Outcome;
 use crate::scoreboard::{Scoreboard, Slot, State, add};
@@ -79,6 +80,10 @@ pub struct WorkerCtx<'a> {
     pub log_epoch: u32,
     /// The master's pid (None in single-process mode).
     pub master: Option<Pid>,
+    /// This worker's slot's piece of the shared memory where it holds access-log
+    /// records, so that the master writes them if this worker is killed (`None` in
+    /// single-process mode: a piece of its own).
+    pub held: Option<Shelf>,
 }
 
 /// The worker's life after `fork()`. Never returns.
@@ -124,7 +129,17 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.count_errors(&slot.traffic.log_write_errors);
-    logs.hold_back();
+    let shelf = match ctx.held {
+        Some(shelf) => Ok(shelf),
+        None => Shelf::private(&AccessLogs::buffers(&ctx.config.access_logs)),
+    };
+    match shelf {
+        Ok(shelf) => logs.hold_back(shelf),
+        Err(e) => {
+            log::error!("cannot map memory for held access-log records: {e}");
+            return ChildExit::Fatal;
+        }
+    }
     // Each worker builds its own rustls setup from the certificates the master loaded
     // and the ticket keys it made, so a session resumes on any worker.
     let tls = match &ctx.config.tls {

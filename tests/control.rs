@@ -549,9 +549,11 @@ fn a_worker_holds_only_its_own_descriptors_and_cannot_be_attached_to() {
         // Both ends of the handover socket (kept-alive connections of leaving workers).
         "a handover socket".to_string(),
         "a handover socket".to_string(),
-        // What the worker opens itself: its docroot and its epoll instance.
+        // What the worker opens itself: its docroot, its epoll instance and the bell
+        // TERM rings in it.
         real("htdocs"),
         "anon_inode:[eventpoll]".to_string(),
+        "anon_inode:[eventfd]".to_string(),
     ];
     want.sort();
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();

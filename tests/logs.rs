@@ -740,3 +740,93 @@ fn bytes_in_count_a_body_that_came_after_its_head() {
     });
     assert_eq!(lines, want);
 }
+
+#[test]
+fn a_killed_workers_held_records_are_written_by_the_master() {
+    let site = Site::new();
+    // One worker, holding every record (nothing is old enough or too many to write):
+    // only its death can bring them out.
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 1\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"combined\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n",
+    );
+    let mut p = Pika::start(&site, "-F");
+    numbered_requests(p.addr, 1..=40);
+    assert_eq!(numbers_in(&site, "access.log"), [0u32; 0], "held, not written");
+    let worker = n_children(p.pid, 1)[0];
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_until(DEADLINE, "the killed worker's records", || {
+        (numbers_in(&site, "access.log") == (1..=40).collect::<Vec<_>>()).then_some(())
+    });
+    assert!(site.error_log().contains(&format!("access-log records worker {worker} (slot 0) held")));
+    // The slot's next worker holds its own records, and the master writes none of
+    // the first one's again.
+    wait_until(DEADLINE, "a new worker", || children_of(p.pid).iter().any(|&w| w != worker).then_some(()));
+    numbered_requests(p.addr, 41..=45);
+    p.signal(15);
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
+    assert_eq!(numbers_in(&site, "access.log"), (1..=45).collect::<Vec<_>>(), "each record once");
+}
+
+#[test]
+fn a_fast_stop_logs_the_answers_being_written_with_the_bytes_that_went() {
+    let site = Site::new();
+    const SIZE: usize = 32 << 20;
+    site.write("htdocs/big.bin", vec![b'x'; SIZE]);
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 1\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nexact = \"/st\"\nstatus = true\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%U %>s %X %O\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n",
+    );
+    let mut p = Pika::start(&site, "-F");
+    // A client that asks for 32 MiB and reads none of it: the answer waits in the
+    // worker for room that never comes.
+    let mut stuck = connect(p.addr);
+    stuck.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "an answer waiting for room", || {
+        get(p.addr, "/st?auto").text().contains("ConnsAsyncWriting: 1").then_some(())
+    });
+    assert_eq!(get(p.addr, "/index.html").status, 200);
+    assert!(site.access_lines().is_empty(), "held, not written");
+    p.signal(15);
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
+    let lines = site.access_lines();
+    assert!(lines.iter().any(|l| l.starts_with("/index.html 200 - ")), "{lines:?}");
+    let cut: Vec<&String> = lines.iter().filter(|l| l.starts_with("/big.bin 200 X ")).collect();
+    assert_eq!(cut.len(), 1, "the cut answer, once: {lines:?}");
+    let sent: usize = cut[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(sent > 0 && sent < SIZE, "the bytes that went: {sent}");
+    drop(stuck);
+}
+
+#[test]
+fn a_worker_a_script_holds_at_a_fast_stop_writes_its_records_from_its_alarm() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new();
+    site.write("htdocs/cgi-bin/sleep.sh", "#!/bin/sh\nsleep 30\n");
+    std::fs::set_permissions(site.path("htdocs/cgi-bin/sleep.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.config(
+        "",
+        "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 2\nmax = 1\n\
+         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+         [[vhost.location]]\nprefix = \"/cgi-bin/\"\ncgi = true\nscript_timeout = \"20s\"\n\
+         [[access_log]]\npath = \"logs/access.log\"\nformat = \"%U %>s\"\nbuffer = \"64KiB\"\nflush = \"1h\"\n",
+    );
+    let mut p = Pika::start(&site, "-F");
+    assert_eq!(get(p.addr, "/index.html").status, 200);
+    let worker = n_children(p.pid, 1)[0];
+    let addr = p.addr;
+    let _waiting = std::thread::spawn(move || raw(addr, b"GET /cgi-bin/sleep.sh HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    wait_until(DEADLINE, "the script running", || (!children_of(worker).is_empty()).then_some(()));
+    let stop = std::time::Instant::now();
+    p.signal(15);
+    assert!(p.wait_exit(DEADLINE).is_some(), "pika did not stop");
+    // The worker's loop never came back from the script: its alarm wrote the record
+    // and ended it, a second after TERM, before the master's KILL (3 s) would have.
+    assert!(stop.elapsed() < Duration::from_millis(2900), "{:?}", stop.elapsed());
+    assert_eq!(site.access_lines(), ["/index.html 200"]);
+    assert!(!site.error_log().contains("bytes of access-log records worker"), "{}", site.error_log());
+}

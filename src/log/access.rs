@@ -6,8 +6,9 @@
 //! open them); a worker renders each record into one reused buffer. With `buffer` set
 //! (the default), a worker holds records back and writes them together: when the next
 //! one would not fit; once the oldest is `flush` old, at the next record or after the
-//! next second the worker waits for work ([`AccessLogs::idle`]); before it exits; and
-//! from the `TERM` handler (see `held.rs`).
+//! next second the worker waits for work ([`AccessLogs::idle`]); before it exits
+//! (also on a fast stop). Held records live in memory the master reads: the master
+//! writes what a killed worker held ([`AccessLogs::write_leftovers`], `held.rs`).
 
 use std::fs::File;
 use std::io::Write;
@@ -18,7 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use super::filter::{Facts, Filter};
 use super::format::LogFormat;
-use super::held::{self, Held};
+use super::held::{self, Held, Shelf};
 use super::record::Record;
 use crate::config::AccessLog;
 
@@ -108,23 +109,71 @@ impl AccessLogs {
         }
     }
 
-    /// From now on, hold records back in the logs configured with a `buffer` (and
-    /// write them out if `TERM` ends this process). Called once, in a worker.
-    pub fn hold_back(&mut self) {
-        let buffered: Vec<&mut OpenLog> = self.logs.iter_mut().filter(|l| l.buffer > 0).collect();
-        if buffered.is_empty() {
+    /// The `buffer` of each log, in order (0: written at once): what a shelf's
+    /// layout is made from, by the worker and by the master alike.
+    pub fn buffers(configs: &[AccessLog]) -> Vec<usize> {
+        configs.iter().map(|c| c.buffer).collect()
+    }
+
+    /// From now on, hold records back in the logs configured with a `buffer`, on
+    /// `shelf` (this worker's slot's, which the master reads if the worker dies; see
+    /// `held.rs`). Called once, in a worker.
+    pub fn hold_back(&mut self, shelf: Shelf) {
+        let buffers: Vec<usize> = self.logs.iter().map(|l| l.buffer).collect();
+        let areas = shelf.layout(&buffers);
+        let mut wants = Vec::new();
+        let mut which = Vec::new();
+        for (i, (log, area)) in self.logs.iter().zip(&areas).enumerate() {
+            let Some(area) = *area else { continue };
+            // One write() of up to PIPE_BUF bytes is atomic on a pipe; on a regular
+            // file a whole write() is.
+            let cap = if log.file.metadata().is_ok_and(|m| m.is_file()) { area.cap } else { area.cap.min(MAX_RECORD) };
+            wants.push(held::Want { area, cap, fd: log.file.as_raw_fd() });
+            which.push(i);
+        }
+        if wants.is_empty() {
             return;
         }
-        // One write() of up to PIPE_BUF bytes is atomic on a pipe; on a regular file a
-        // whole write() is.
-        let sizes: Vec<usize> = buffered
-            .iter()
-            .map(|l| if l.file.metadata().is_ok_and(|m| m.is_file()) { l.buffer } else { l.buffer.min(MAX_RECORD) })
-            .collect();
-        let fds: Vec<i32> = buffered.iter().map(|l| l.file.as_raw_fd()).collect();
-        for (log, h) in buffered.into_iter().zip(held::install(&sizes, &fds)) {
-            log.held = Some(h);
+        for (i, h) in which.into_iter().zip(held::install(shelf, &wants)) {
+            self.logs[i].held = Some(h);
         }
+    }
+
+    /// In the master: writes what a dead worker left on `shelf` (`left`: each
+    /// buffered log's path and area, as the worker was forked with them) to each
+    /// log's current file, the master's own descriptor if it still has the log, and
+    /// counts none. Returns the bytes written.
+    pub fn write_leftovers(&self, shelf: Shelf, left: &[(PathBuf, held::Area)]) -> usize {
+        let mut total = 0;
+        for (path, area) in left {
+            let len = shelf.leftover(*area);
+            if len == 0 {
+                continue;
+            }
+            let opened;
+            let fd = match self.logs.iter().find(|l| l.path == *path) {
+                Some(log) => log.file.as_raw_fd(),
+                None => match super::open_append(path) {
+                    Ok(f) => {
+                        opened = f;
+                        opened.as_raw_fd()
+                    }
+                    Err(e) => {
+                        log::error!(
+                            "access log {}: {e}; {len} bytes of records a worker held are lost",
+                            path.display()
+                        );
+                        shelf.clear(&[Some(*area)]);
+                        continue;
+                    }
+                },
+            };
+            match shelf.write_leftover(*area, fd) {
+                Ok(n) => total += n,
+                Err(e) => log::error!("access log {}: {e}; records a worker held are lost", path.display()),
+            }
+        }
+        total
     }
 
     /// Writes one record to every log whose filter (and vhost) takes it.
@@ -148,7 +197,7 @@ impl AccessLogs {
             };
             let now = *now_ms.get_or_insert_with(crate::scoreboard::now_ms);
             if self.buf.len() > held.room() {
-                held.drain(|batch| put(&mut log.file, &log.path, &mut log.health, batch));
+                drain(held, &log.file, &log.path, &mut log.health);
             }
             if self.buf.len() > held.capacity() {
                 put(&mut log.file, &log.path, &mut log.health, &self.buf);
@@ -156,7 +205,7 @@ impl AccessLogs {
                 held.push(&self.buf, now);
             }
             if held.age_ms(now) >= log.flush_ms {
-                held.drain(|batch| put(&mut log.file, &log.path, &mut log.health, batch));
+                drain(held, &log.file, &log.path, &mut log.health);
             }
         }
     }
@@ -195,7 +244,7 @@ impl AccessLogs {
         for log in &mut self.logs {
             if due(log) {
                 let OpenLog { held: Some(h), file, path, health, .. } = log else { continue };
-                h.drain(|batch| put(file, path, health, batch));
+                drain(h, file, path, health);
             }
         }
     }
@@ -244,15 +293,27 @@ struct Health {
 /// is the recovery.
 fn put(file: &mut File, path: &std::path::Path, health: &mut Health, bytes: &[u8]) {
     // One write() on an O_APPEND descriptor: the records land whole at the end.
-    let written = file.write(bytes);
-    if !matches!(written, Ok(n) if n == bytes.len()) {
+    account(path, health, bytes.len(), file.write(bytes));
+}
+
+/// Writes the records `held` holds (one `write()`, as [`put`]).
+fn drain(held: &mut Held, file: &File, path: &std::path::Path, health: &mut Health) {
+    if let Some((len, written)) = held.drain(file.as_raw_fd()) {
+        account(path, health, len, written);
+    }
+}
+
+/// What one write of `len` bytes of records did: a failure is counted each time,
+/// said once, and so is the recovery.
+fn account(path: &std::path::Path, health: &mut Health, len: usize, written: std::io::Result<usize>) {
+    if !matches!(written, Ok(n) if n == len) {
         if let Some(errors) = health.errors {
             crate::scoreboard::add(errors, 1);
         }
     }
     let failing = &mut health.failing;
     match written {
-        Ok(n) if n == bytes.len() => {
+        Ok(n) if n == len => {
             if *failing {
                 *failing = false;
                 log::warn!("access log {} is writable again", path.display());
@@ -262,9 +323,8 @@ fn put(file: &mut File, path: &std::path::Path, health: &mut Health, bytes: &[u8
         Ok(n) => {
             *failing = true;
             log::error!(
-                "access log {}: short write ({n} of {}); records are lost until it recovers",
-                path.display(),
-                bytes.len()
+                "access log {}: short write ({n} of {len}); records are lost until it recovers",
+                path.display()
             );
         }
         Err(e) => {
@@ -373,8 +433,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("access.log");
         // "%U" is the path: records of exactly 10 bytes ("/00000000" and a newline).
-        let mut logs = AccessLogs::open(&[conf(&path, "%U", 35, Duration::from_secs(3600))]).unwrap();
-        logs.hold_back();
+        let configs = [conf(&path, "%U", 35, Duration::from_secs(3600))];
+        let mut logs = AccessLogs::open(&configs).unwrap();
+        logs.hold_back(Shelf::private(&AccessLogs::buffers(&configs)).unwrap());
         let lines = |p: &std::path::Path| std::fs::read_to_string(p).unwrap().lines().count();
         for i in 0..3 {
             let p = format!("/{i:08}");
@@ -399,12 +460,41 @@ mod tests {
     }
 
     #[test]
+    fn the_master_writes_what_a_killed_worker_held_once_to_the_current_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, old) = (dir.path().join("access.log"), dir.path().join("access.log.1"));
+        let no_headers = |_: &str| None;
+        let configs = [conf(&path, "%U", 4096, Duration::from_secs(3600)), conf(&path, "%U", 0, Duration::ZERO)];
+        let buffers = AccessLogs::buffers(&configs);
+        let region = held::Region::map(&buffers, 2).unwrap();
+        let mut master = AccessLogs::open(&configs).unwrap();
+        let mut worker = AccessLogs::open(&configs).unwrap();
+        worker.hold_back(region.shelf(1));
+        worker.write(&record(b"/a", &no_headers), false, 0);
+        worker.write(&record(b"/b", &no_headers), false, 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "/a\n/b\n", "the unbuffered twin's, at once");
+        // A rotation, then the worker is killed: it writes nothing more.
+        std::fs::rename(&path, &old).unwrap();
+        master.reopen();
+        std::mem::forget(worker);
+        let shelf = region.shelf(1);
+        let left: Vec<(PathBuf, held::Area)> =
+            configs.iter().zip(shelf.layout(&buffers)).filter_map(|(c, a)| Some((c.path.clone(), a?))).collect();
+        assert_eq!(master.write_leftovers(region.shelf(0), &left), 0, "another slot's");
+        assert_eq!(master.write_leftovers(shelf, &left), 6);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "/a\n/b\n", "in the new file");
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "/a\n/b\n", "the twin's only");
+        assert_eq!(master.write_leftovers(shelf, &left), 0, "once");
+    }
+
+    #[test]
     fn a_held_record_goes_out_once_flush_old_when_idle_or_with_the_next() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("access.log");
         let no_headers = |_: &str| None;
-        let mut logs = AccessLogs::open(&[conf(&path, "%U", 4096, Duration::from_millis(50))]).unwrap();
-        logs.hold_back();
+        let configs = [conf(&path, "%U", 4096, Duration::from_millis(50))];
+        let mut logs = AccessLogs::open(&configs).unwrap();
+        logs.hold_back(Shelf::private(&AccessLogs::buffers(&configs)).unwrap());
         logs.write(&record(b"/a", &no_headers), false, 0);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
         logs.idle();

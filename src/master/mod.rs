@@ -34,6 +34,7 @@ pub mod signals;
 mod upgrade;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
@@ -46,6 +47,7 @@ use crate::config::Config;
 use crate::handover::Handover;
 use crate::listen::{self, Listeners};
 use crate::log::access::AccessLogs;
+use crate::log::held::{Area, Region};
 use crate::log::rotate::Schedule;
 use crate::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
@@ -64,8 +66,10 @@ use upgrade::Upgrades;
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);
 /// How long a fast stop, or the stuck-worker watchdog, waits after TERM before KILL.
-/// A worker's TERM handler only writes the access-log records it holds, then dies:
-/// that takes milliseconds unless the log's disk hangs.
+/// A worker told to stop logs the answers it was writing and writes the records it
+/// holds, then dies: milliseconds, and never more than its own alarm
+/// (`sys::STOP_ALARM_SECS`) unless the log's disk hangs. What a KILLed worker held,
+/// the master writes.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
 fn unix_now() -> i64 {
@@ -77,6 +81,9 @@ struct Child {
     generation: u32,
     born: Instant,
     fate: Fate,
+    /// Where its buffered logs hold records on its slot's shelf, by path, as its
+    /// config laid them out: what the master writes out if it dies holding some.
+    held: Vec<(PathBuf, Area)>,
 }
 
 /// What the master decided about a worker, if anything.
@@ -116,6 +123,9 @@ pub struct Master {
     auth_files: crate::config::watch::Watch,
     signals: Signals,
     logs: AccessLogs,
+    /// Every slot's shelf of held access-log records (`log::held`), made before the
+    /// first fork.
+    held: Region,
     rotations: Schedule,
     /// The pid table: the only pids the master ever signals.
     children: HashMap<Pid, Child>,
@@ -178,6 +188,8 @@ impl Master {
         // group (an existing one keeps its own).
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
+        let held = Region::map(&AccessLogs::buffers(&config.access_logs), config.workers.max as usize)
+            .map_err(|e| format!("held log records: {e}"))?;
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
         let auth_files = crate::config::watch::Watch::new(config.auth_files(), config.http.file_check_interval);
         let mut master = Master {
@@ -199,6 +211,7 @@ impl Master {
             auth_files,
             signals,
             logs,
+            held,
             children: HashMap::new(),
             generation: 0,
         };
@@ -345,6 +358,18 @@ impl Master {
 
     fn make_child(&mut self, slot: usize) -> std::io::Result<()> {
         self.scoreboard.slots[slot].claim(self.generation);
+        // Where the child will hold its records: counted empty until it lays the
+        // shelf out itself, and remembered for its end.
+        let shelf = self.held.shelf(slot);
+        let areas = shelf.layout(&AccessLogs::buffers(&self.config.access_logs));
+        shelf.clear(&areas);
+        let held = self
+            .config
+            .access_logs
+            .iter()
+            .zip(&areas)
+            .filter_map(|(log, area)| Some((log.path.clone(), (*area)?)))
+            .collect();
         // The epoch of the logs the child inherits, read here: once forked, this
         // process may rotate them before the child looks.
         let log_epoch = self.scoreboard.header.log_epoch.load(SeqCst);
@@ -368,13 +393,14 @@ impl Master {
                     logs,
                     log_epoch,
                     master: Some(nix::unistd::getppid()),
+                    held: Some(shelf),
                 };
                 worker::child_main(ctx)
             }
             Ok(Forked::Parent(pid)) => {
                 sys::restore_signals(&old_mask);
-                self.children
-                    .insert(pid, Child { slot, generation: self.generation, born: Instant::now(), fate: Fate::Own });
+                let born = Instant::now();
+                self.children.insert(pid, Child { slot, generation: self.generation, born, fate: Fate::Own, held });
                 self.scoreboard.header.pool.starts.fetch_add(1, Relaxed);
                 Ok(())
             }
@@ -401,6 +427,7 @@ impl Master {
                 }
                 continue;
             };
+            self.write_leftovers(pid, &child);
             let slot = &self.scoreboard.slots[child.slot];
             slot.pid.store(0, Relaxed);
             slot.body_spool.store(0, Relaxed);
@@ -423,6 +450,15 @@ impl Master {
                     log::error!("fork failed: {e}");
                 }
             }
+        }
+    }
+
+    /// Writes the access-log records a worker that ended held (killed by `KILL`, or
+    /// crashed: one that exits writes its own), before its slot gets another.
+    fn write_leftovers(&self, pid: Pid, child: &Child) {
+        let written = self.logs.write_leftovers(self.held.shelf(child.slot), &child.held);
+        if written > 0 {
+            log::info!("wrote the {written} bytes of access-log records worker {pid} (slot {}) held", child.slot);
         }
     }
 

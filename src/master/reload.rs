@@ -34,6 +34,15 @@ impl Master {
                 self.scoreboard.slots.len()
             );
         }
+        let buffers = AccessLogs::buffers(&new.access_logs);
+        for (i, want, got) in crate::log::held::cut(&buffers, self.held.room()) {
+            let path = new.access_logs[i].path.display();
+            let got =
+                if got == 0 { "none: each record is written at once".to_string() } else { format!("{got} bytes") };
+            log::warn!(
+                "access log {path}: buffer of {want} bytes, held {got} (the memory for held records is sized at start: restart for more)"
+            );
+        }
         self.listeners = listeners;
         self.logs = logs;
         self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());

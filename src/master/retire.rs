@@ -58,9 +58,10 @@ impl Master {
     }
 
     /// A worker showing no progress in one request for longer than
-    /// `http.request_timeout` is stopped: TERM first, so its handler writes the
-    /// access-log records the worker holds, then KILL after [`STOP_GRACE`] if it is
-    /// still there (each read and write has its own timeout, so only a bug, a kernel
+    /// `http.request_timeout` is stopped: TERM first, so that it (or, stuck, its
+    /// alarm a second later) writes the access-log records it holds, then KILL after
+    /// [`STOP_GRACE`] if it is still there, whose records the master writes when it
+    /// reaps it (each read and write has its own timeout, so only a bug, a kernel
     /// stall or a client slower than the timeouts allow gets here).
     pub(super) fn kill_stuck_workers(&mut self) {
         let now = crate::scoreboard::now_ms();

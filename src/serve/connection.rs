@@ -122,6 +122,11 @@ impl<'c> Server<'c> {
         }
     }
 
+    /// Writes out every held access-log record (the worker stops at once).
+    pub fn flush_logs(&mut self) {
+        self.out.logs.flush();
+    }
+
     /// Serves what a held connection has: every whole request in its buffer or
     /// arrived (a burst at most), without waiting for more; or, while an answer
     /// waits, as much more of it as the socket takes. Says what the worker does with

@@ -143,8 +143,8 @@ impl Output {
         self.writer.send(t, reply, start, how, obs)
     }
 
-    /// The account stage: the metrics count the request (not the master's dummy
-    /// requests, which are not traffic), and its access-log record is made.
+    /// The account stage: the request's access-log record is made, and the metrics
+    /// count it (not the master's dummy requests, which are not traffic).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn account(
@@ -157,6 +157,11 @@ impl Output {
         tls: Option<TlsFields<'_>>,
         obs: &mut dyn Observer,
     ) {
+        obs.state(ConnState::Logging);
+        // Logged, then counted: a worker killed between the two (a few instructions)
+        // has the request in its log (the master writes what it held) and not in
+        // the count of answered requests, never answered and unlogged.
+        self.log(config, conn, asked, answer, bytes_in, tls);
         match *asked {
             Asked::Request { req, kind, cached, .. } if !kind.internal => {
                 obs.served(&answer.outcome(req.method_str.as_bytes(), cached, false));
@@ -167,8 +172,6 @@ impl Output {
                 obs.served(&answer.outcome(method, None, true));
             }
         }
-        obs.state(ConnState::Logging);
-        self.log(config, conn, asked, answer, bytes_in, tls);
     }
 
     /// Makes the access-log record of one request and hands it to the logs: the one

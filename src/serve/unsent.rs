@@ -10,8 +10,9 @@
 //! turns. The connection reads no further request meanwhile: its unread bytes wait
 //! here too, and are served once the answer is out. The answer's access-log record
 //! and its count in the metrics are made then ([`Server::finish_answer`]), or when
-//! the write fails or `send_timeout` passes with no byte taken, with the bytes sent
-//! by then: every answered request is logged once, with its real size.
+//! the write fails or `send_timeout` passes with no byte taken, or the worker is told
+//! to stop at once ([`Server::cut_short`]), with the bytes sent by then: every
+//! answered request is logged once, with its real size.
 
 use super::connection::Server;
 use super::cycle::{HeaderSlots, file_shrank};
@@ -87,6 +88,17 @@ impl Server<'_> {
             }
             Ok(true) => self.finish_answer(h, Ok(()), obs),
             Err(e) => self.finish_answer(h, Err(e), obs),
+        }
+    }
+
+    /// The worker stops at once (`TERM`: a fast stop, the watchdog, the master's
+    /// death): an answer still being written to `h` is accounted and logged as cut
+    /// (`%X` is `X`), with the bytes sent so far. Any other phase has no answer to
+    /// account.
+    pub fn cut_short(&mut self, h: &mut Held, obs: &mut dyn Observer) {
+        if matches!(h.wait.phase, Phase::Writing(_)) {
+            let stop = std::io::Error::new(std::io::ErrorKind::Interrupted, "the worker stopped");
+            let _ = self.finish_answer(h, Err(stop), obs);
         }
     }
 

@@ -36,7 +36,8 @@
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
-//! Then the worker exits. A hard stop (`TERM`) closes all of them.
+//! Then the worker exits. A hard stop (`TERM`) closes all of them, once the answers
+//! being written are logged with what went of them.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
@@ -52,6 +53,7 @@ use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next, thaw_body};
 use crate::serve::observer::{Hooks, Relief};
+use crate::sys;
 
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written (one the master's pipe of death had better retire).
@@ -77,6 +79,8 @@ fn accept_nonblocking(
 /// Event tags above any index into the connection table.
 const LISTENER: u64 = 1 << 62;
 const HANDOVER: u64 = 1 << 61;
+/// The stop bell (`sys::catch_stop`): rung by `TERM`, looked at after every wait.
+const STOP: u64 = 1 << 60;
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 64;
 /// How often deadlines are looked at (keep-alive, header, linger timeouts are
@@ -161,6 +165,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             next_sweep: now_ms() + SWEEP.as_millis() as u64,
             scratch: Vec::new(),
         };
+        let bell = sys::catch_stop()?;
+        l.parked.epoll.add(bell, EpollEvent::new(EpollFlags::EPOLLIN, STOP))?;
         l.listen(true)?;
         if let Some(h) = ctx.handover {
             let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
@@ -228,6 +234,9 @@ impl<'a, 'c> Loop<'a, 'c> {
                     return ChildExit::Sick;
                 }
             };
+            if let Some(sig) = sys::stop_asked() {
+                self.stop_at_once(sig);
+            }
             if let Err(code) = self.dispatch(&events[..n]) {
                 return code;
             }
@@ -287,6 +296,8 @@ impl<'a, 'c> Loop<'a, 'c> {
                 self.accept((tag - LISTENER) as usize)?;
             } else if tag == HANDOVER {
                 self.adopt();
+            } else if tag == STOP {
+                // Rung by TERM: seen after the wait, before these events.
             } else {
                 self.serve(tag as usize);
             }
@@ -533,6 +544,22 @@ impl<'a, 'c> Loop<'a, 'c> {
         }
         let max = ctx.config.workers.max_requests;
         (max > 0 && self.obs.slot.worker_requests.load(Relaxed) >= max).then_some(Leaving::Recycle)
+    }
+
+    /// Told to stop at once (`TERM`; `INT` in `pika -X`): each answer still being
+    /// written is logged as cut (`%X` is `X`) with the bytes that went, every held
+    /// record is written, and the process ends as the signal would have ended it
+    /// (its sockets close with it). A worker that does not get here within
+    /// `sys::STOP_ALARM_SECS` (a script holds it) is ended by its alarm, which
+    /// writes the held records.
+    fn stop_at_once(&mut self, sig: i32) -> ! {
+        for i in 0..self.parked.table.slots.len() {
+            if let Some(mut h) = self.parked.table.take_out(i) {
+                self.server.cut_short(&mut h, &mut *self.obs);
+            }
+        }
+        self.server.flush_logs();
+        sys::die_by(sig)
     }
 
     /// Stops taking connections and hands over the idle ones it holds.
