@@ -126,6 +126,29 @@ fn headers_expires_and_charset_decorate_answers() {
     assert!(always.starts_with("HTTP/1.1 404") && always.contains("X-Always: yes\r\n"), "{always}");
 }
 
+#[test]
+fn expires_replaces_a_scripts_own_caching_lines() {
+    let site = Site::new();
+    site.write(
+        "htdocs/cgi-bin/style.sh",
+        "#!/bin/sh\nprintf 'Content-Type: text/css\\r\\nCache-Control: public, max-age=5\\r\\n\
+         Expires: Thu, 01 Jan 1970 00:00:00 GMT\\r\\nX-Script: 1\\r\\n\\r\\nbody{}\\n'\n",
+    );
+    let script = site.path("htdocs/cgi-bin/style.sh");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let p = start(
+        &site,
+        "",
+        "[[vhost.location]]\nprefix = \"/cgi-bin/\"\ncgi = true\nexpires = { \"text/css\" = \"1h\" }\n",
+    );
+    let r = get(p.addr, "/cgi-bin/style.sh");
+    assert_eq!((r.status, r.text().as_str()), (200, "body{}\n"), "{}", r.head);
+    assert_eq!(r.head.matches("Cache-Control:").count(), 1, "{}", r.head);
+    assert_eq!(r.head.matches("Expires:").count(), 1, "{}", r.head);
+    assert!(r.head.contains("Cache-Control: max-age=3600\r\n") && !r.head.contains("1970"), "{}", r.head);
+    assert!(r.head.contains("X-Script: 1\r\n"), "{}", r.head);
+}
+
 /// An htpasswd file with a user for each hash Debian's htpasswd writes, all with
 /// the password `pa:ss wörd`.
 fn htpasswd_file(site: &Site, htpasswd: &PathBuf) -> PathBuf {

@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod acme;
+mod apps;
 mod balancer;
 mod browser;
 mod config;

@@ -16,7 +16,9 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_pika");
 /// missing fails instead of being skipped.
 pub const REQUIRE_TOOLS: &str = "PIKA_TEST_REQUIRE_TOOLS";
 
-/// The external program `tool` (a name in `tests/tools.txt`), found on `PATH`.
+/// The external program `tool` (a name in `tests/tools.txt`), found on `PATH`; or,
+/// for a package known by a file it installs (an application, a PHP module), that
+/// file, named in `tests/tools.txt` by its absolute path.
 ///
 /// Missing: under `PIKA_TEST_REQUIRE_TOOLS=1` (as `.ci/run` runs) the test panics;
 /// otherwise this returns `None` after writing a line that names the test, the tool and
@@ -25,7 +27,11 @@ pub const REQUIRE_TOOLS: &str = "PIKA_TEST_REQUIRE_TOOLS";
 pub fn need_tool(tool: &str) -> Option<PathBuf> {
     let package = tool_package(tool)
         .unwrap_or_else(|| panic!("{tool} is not listed in tests/tools.txt: add it with its Debian package"));
-    if let Some(path) = on_path(tool) {
+    let found = match tool.starts_with('/') {
+        true => Some(PathBuf::from(tool)).filter(|p| p.exists()),
+        false => on_path(tool),
+    };
+    if let Some(path) = found {
         return Some(path);
     }
     let test = std::thread::current().name().unwrap_or("a test").to_string();

@@ -185,15 +185,21 @@ impl<'h> Reply<'h> {
 
     /// Replaces the `Content-Type` line's value, keeping every other header line.
     pub fn set_content_type(&mut self, value: &str) -> &mut Self {
-        let kept: Vec<u8> = self
-            .headers
-            .split_inclusive(|&b| b == b'\n')
-            .filter(|l| !l.to_ascii_lowercase().starts_with(b"content-type:"))
-            .flatten()
-            .copied()
-            .collect();
-        *self.headers = kept;
+        self.remove_headers(&["content-type"]);
         self.header("Content-Type", value)
+    }
+
+    /// Drops every header line with one of `names` (lowercase), keeping the others
+    /// in their order.
+    pub fn remove_headers(&mut self, names: &[&str]) -> &mut Self {
+        let named = |line: &[u8]| {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+            names.iter().any(|n| line[..colon].eq_ignore_ascii_case(n.as_bytes()))
+        };
+        let kept: Vec<u8> =
+            self.headers.split_inclusive(|&b| b == b'\n').filter(|l| !named(l)).flatten().copied().collect();
+        *self.headers = kept;
+        self
     }
 
     /// Turns this reply into a short HTML error page for `status`.

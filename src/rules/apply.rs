@@ -194,7 +194,9 @@ pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply
         && headers::expires_status(reply.status)
         && let Some(d) = rules.expires.for_type(content_type.as_deref().unwrap_or(""))
     {
+        // As nginx's `expires`: it replaces what a script said of its caching.
         let (cache_control, expires) = headers::expiry_values(d, now);
+        reply.remove_headers(&["cache-control", "expires"]);
         reply.header("Cache-Control", cache_control).header("Expires", expires);
     }
     if let (Some(cs), Some(ct)) = (&rules.charset, &content_type)
@@ -294,6 +296,18 @@ mod tests {
         assert!(head.contains("Content-Type: text/plain; charset=utf-8\r\n"), "{head}");
         assert!(head.contains("Content-Encoding: gzip\r\n") && head.contains("Vary: Accept-Encoding\r\n"), "{head}");
         assert!(reply.body.len() < 100);
+        // A script's own caching lines are replaced, not sent beside the rule's.
+        let mut buf = Vec::new();
+        let mut reply = Reply::new(&mut buf);
+        reply.header("Cache-Control", "public, max-age=5").header("Content-Type", "text/plain");
+        reply.header("Expires", "Fri, 13 Feb 2009 23:31:30 GMT").header("X-B", "2");
+        reply.body = Body::Owned(b"short".to_vec());
+        decorate(&rules, None, &mut reply, SystemTime::UNIX_EPOCH);
+        let head = String::from_utf8_lossy(reply.headers).into_owned();
+        assert_eq!(head.matches("Cache-Control").count(), 1, "{head}");
+        assert_eq!(head.matches("Expires").count(), 1, "{head}");
+        assert!(head.contains("Cache-Control: max-age=60\r\n") && !head.contains("2009"), "{head}");
+        assert!(head.contains("X-B: 2\r\n") && head.contains("Content-Type: text/plain"), "{head}");
         // An error: no headers (2xx/3xx only), no expiry; its page still compressed.
         let mut buf = Vec::new();
         let mut reply = Reply::new(&mut buf);

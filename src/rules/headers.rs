@@ -7,7 +7,8 @@
 //! answers, or on every answer with `headers_always = true` (nginx's `add_header ...
 //! always`). `expires` sets `Cache-Control: max-age` and `Expires`, for the location
 //! or by content type (`{ "image/*" = "30d", "text/html" = "0s" }`), on the statuses
-//! nginx gives it (200, 201, 204, 206, 301, 302, 303, 304, 307, 308). `charset`
+//! nginx gives it (200, 201, 204, 206, 301, 302, 303, 304, 307, 308), in place of a
+//! script's own `Cache-Control` and `Expires` (as nginx's replaces them). `charset`
 //! names the encoding of text answers (`Content-Type: text/html; charset=utf-8`).
 
 use std::collections::BTreeMap;
