@@ -301,3 +301,23 @@ fn a_link_refused_by_the_symlinks_rule_is_said_once() {
     );
     assert!(said[0].contains(&want) && said[0].contains("symlinks = \"follow\""), "{}", said[0]);
 }
+
+/// nginx's listing keys: sizes rounded, times in the server's zone (the JSON form
+/// keeps bytes), each a location's own or its vhost's.
+#[test]
+fn a_listing_rounds_sizes_and_shows_local_times_when_asked() {
+    let site = site_with_folders(&["htdocs"]);
+    site.write("htdocs/files/big.iso", vec![0u8; 1536 * 1024]);
+    site.write("htdocs/exact/big.iso", vec![0u8; 1536 * 1024]);
+    let p = start(
+        &site,
+        "[[vhost.location]]\nprefix = \"/files/\"\nautoindex = true\nautoindex_exact_size = false\nautoindex_localtime = true\n\
+         [[vhost.location]]\nprefix = \"/exact/\"\nautoindex = true\n",
+    );
+    let page = get(p.addr, "/files/").text();
+    assert!(page.contains("big.iso</a></td><td>1.5M</td>"), "{page}");
+    let json = get_with(p.addr, "/files/", "Accept: application/json\r\n").text();
+    assert!(json.contains("\"size\":1572864"), "{json}");
+    let page = get(p.addr, "/exact/").text();
+    assert!(page.contains("big.iso</a></td><td>1572864</td>"), "{page}");
+}

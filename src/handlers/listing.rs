@@ -1,6 +1,10 @@
 //! Directory listings (`autoindex = true`): an HTML table, or JSON for clients that
 //! ask for `application/json`.
 //!
+//! How the HTML table shows sizes and times is the location's `autoindex_exact_size`
+//! and `autoindex_localtime` ([`Style`], nginx's keys of the same names); the JSON
+//! form always gives bytes and UTC, for programs.
+//!
 //! Names come from the file system, which an uploader may control, so every name is
 //! HTML-escaped in text and percent-encoded in links. Sorting follows Apache's query
 //! keys: `?C=N|S|M` (name, size, modified) and `;O=A|D` (ascending, descending).
@@ -15,6 +19,22 @@ use crate::http::path::{CleanPath, encode_path};
 use crate::http::request::Request;
 use crate::http::response::{Body, Reply};
 use crate::text::{html_escape, json_string};
+
+/// How a listing's HTML shows sizes and times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// Sizes in bytes (`true`, the default), or rounded to K, M, G (`1.5M`).
+    pub exact_size: bool,
+    /// Times in the server's local time zone with its offset, or in UTC (the
+    /// default).
+    pub local_time: bool,
+}
+
+impl Default for Style {
+    fn default() -> Style {
+        Style { exact_size: true, local_time: false }
+    }
+}
 
 struct Entry {
     name: Vec<u8>,
@@ -64,7 +84,7 @@ fn sort(entries: &mut [Entry], key: Key, desc: bool) {
 /// out unless `serve_hidden`.
 pub fn render(
     dir: File,
-    serve_hidden: bool,
+    (serve_hidden, style): (bool, Style),
     req: &Request<'_>,
     path: &CleanPath<'_>,
     query: Option<&[u8]>,
@@ -104,7 +124,7 @@ pub fn render(
         reply.body = Body::Owned(json(&entries).into_bytes());
     } else {
         reply.header("Content-Type", "text/html; charset=utf-8");
-        reply.body = Body::Owned(html(&path.bytes, &entries, key, desc).into_bytes());
+        reply.body = Body::Owned(html(&path.bytes, &entries, (key, desc), style).into_bytes());
     }
     // Variants by Accept: caches must keep them apart.
     reply.header("Vary", "Accept");
@@ -114,7 +134,28 @@ fn rfc3339(secs: i64) -> String {
     jiff::Timestamp::from_second(secs).map(|t| t.to_string()).unwrap_or_default()
 }
 
-fn html(dir: &[u8], entries: &[Entry], key: Key, desc: bool) -> String {
+/// A time for the HTML table: RFC 3339 in UTC, or in the server's time zone with
+/// its offset (`2026-12-05T23:10:00+01:00`).
+fn shown_time(secs: i64, local: bool) -> String {
+    if !local {
+        return rfc3339(secs);
+    }
+    let Ok(t) = jiff::Timestamp::from_second(secs) else { return String::new() };
+    // The zone read at start, before any chroot (which may lack /etc/localtime).
+    let zoned = t.to_zoned_datetime(crate::log::local_zone().clone());
+    zoned.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string()
+}
+
+/// A size as nginx's `autoindex_exact_size off` shows it: bytes below a KiB, then
+/// K, M, G with one decimal below ten (`987`, `1.5K`, `23M`).
+fn rounded_size(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    let Some((unit, suffix)) = UNITS.iter().find(|(u, _)| n >= *u) else { return n.to_string() };
+    let tenths = n * 10 / unit;
+    if tenths < 100 { format!("{}.{}{suffix}", tenths / 10, tenths % 10) } else { format!("{}{suffix}", n / unit) }
+}
+
+fn html(dir: &[u8], entries: &[Entry], (key, desc): (Key, bool), style: Style) -> String {
     let title = html_escape(&String::from_utf8_lossy(dir));
     let mut s = String::with_capacity(512 + entries.len() * 160);
     let _ = write!(
@@ -134,11 +175,15 @@ fn html(dir: &[u8], entries: &[Entry], key: Key, desc: bool) -> String {
         let slash = if e.is_dir { "/" } else { "" };
         let href = encode_path(&e.name);
         let name = html_escape(&String::from_utf8_lossy(&e.name));
-        let size = if e.is_dir { "-".to_string() } else { e.size.to_string() };
+        let size = match (e.is_dir, style.exact_size) {
+            (true, _) => "-".to_string(),
+            (false, true) => e.size.to_string(),
+            (false, false) => rounded_size(e.size),
+        };
         let _ = writeln!(
             s,
             "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td><td>{size}</td><td>{}</td></tr>",
-            rfc3339(e.mtime)
+            shown_time(e.mtime, style.local_time)
         );
     }
     s.push_str("</table>\n</body></html>\n");
@@ -194,8 +239,8 @@ mod tests {
         let page = html(
             b"/d/",
             &[e("<img src=x onerror=alert(1)>.txt", false, 1, 0), e("a b\"c", false, 1, 0)],
-            Key::Name,
-            false,
+            (Key::Name, false),
+            Style::default(),
         );
         assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;.txt"));
         assert!(page.contains("href=\"./%3Cimg%20src=x%20onerror=alert(1)%3E.txt\""));
@@ -206,5 +251,24 @@ mod tests {
             j,
             "[{\"name\":\"q\\\"\\u003c\",\"type\":\"file\",\"size\":5,\"mtime\":\"1970-01-01T00:00:00Z\"}]\n"
         );
+    }
+
+    #[test]
+    fn sizes_rounded_and_times_local_when_asked() {
+        for (n, want) in
+            [(0, "0"), (1023, "1023"), (1024, "1.0K"), (1536, "1.5K"), (10 << 10, "10K"), (23 << 20, "23M")]
+        {
+            assert_eq!(rounded_size(n), want, "{n}");
+        }
+        assert_eq!(rounded_size((5 << 30) + (1 << 29)), "5.5G");
+        let entries = [e("big.iso", false, 1_610_612_736, 0)];
+        let exact = html(b"/", &entries, (Key::Name, false), Style::default());
+        assert!(exact.contains("<td>1610612736</td><td>1970-01-01T00:00:00Z</td>"), "{exact}");
+        let rounded = html(b"/", &entries, (Key::Name, false), Style { exact_size: false, local_time: false });
+        assert!(rounded.contains("<td>1.5G</td>"), "{rounded}");
+        // Local time: the same instant with the zone's offset (UTC here: +00:00).
+        let local = shown_time(0, true);
+        let back = jiff::Timestamp::strptime("%Y-%m-%dT%H:%M:%S%:z", &local).unwrap();
+        assert_eq!(back.as_second(), 0, "{local}");
     }
 }

@@ -116,6 +116,8 @@ pub struct StaticFiles<'c> {
     pub strip: usize,
     pub index: &'c [String],
     pub autoindex: bool,
+    /// How a listing shows sizes and times.
+    pub listing: super::listing::Style,
     pub serve_hidden: bool,
     pub mime: &'c MimeTypes,
     pub max_ranges: usize,
@@ -272,7 +274,7 @@ impl StaticFiles<'_> {
             return;
         }
         if self.autoindex {
-            super::listing::render(dir, self.serve_hidden, ask.req, path, query, reply);
+            super::listing::render(dir, (self.serve_hidden, self.listing), ask.req, path, query, reply);
         } else {
             reply.error(403, "Directory listing is not allowed here.");
         }

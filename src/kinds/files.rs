@@ -1,7 +1,8 @@
 //! Files: what a location answers with unless another kind is chosen, and what a
 //! vhost answers with at its root. Its keys: `root` or `alias` (the directory),
-//! `index`, `autoindex`, `max_ranges`; on a `[[vhost]]`, `index` and `autoindex` are the vhost's own
-//! files' and the default of its files locations. Read, checked, shown and built
+//! `index`, `autoindex` (with `autoindex_exact_size`, `autoindex_localtime`),
+//! `max_ranges`; on a `[[vhost]]`, `index` and the `autoindex` keys are the vhost's
+//! own files' and the default of its files locations. Read, checked, shown and built
 //! into a [`StaticFiles`] handler here.
 
 use std::path::{Path, PathBuf};
@@ -12,13 +13,15 @@ use super::Build;
 use crate::config::read::{ConfigError, Ctx, Keys};
 use crate::config::show::{Toml, int, path, strings};
 use crate::handlers::Handler;
+use crate::handlers::listing::Style;
 use crate::handlers::static_file::StaticFiles;
 use crate::http::pattern::Pattern;
 
 /// Its keys on a location.
-pub const KEYS: &[&str] = &["root", "alias", "index", "autoindex", "max_ranges"];
+pub const KEYS: &[&str] =
+    &["root", "alias", "index", "autoindex", "autoindex_exact_size", "autoindex_localtime", "max_ranges"];
 /// Its keys on a vhost (whose `root` is its own key).
-pub const VHOST_KEYS: &[&str] = &["index", "autoindex"];
+pub const VHOST_KEYS: &[&str] = &["index", "autoindex", "autoindex_exact_size", "autoindex_localtime"];
 
 /// The index files a vhost tries unless it says.
 const DEFAULT_INDEX: &str = "index.html";
@@ -35,6 +38,8 @@ pub struct Files {
     pub index: Vec<String>,
     /// A directory without an index file is listed.
     pub autoindex: bool,
+    /// How a listing shows sizes and times.
+    pub listing: Style,
     /// The most ranges a `Range` header may ask for here (more: the whole file);
     /// `None`: `[http] max_ranges`.
     pub max_ranges: Option<usize>,
@@ -44,7 +49,8 @@ pub struct Files {
 pub(crate) fn read_vhost(keys: &mut Keys, ctx: &Ctx, dir: PathBuf) -> Result<Files, ConfigError> {
     let index = read_index(keys, ctx)?.unwrap_or_else(|| vec![DEFAULT_INDEX.into()]);
     let autoindex = keys.take::<bool>(ctx, "autoindex")?.is_some_and(Spanned::into_inner);
-    Ok(Files { dir, alias: false, index, autoindex, max_ranges: None })
+    let listing = read_style(keys, ctx, Style::default())?;
+    Ok(Files { dir, alias: false, index, autoindex, listing, max_ranges: None })
 }
 
 /// A files location's keys; `vhost`: its vhost's own files (the defaults), `root`:
@@ -54,8 +60,17 @@ pub(crate) fn read(keys: &mut Keys, ctx: &Ctx, vhost: &Files, root: &Path, prefi
     let (dir, alias) = read_dir(keys, ctx, vhost, root, prefix)?;
     let index = read_index(keys, ctx)?.unwrap_or_else(|| vhost.index.clone());
     let autoindex = keys.take::<bool>(ctx, "autoindex")?.map_or(vhost.autoindex, Spanned::into_inner);
+    let listing = read_style(keys, ctx, vhost.listing)?;
     let max_ranges = keys.take::<u32>(ctx, "max_ranges")?.map(|n| n.into_inner() as usize);
-    Ok(Files { dir, alias, index, autoindex, max_ranges })
+    Ok(Files { dir, alias, index, autoindex, listing, max_ranges })
+}
+
+/// `autoindex_exact_size` and `autoindex_localtime`, each `under`'s unless set.
+fn read_style(keys: &mut Keys, ctx: &Ctx, under: Style) -> Result<Style, ConfigError> {
+    Ok(Style {
+        exact_size: keys.take::<bool>(ctx, "autoindex_exact_size")?.map_or(under.exact_size, Spanned::into_inner),
+        local_time: keys.take::<bool>(ctx, "autoindex_localtime")?.map_or(under.local_time, Spanned::into_inner),
+    })
 }
 
 /// A location's directory, from `root` or `alias` (the kinds that run scripts
@@ -103,6 +118,8 @@ impl Files {
     pub(crate) fn show_vhost(&self, t: &mut Toml) {
         t.key("index", strings(&self.index));
         t.key("autoindex", toml::Value::Boolean(self.autoindex));
+        t.key("autoindex_exact_size", toml::Value::Boolean(self.listing.exact_size));
+        t.key("autoindex_localtime", toml::Value::Boolean(self.listing.local_time));
     }
 
     /// The handler; `at`: the location's pattern (a prefix an `alias` stands for),
@@ -114,6 +131,7 @@ impl Files {
             strip: if self.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
             index: &self.index,
             autoindex: self.autoindex,
+            listing: self.listing,
             serve_hidden: b.serve_hidden,
             mime: &b.config.mime,
             max_ranges: self.max_ranges.unwrap_or(b.config.http.max_ranges),
