@@ -181,7 +181,9 @@ impl StaticFiles<'_> {
             Ok(Found::File(..)) if !self.answers(ask, reply) => {}
             Ok(Found::File(entry, cached)) => {
                 let name = path.bytes.rsplit(|&b| b == b'/').next().unwrap_or(b"");
-                reply.cached = Some(cached);
+                // A miss earlier in the request (its index, opened before the
+                // internal redirect here) stays its miss.
+                reply.cached = Some(cached && reply.cached != Some(false));
                 self.answer_file(ask.req, &entry, rel, name, reply);
             }
             Ok(Found::Dir(dir)) => self.directory(ask, path, dir, rel, reply),
@@ -225,10 +227,13 @@ impl StaticFiles<'_> {
         }
     }
 
-    /// The first of the index files that the directory `rel` holds.
-    fn index_of(&self, rel: &Path) -> Option<&str> {
-        let index = self.index.iter().find(|i| matches!(self.root.lookup(&rel.join(i)), Ok(Found::File(..))))?;
-        Some(index.as_str())
+    /// The first of the index files that the directory `rel` holds, and whether it
+    /// came from the cache (false: it was opened now).
+    fn index_of(&self, rel: &Path) -> Option<(&str, bool)> {
+        self.index.iter().find_map(|i| match self.root.lookup(&rel.join(i)) {
+            Ok(Found::File(_, cached)) => Some((i.as_str(), cached)),
+            _ => None,
+        })
     }
 
     /// Where `path` lies under the root: the whole path, or (with an alias) what
@@ -263,9 +268,11 @@ impl StaticFiles<'_> {
             reply.header("Location", location);
             return;
         }
-        if let Some(index) = self.index_of(rel) {
+        if let Some((index, cached)) = self.index_of(rel) {
             // Served at its own path through the vhost's locations, as nginx's
             // `index` does: `index.php` runs where `.php` runs, with the rules there.
+            // A file opened for it now counts as this request's miss.
+            reply.cached = Some(cached);
             let mut at = path.bytes.to_vec();
             at.extend_from_slice(index.as_bytes());
             return redirect_to(&CleanPath { bytes: at.into() }, query, reply);

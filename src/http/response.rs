@@ -133,12 +133,13 @@ impl<'h> Reply<'h> {
     }
 
     /// Empties the reply for another answer (after an internal redirect); `close`
-    /// stays.
+    /// stays, and so does a file opened for the request so far (a miss of the
+    /// file cache, counted once the request is answered).
     pub fn start_over(&mut self) {
         self.status = 200;
         self.headers.clear();
         self.body = Body::None;
-        self.cached = None;
+        self.cached = self.cached.filter(|hit| !hit);
         self.internal = None;
         self.date = None;
         self.server = None;
