@@ -81,7 +81,7 @@
 //!   each kind's module reads, checks, shows (`-T`) and builds its own keys),
 //!   [`site`] (a vhost as a worker serves it: each location's gate and handler),
 //!   [`statusfile`], [`clock`]. A `[[vhost.location]]` table is split between its
-//!   kind and its rules by [`config::read`]'s `Keys`. The config reads its
+//!   kind and its rules by `config::read`'s `Keys`. The config reads its
 //!   locations through the kinds and the rules (`config::vhost` → [`kinds`],
 //!   [`rules`]), which use its reading and `-T` writing (`config::read`,
 //!   `config::show`) and build handlers, which read the [`config::Config`]: the
@@ -231,8 +231,11 @@
 //!
 //! From the bottom up. A module imports from its own layer and the layers below it,
 //! but for the arrows listed after; `tests/modules.rs` reads these lists and checks
-//! them against the code (no import loop, no arrow up but these, no master-side
-//! module importing the request side).
+//! them against the code: no loop among the imports between modules that are not
+//! each other's ancestor (an import between a parent and a module below it is left
+//! out of that graph, so a loop that runs through one is not seen there), no arrow
+//! between top-level modules up the layers but these, and no master-side module
+//! importing the request side but to fork a worker.
 //!
 //! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`, `dummy`
 //! 2. the protocols' rules: `http`, `proxy_protocol`, `vhost`

@@ -195,8 +195,11 @@ fn a_trickling_head_holds_no_worker() {
     assert!(t.elapsed() >= Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
-/// Issue #18's reproduction: slow request bodies behind pipelined GETs, on a pool of
-/// two, took every worker; the watchdog then killed them with the records they held.
+/// Slow request bodies behind pipelined GETs, on a pool of two: no worker waits for a
+/// body its location does not read, so a plain GET beside them is answered at once,
+/// the watchdog stops no worker, and every request is in the access log (a worker
+/// that waited in such a body would be held until the watchdog killed it, with the
+/// records it held).
 #[test]
 fn slow_request_bodies_do_not_take_the_pool_and_every_request_is_logged() {
     let site = Site::new();

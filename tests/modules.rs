@@ -1,12 +1,16 @@
-//! The shape of the source, as the crate map in `src/lib.rs` promises it: the modules'
-//! imports have no loop; they follow the map's layers (a module imports from its own
-//! layer and those below) but for the arrows up that the map says, no more and no
-//! fewer; and no master-side module imports the request side but to fork a worker.
+//! The shape of the source, as the crate map in `src/lib.rs` promises it: the imports
+//! between modules that are not each other's ancestor have no loop; the top-level
+//! modules' imports follow the map's layers (a module imports from its own layer and
+//! those below) but for the arrows up that the map says, no more and no fewer; and no
+//! master-side module imports the request side but to fork a worker.
 //!
 //! A module's imports are the `crate::…` and `super::…` paths its code names (tests
-//! left out), each resolved to the longest module it names. A module naming its own
-//! parent or child is not a loop: a parent declares its children. Layers and sides are
-//! of the top-level modules (`http`, `master`, …), read from the map's `# The layers`.
+//! left out), each resolved to the longest module it names. An import between a
+//! module and its ancestor or descendant (a parent declares its children; a child
+//! names its parent's shared types) is left out of the graph, so a loop that needs
+//! such an edge (`a` → `b`, `b` → `b/c` as its parent, `b/c` → `a`) is not found
+//! here. Layers and sides are of the top-level modules (`http`, `master`, …),
+//! read from the map's `# The layers`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

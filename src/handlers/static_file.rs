@@ -138,8 +138,9 @@ enum Coded {
 }
 
 impl StaticFiles<'_> {
-    /// Serves a GET or HEAD from the root (the gate answers the other methods:
-    /// [`super::gate`]).
+    /// Serves a GET or HEAD from the root (the gate answers the other methods,
+    /// [`super::Handler::methods`]; where a script may take the request, every
+    /// method comes here and a file answers only GET and HEAD, [`Self::may_redirect`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let tried;
         // try_files applies to the request as the client sent it: its fallback,

@@ -517,7 +517,7 @@ fn transfer_coding(v: &[u8], mut chunked_last: bool) -> Result<bool, HttpError> 
     Ok(chunked_last)
 }
 
-/// RFC 3986 host[:port]: reg-name characters, or an IP-literal in brackets.
+/// RFC 3986 `host[:port]`: reg-name characters, or an IP-literal in brackets.
 fn valid_host(h: &[u8]) -> bool {
     // An empty Host is what a client sends for a target without an authority (RFC
     // 9112 §3.2), which an http(s) URI always has: nginx, Apache and lighttpd refuse it.

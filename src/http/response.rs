@@ -2,7 +2,7 @@
 //!
 //! A handler fills a [`Reply`]: a status, header lines written straight into a reused
 //! buffer, and a [`Body`]. [`write_head`] adds the headers every response carries
-//! (Date, Server, Content-Length, Connection). [`transport::send`](super::transport::send)
+//! (Date, Server, Content-Length, Connection). [`serve::transport::send`](crate::serve::transport::send)
 //! hands head and body to a plain stream in one `writev`, or, for a large file, the
 //! head with `MSG_MORE` and the body with `sendfile`: a file's bytes are never read by
 //! our code (a file truncated under a mapping fails one response, not the worker).

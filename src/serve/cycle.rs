@@ -1,19 +1,25 @@
 //! One request, by its stages: read, route, admit, answer, decorate, deliver,
-//! account. `Server::serve_request` calls them in that order and fits a screen; a
-//! request refused before it could be routed (`Server::refuse`) joins the same
-//! deliver and account tail.
+//! account. `Server::serve_request` calls them in that order, each stage under a
+//! comment naming it; a request refused before it could be routed
+//! (`Server::refuse`) joins the same deliver and account tail.
 //!
-//! - **read**: parse the head ([`request::parse`]), find the request's client (a
-//!   trusted forwarder's header, or the connection's peer), and find its body in
-//!   what has arrived without waiting ([`Input::read_body`]).
+//! - **read**: parse the head ([`request::parse`]), find its body
+//!   ([`Bodies::read`](super::body::Bodies::read): for a location that reads bodies,
+//!   read whole, the rest coming while the connection waits in the worker's set; for
+//!   the others dropped if all of it has arrived, else left unread and the
+//!   connection closed after the answer), and find the request's client (a trusted
+//!   forwarder's header, or the connection's peer).
 //! - **route**: pick the vhost by Host, then what answers there by location
-//!   ([`Site::place`]); a plain request to a vhost that wants HTTPS, `OPTIONS *`
+//!   ([`Site::route`]: the place, and the access rules of a prefix a regex location
+//!   took the path from); a plain request to a vhost that wants HTTPS, `OPTIONS *`
 //!   and a path that cannot be cleaned are answered here, without a handler.
-//! - **admit**: the gate before any handler: who may ask (the location's rules,
-//!   [`crate::rules::Gate`]), then the methods its handler answers.
-//! - **answer**: the handler fills the [`Reply`] from the [`Ask`].
-//! - **decorate**: what every answer of the vhost gets whatever answered it
-//!   ([`decorate::decorate`]: error pages, HSTS).
+//! - **admit**: the gate before any handler: who may ask (that prefix's access
+//!   rules, then the location's rules, [`crate::rules::Gate`]), then the methods its
+//!   handler answers.
+//! - **answer**: the handler fills the [`Reply`] from the [`Ask`]; an internal
+//!   redirect it asks for is served again through the locations (`follow`).
+//! - **decorate**: what an answer gets whatever made it ([`decorate::decorate`]:
+//!   the vhost's error pages, the location's [`crate::rules::Decor`], HSTS).
 //! - **deliver**: keep alive or not, the head and the body sent (`output`), as far
 //!   as the socket takes them now; the rest waits with the connection (`unsent`).
 //! - **account**: the metrics (through the [`Observer`]) and one access-log record,
