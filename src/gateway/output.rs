@@ -28,8 +28,9 @@ use super::answer::{self, AnswerError, Head};
 use super::spool::{Kept, Place, Spool};
 
 /// The most a script may print, header block included: one that prints without
-/// end is stopped here. Streamed answers cost no memory, so this only bounds a
-/// runaway (a download of a gigabyte through a script is cut).
+/// end is stopped here. Answers cost little memory (kept ones are in files, and
+/// past `answer_spool_max` they stream), so this only bounds a runaway (a download
+/// of a gigabyte through a script is cut).
 pub const MAX_OUTPUT: u64 = 1 << 30;
 /// The longest header block a script may print.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -159,13 +160,18 @@ fn keep<S: Source>(
 ) -> Result<Got<S>, Failed> {
     let mut spool = Spool::new(place);
     loop {
-        if let Err(e) = spool.write(&out) {
-            log::warn!("{}: {e}: the rest of its answer is sent as it comes", src.name());
-            return streaming(src, head, out, Some(spool.finish()), ended, client);
+        // An answer within the spool's memory stays in `out` (no copy); past it, what
+        // comes goes to the spool's file as it comes.
+        if !spool.is_empty() || out.len() > place.memory {
+            if let Err(e) = spool.write(&out) {
+                log::warn!("{}: {e}: the rest of its answer is sent as it comes", src.name());
+                return streaming(src, head, out, Some(spool.finish()), ended, client);
+            }
+            out.clear();
         }
-        out.clear();
         if ended {
-            return Ok(Got::Whole(head, spool.finish()));
+            let kept = if spool.is_empty() { Kept::Memory(out) } else { spool.finish() };
+            return Ok(Got::Whole(head, kept));
         }
         ended = src.step(&mut out, wait.next(&src), client)?;
     }
