@@ -168,6 +168,9 @@ impl Server<'_> {
             // admit, answer
             answered_at = Some(answer(&self.sites[route.vhost], *place, &ask, &mut reply));
         }
+        // The body is its handler's now (a script's stdin and the echo's stream hold
+        // their own copies): its file goes with the request, not at the worker's next.
+        self.bodies.current = None;
         // decorate
         let decor = answered_at.map(|place| &place.decor);
         decorate::decorate(&self.sites[route.vhost], decor, (&req, start), tls, &mut reply);
