@@ -110,7 +110,12 @@
 //! - [`gateway`] is dynamic content: the CGI meta-variables ([`gateway::env`]),
 //!   which file a path runs ([`gateway::script`], confined like static files), the
 //!   strict reading of a script's header block ([`gateway::answer`]), the answer
-//!   read as it comes, whole or streamed as `Body::Stream` ([`gateway::output`]), a CGI
+//!   read as it comes, kept whole for its client or streamed as `Body::Stream`
+//!   ([`gateway::output`]); an answer kept, as fast as its source gives it, in memory
+//!   and then in an unnamed temporary file, sent as `Body::Spooled` at the client's
+//!   pace with the source let go, the bytes in files counted per worker and capped
+//!   for the server ([`gateway::spool`], which knows nothing of scripts; request
+//!   bodies' files are counted by its `Disk` too); a CGI
 //!   script's process (spawned from a worker with an environment built from
 //!   nothing, its own process group, no descriptor of the worker, rlimits, killed
 //!   with its group and always reaped: [`gateway::child`]), and the FastCGI

@@ -165,10 +165,13 @@ pub struct Slot {
     /// connection: not a spare, however idle it looks.
     pub full: AtomicU32,
     /// Bytes of request bodies the worker holds in temporary files
-    /// (`gateway::incoming::Spool`): each worker reads every slot's for the server's
+    /// (`gateway::spool::Disk`): each worker reads every slot's for the server's
     /// `body_spool_max`. Zero when the slot is claimed and when its worker dies (its
     /// files died with it).
     pub body_spool: AtomicU64,
+    /// Bytes of answers it keeps in temporary files for their clients, likewise
+    /// (`answer_spool_max`).
+    pub answer_spool: AtomicU64,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
     /// Monotonic milliseconds of the last sign of progress (a state change).
@@ -264,6 +267,7 @@ impl Slot {
         self.conns_closing.store(0, Relaxed);
         self.full.store(0, Relaxed);
         self.body_spool.store(0, Relaxed);
+        self.answer_spool.store(0, Relaxed);
         store_text(&self.request, b"");
         store_text(&self.client, b"");
         self.set_state(State::Starting);

@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::config::{Config, RunAs};
+use crate::gateway::spool::Disk;
 use crate::handlers::status_page::StatusPage;
 use crate::handover::Handover;
 use crate::listen::Listeners;
@@ -149,8 +150,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         }
     };
     let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
-    let spool = crate::gateway::incoming::Spool::new(slot, ctx.scoreboard.slots);
-    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port, spool);
+    let disks = (Disk::bodies(slot, ctx.scoreboard.slots), Disk::answers(slot, ctx.scoreboard.slots));
+    let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port, disks);
     let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
     match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),

@@ -209,7 +209,7 @@ fn bodies_arrive_whole_by_length_and_chunked_from_a_file_past_the_buffer() {
     // 20 MB, far past client_body_buffer: kept in a file while it comes.
     let big = pseudo_random(20 << 20);
     let r = post(p.addr, "/cgi-bin/env.py", "", &big);
-    assert_eq!(var(&r.text(), "BODY"), Some(format!("{} {}", big.len(), sha256(&big)).as_str()));
+    assert_eq!(var(&r.text(), "BODY"), Some(format!("{} {}", big.len(), sha256(&big)).as_str()), "{}", r.head);
 
     // Chunked, in odd pieces: the script gets the decoded body and its length.
     let mut s = connect(p.addr);
@@ -667,7 +667,7 @@ fn cgi_answers_stream_as_the_script_prints_them() {
         &format!("sleep 60 & echo $! > {}; printf 'Content-Type: text/plain\\r\\n\\r\\nsome\\n'; wait", bg.display()),
     );
     std::fs::create_dir_all(site.path("bodies")).unwrap();
-    cgi_config(&site, "");
+    cgi_config(&site, "buffering = false\n");
     let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
     std::fs::write(site.path("conf/pika.toml"), text.replace("script_timeout = \"2s\"", "script_timeout = \"30s\""))
         .unwrap();
@@ -723,7 +723,8 @@ fn php_fpm_answers_stream_and_stderr_is_logged_meanwhile() {
     );
     fpm_config(&site, &fpm);
     let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
-    let text = text.replace("regex = \"\\\\.php(/|$)\"", "prefix = \"/app/\"").replace("\"3s\"", "\"30s\"");
+    let text =
+        text.replace("regex = \"\\\\.php(/|$)\"", "prefix = \"/app/\"").replace("\"3s\"", "\"30s\"\nbuffering = false");
     std::fs::write(site.path("conf/pika.toml"), text).unwrap();
     let p = Pika::start(&site, "-X");
     streaming_checks(&p, "/app", &go, &big);
@@ -1073,7 +1074,8 @@ fn script_answers_are_compressed_whole_or_streamed() {
     let fpm = Fpm::start(&php_fpm, None);
     let site = Site::new();
     let line = "<p>a line of a page that compresses well</p>\\n";
-    // Streamed: a part, flushed, a pause, the rest (the answer is not whole at once).
+    // Streamed (its location does not keep answers): a part, flushed, a pause, the
+    // rest (the answer is not whole at once).
     site.write(
         "htdocs/stream.php",
         format!(
@@ -1085,17 +1087,29 @@ fn script_answers_are_compressed_whole_or_streamed() {
         "htdocs/whole.php",
         format!("<?php header('Content-Type: text/html'); echo str_repeat(\"{line}\", 50);\n"),
     );
+    // Kept in a file (past 128 KiB), with a pause: compressed as it is read back.
+    site.write(
+        "htdocs/kept.php",
+        format!(
+            "<?php header('Content-Type: text/html'); echo str_repeat(\"{line}\", 100); flush(); usleep(200000);\n\
+             echo str_repeat(\"{line}\", 4900);\n"
+        ),
+    );
     site.write(
         "htdocs/coded.php",
         "<?php header('Content-Type: text/html'); header('Content-Encoding: identity-test'); echo str_repeat('x', 1000);\n",
     );
     fpm_config(&site, &fpm);
     let text = std::fs::read_to_string(site.path("conf/pika.toml")).unwrap();
-    let text = text.replacen("root = \"htdocs\"\n", "root = \"htdocs\"\ncompress = true\n", 1);
+    let mut text = text.replacen("root = \"htdocs\"\n", "root = \"htdocs\"\ncompress = true\n", 1);
+    text.push_str(&format!(
+        "[[vhost.location]]\nexact = \"/stream.php\"\nfastcgi = \"unix:{}\"\nbuffering = false\n",
+        fpm.socket().display()
+    ));
     std::fs::write(site.path("conf/pika.toml"), text).unwrap();
     let p = Pika::start(&site, "-X");
     let want = |n: usize| "<p>a line of a page that compresses well</p>\n".repeat(n);
-    for (path, n) in [("/stream.php", 1000), ("/whole.php", 50)] {
+    for (path, n) in [("/stream.php", 1000), ("/whole.php", 50), ("/kept.php", 5000)] {
         for _ in 0..3 {
             let r = get_with(p.addr, path, "Accept-Encoding: gzip\r\n");
             assert_eq!(r.status, 200, "{}", r.head);
@@ -1109,6 +1123,10 @@ fn script_answers_are_compressed_whole_or_streamed() {
             }
             let plain = get(p.addr, path);
             assert_eq!((plain.header("content-encoding"), plain.text()), (None, want(n)), "{path}");
+            if path != "/stream.php" {
+                let len = want(n).len().to_string();
+                assert_eq!(plain.header("content-length"), Some(len), "kept whole: {}", plain.head);
+            }
             assert_eq!(plain.header("vary").as_deref(), Some("Accept-Encoding"), "{path}: {}", plain.head);
         }
     }
@@ -1208,4 +1226,124 @@ fn uploads_past_body_spool_max_get_a_503_and_the_room_comes_back() {
     let mut fifth = half(1);
     fifth.write_all(&body[300_000..]).unwrap();
     assert_eq!(read_response(&mut fifth, false).expect("the fifth upload's answer").status, 200);
+}
+
+/// A client that asks for `path` and never reads: a small receive buffer and
+/// Ethernet-sized segments (as in tests/slowreaders.rs), so the server's writes
+/// stall after some kilobytes, as over a slow link.
+fn silent_reader(addr: std::net::SocketAddr, path: &str) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.set_tcp_mss(1460).unwrap();
+    s.connect_timeout(&addr.into(), DEADLINE).unwrap();
+    let mut sock: std::net::TcpStream = s.into();
+    sock.set_read_timeout(Some(DEADLINE)).unwrap();
+    sock.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    sock
+}
+
+/// The processes whose command line names `name` (a script's file).
+fn running(name: &str) -> usize {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    procs
+        .flatten()
+        .filter(|p| p.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|p| {
+            let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(name)
+        })
+        .count()
+}
+
+/// Lines in `file` (0 while it does not exist).
+fn lines_in(file: &Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |t| t.lines().count())
+}
+
+#[test]
+fn silent_readers_of_a_large_php_page_leave_the_pool_to_others() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    // pm.max_children = 4: as many children as silent readers.
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    let runs = site.path("runs");
+    let line = "a line of a large page, 32 bytes\n";
+    site.write(
+        "htdocs/big.php",
+        format!(
+            "<?php file_put_contents('{}', \"x\\n\", FILE_APPEND); header('Content-Type: text/plain');\n\
+             echo str_repeat(\"a line of a large page, 32 bytes\\n\", 100000);\n",
+            runs.display()
+        ),
+    );
+    site.write("htdocs/hello.php", "<?php echo 'hello';\n");
+    fpm_config(&site, &fpm);
+    let p = Pika::start(&site, "-X");
+    let mut readers: Vec<_> = (0..4).map(|_| silent_reader(p.addr, "/big.php")).collect();
+    wait_until(DEADLINE, "the four pages run", || (lines_in(&runs) == 4).then_some(()));
+    // The pages are kept for their readers: the pool's children are free for others.
+    let asked = Instant::now();
+    let r = get(p.addr, "/hello.php");
+    let took = asked.elapsed();
+    assert_eq!((r.status, r.text().as_str()), (200, "hello"), "{}", r.head);
+    assert!(took < Duration::from_secs(1), "a fifth client waited {took:?}");
+    // A silent reader that begins to read gets its page whole, with its length.
+    let r = read_response(&mut readers[0], false).expect("the kept page");
+    assert_eq!(r.status, 200, "{}", r.head);
+    assert_eq!(r.header("content-length").as_deref(), Some("3300000"), "{}", r.head);
+    assert!(r.body.len() == 3_300_000 && r.body.chunks(33).all(|l| l == line.as_bytes()));
+    drop(readers);
+}
+
+#[test]
+fn silent_readers_of_a_cgi_answer_hold_no_script() {
+    let site = cgi_site();
+    let runs = site.path("runs");
+    script(
+        &site,
+        "htdocs/cgi-bin/spooled-answer.sh",
+        &format!(
+            "echo x >> {}; printf 'Content-Type: application/octet-stream\\r\\n\\r\\n'; head -c 3000000 /dev/zero",
+            runs.display()
+        ),
+    );
+    cgi_config_http(&site, "", "\n[workers]\nstart = 4\nmin_spare = 1\nmax_spare = 4\nmax = 4\n");
+    let p = Pika::start(&site, "-F");
+    let mut readers: Vec<_> = (0..300).map(|_| silent_reader(p.addr, "/cgi-bin/spooled-answer.sh")).collect();
+    wait_until(Duration::from_secs(60), "300 scripts run", || (lines_in(&runs) == 300).then_some(()));
+    // A worker runs one script at a time: past its end, none is held for its reader.
+    wait_until(Duration::from_secs(1), "at most the pool's scripts alive", || {
+        (running("spooled-answer.sh") <= 4).then_some(())
+    });
+    // A reader that begins to read gets the kept answer whole, with its length.
+    let r = read_response(&mut readers[299], false).expect("the kept answer");
+    assert_eq!(r.header("content-length").as_deref(), Some("3000000"), "{}", r.head);
+    assert!(r.body.len() == 3_000_000 && r.body.iter().all(|&b| b == 0));
+    drop(readers);
+}
+
+#[test]
+fn an_unbuffered_answer_waiting_for_its_client_is_cut_at_script_timeout() {
+    let site = cgi_site();
+    script(
+        &site,
+        "htdocs/cgi-bin/streamed-answer.sh",
+        "printf 'Content-Type: application/octet-stream\\r\\n\\r\\n'; head -c 3000000 /dev/zero",
+    );
+    // script_timeout = "2s"
+    cgi_config(&site, "buffering = false\n");
+    let p = Pika::start(&site, "-X");
+    let _reader = silent_reader(p.addr, "/cgi-bin/streamed-answer.sh");
+    wait_until(DEADLINE, "the script to run", || (running("streamed-answer.sh") == 1).then_some(()));
+    // Its client reads nothing: the script waits on its pipe, its answer in the
+    // worker's set, until script_timeout (and the worker's sweep, a second).
+    let start = Instant::now();
+    wait_until(Duration::from_secs(10), "the script stopped", || (running("streamed-answer.sh") == 0).then_some(()));
+    assert!(start.elapsed() < Duration::from_secs(5), "stopped after {:?}", start.elapsed());
+    wait_until(DEADLINE, "the cut in the error log", || {
+        site.error_log()
+            .contains("/cgi-bin/streamed-answer.sh: killed: still running after script_timeout")
+            .then_some(())
+    });
+    assert_eq!(get(p.addr, "/cgi-bin/hello.sh").text(), "hello from sh\n");
 }

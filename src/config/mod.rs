@@ -171,8 +171,12 @@ pub struct Http {
     /// Bytes of such a body kept in memory before a temporary file takes it.
     pub client_body_buffer: usize,
     /// Where those temporary files go: the workers' folder (mode 0700), made by the
-    /// master for them when a location reads bodies ([`Config::make_body_dir`]).
+    /// master for them when a location reads bodies ([`Config::make_body_dir`]); a
+    /// script's answers kept for their clients go there too.
     pub body_temp_dir: PathBuf,
+    /// The bytes the server's kept answers may hold in temporary files at once
+    /// (past it, what is left of an answer is sent as its source gives it).
+    pub answer_spool_max: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -354,6 +358,7 @@ impl Ctx<'_> {
             body_spool_max: h.body_spool_max.0,
             client_body_buffer: h.client_body_buffer.0 as usize,
             body_temp_dir: absolute(root, &h.body_temp_dir),
+            answer_spool_max: h.answer_spool_max.0,
         };
         for (name, d) in [
             ("header_timeout", http.header_timeout),

@@ -192,6 +192,8 @@ pub(crate) struct RawHttp {
     pub(crate) body_spool_max: Bytes,
     pub(crate) client_body_buffer: Bytes,
     pub(crate) body_temp_dir: String,
+    /// Answers kept for their clients (`gateway::spool`).
+    pub(crate) answer_spool_max: Bytes,
     pub(crate) keepalive_timeout: Secs,
     pub(crate) send_timeout: Secs,
     pub(crate) request_timeout: Secs,
@@ -233,6 +235,11 @@ impl Default for RawHttp {
             // Under a folder only root may write (as nginx's /var/lib/nginx): in a
             // folder everyone may write (/var/tmp), another user could make it first.
             body_temp_dir: "/var/lib/pika/bodies".into(),
+            // nginx's fastcgi_max_temp_file_size (1 GiB) bounds one answer and not
+            // the disk; this bounds them all: 300 clients that never read a 3 MB
+            // page fit, and a runaway download through a script takes the rest
+            // from the script as it goes rather than filling body_temp_dir's disk.
+            answer_spool_max: Bytes(1 << 30),
             // nginx's is 75 s. An idle connection holds no worker (it waits in its
             // worker's epoll set), so a browser may keep it while its user reads;
             // Apache's 5 s is short because there an idle connection holds a worker.

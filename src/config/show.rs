@@ -86,6 +86,7 @@ fn http(t: &mut Toml, c: &Config) {
     t.key("body_spool_max", size(h.body_spool_max));
     t.key("client_body_buffer", size(h.client_body_buffer as u64));
     t.key("body_temp_dir", path(&h.body_temp_dir));
+    t.key("answer_spool_max", size(h.answer_spool_max));
 }
 
 /// `[status]`: the status page's switch, path and `allow`.

@@ -438,6 +438,7 @@ fn the_body_keys_apply() {
     assert_eq!((d.http.body_timeout_max.as_secs(), d.http.body_idle_timeout.as_secs()), (600, 20));
     assert_eq!((d.http.body_spool_max_worker, d.http.body_spool_max), (256 << 20, 1 << 30));
     assert_eq!(d.http.body_temp_dir, std::path::Path::new("/var/lib/pika/bodies"));
+    assert_eq!(d.http.answer_spool_max, 1 << 30);
     for (bad, says) in [
         ("body_idle_timeout = \"0s\"", "http.body_idle_timeout must be more than zero"),
         ("body_timeout_max = \"10s\"", "http.body_timeout_max must be at least body_timeout"),

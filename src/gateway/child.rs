@@ -277,6 +277,10 @@ impl Source for Running {
             Fault::Broken { why, .. } => log::error!("{name}: {why}"),
         }
     }
+
+    fn name(&self) -> &str {
+        self.errors.name()
+    }
 }
 
 impl Running {

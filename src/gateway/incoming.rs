@@ -13,7 +13,7 @@
 //! What a body may cost while it comes is bounded three ways: time ([`Pace`]: the
 //! whole body within `body_timeout`, longer by what `body_min_rate` earns but never
 //! past `body_timeout_max`, and no silence longer than `body_idle_timeout` between
-//! two reads), and the bytes kept in temporary files at once ([`Spool`]: per worker,
+//! two reads), and the bytes kept in temporary files at once ([`Disk`]: per worker,
 //! `body_spool_max_worker`, and for the whole server, `body_spool_max`; a body that
 //! would pass either is refused, 503). Each worker counts its bytes in its scoreboard
 //! slot, so the server's count is the sum of the slots, and a worker that dies takes
@@ -21,15 +21,13 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::http::request::{Framing, HttpError};
-use crate::scoreboard::Slot;
 
 use super::child::Stdin;
+use super::spool::{Disk, DiskFull, temp_file};
 
 /// Longest chunk-size line (with extensions).
 const MAX_CHUNK_LINE: usize = 1024;
@@ -76,7 +74,7 @@ pub struct Keep {
     /// The folder for temporary files (made by the worker, mode 0700).
     pub dir: PathBuf,
     /// Where the bytes in temporary files are counted, and their caps.
-    pub spool: Spool,
+    pub disk: Disk,
 }
 
 /// How long a body may take (`http.body_*`): see [`Incoming::deadline_ms`].
@@ -93,85 +91,6 @@ pub struct Pace {
     pub idle: Duration,
 }
 
-/// The bytes of request bodies in temporary files: this worker's count (in its
-/// scoreboard slot, written by it alone), every worker's (summed for the server's),
-/// and the caps. Two workers that check at the same moment may both pass a cap by
-/// one read's bytes (256 KiB each at most): the caps bound the disk, not the byte.
-#[derive(Clone, Copy)]
-pub struct Spool {
-    mine: &'static AtomicU64,
-    all: &'static [Slot],
-    /// `body_spool_max_worker` and `body_spool_max`.
-    pub max_worker: u64,
-    pub max: u64,
-}
-
-/// Which spool cap a body would have passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpoolFull {
-    /// `body_spool_max_worker`.
-    Worker(u64),
-    /// `body_spool_max`.
-    Server(u64),
-}
-
-impl std::fmt::Display for SpoolFull {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpoolFull::Worker(n) => write!(
-                f,
-                "this worker's request bodies in temporary files would pass body_spool_max_worker ({n} bytes)"
-            ),
-            SpoolFull::Server(n) => {
-                write!(f, "the server's request bodies in temporary files would pass body_spool_max ({n} bytes)")
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for Spool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Spool {{ mine: {}, max_worker: {}, max: {} }}", self.mine.load(Relaxed), self.max_worker, self.max)
-    }
-}
-
-impl Spool {
-    /// Counted in `mine` (this worker's slot), the server's count summed over `all`;
-    /// no caps until [`Spool::capped`].
-    pub fn new(mine: &'static Slot, all: &'static [Slot]) -> Spool {
-        Spool { mine: &mine.body_spool, all, max_worker: u64::MAX, max: u64::MAX }
-    }
-
-    /// The same counts, with these caps.
-    pub fn capped(self, max_worker: u64, max: u64) -> Spool {
-        Spool { max_worker, max, ..self }
-    }
-
-    /// Counts `n` more bytes in a temporary file, unless they would pass a cap.
-    fn take(&self, n: u64) -> Result<(), SpoolFull> {
-        let mine = self.mine.load(Relaxed);
-        if mine.saturating_add(n) > self.max_worker {
-            return Err(SpoolFull::Worker(self.max_worker));
-        }
-        let all: u64 = self.all.iter().map(|s| s.body_spool.load(Relaxed)).sum();
-        if all.saturating_add(n) > self.max {
-            return Err(SpoolFull::Server(self.max));
-        }
-        self.mine.store(mine + n, Relaxed);
-        Ok(())
-    }
-
-    /// Counts `n` bytes whatever the caps (a body another worker began, taken over).
-    fn force(&self, n: u64) {
-        crate::scoreboard::add(self.mine, n);
-    }
-
-    /// `n` bytes are no longer in a temporary file of this worker.
-    fn give_back(&self, n: u64) {
-        self.mine.store(self.mine.load(Relaxed).saturating_sub(n), Relaxed);
-    }
-}
-
 /// Why a body was not read whole.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -182,7 +101,7 @@ pub enum BodyError {
     #[error("keeping the request body failed: {0}")]
     Io(#[from] io::Error),
     #[error("{0}")]
-    Spool(SpoolFull),
+    Spool(DiskFull),
 }
 
 /// The decoder's place in a chunked body.
@@ -222,7 +141,7 @@ enum Decode {
 
 enum Store {
     Memory(Vec<u8>),
-    /// In a temporary file, `n` bytes, counted in the [`Spool`] until the file goes.
+    /// In a temporary file, `n` bytes, counted in the [`Disk`] until the file goes.
     File(File, u64),
 }
 
@@ -313,7 +232,7 @@ impl Incoming {
         match std::mem::replace(&mut self.kept, Store::Memory(Vec::new())) {
             Store::Memory(v) => RequestBody::Memory(v),
             Store::File(f, n) => {
-                self.keep.spool.give_back(n);
+                self.keep.disk.give_back(n);
                 RequestBody::File(f, n)
             }
         }
@@ -420,14 +339,14 @@ impl Incoming {
                 return Ok(());
             }
             let spilled = v.len() as u64;
-            self.keep.spool.take(spilled + bytes.len() as u64).map_err(BodyError::Spool)?;
+            self.keep.disk.take(spilled + bytes.len() as u64).map_err(BodyError::Spool)?;
             // Counted with the bytes that follow: given back if the file fails.
             if let Err(e) = self.spill(false) {
-                self.keep.spool.give_back(spilled + bytes.len() as u64);
+                self.keep.disk.give_back(spilled + bytes.len() as u64);
                 return Err(e.into());
             }
         } else {
-            self.keep.spool.take(bytes.len() as u64).map_err(BodyError::Spool)?;
+            self.keep.disk.take(bytes.len() as u64).map_err(BodyError::Spool)?;
         }
         if let Store::File(f, n) = &mut self.kept {
             // `n` is what the spool counts for this file, a failed write's bytes
@@ -446,7 +365,7 @@ impl Incoming {
             file.write_all(v)?;
             let n = v.len() as u64;
             if count {
-                self.keep.spool.force(n);
+                self.keep.disk.force(n);
             }
             self.kept = Store::File(file, n);
         }
@@ -506,7 +425,7 @@ impl Incoming {
         // Appends go on where the other worker stopped.
         std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(kept)).ok()?;
         // Counted here now, whatever the caps: the other worker gives it back.
-        keep.spool.force(kept);
+        keep.disk.force(kept);
         let now = crate::clock::now_ms();
         Some(Incoming {
             head,
@@ -525,7 +444,7 @@ impl Incoming {
 impl Drop for Incoming {
     fn drop(&mut self) {
         if let Store::File(_, n) = self.kept {
-            self.keep.spool.give_back(n);
+            self.keep.disk.give_back(n);
         }
     }
 }
@@ -551,46 +470,23 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// An unnamed file in `dir`, read and written by this process only.
-fn temp_file(dir: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new().read(true).write(true).mode(0o600).custom_flags(libc::O_TMPFILE).open(dir)
-}
-
-/// Makes `dir` the folder for body files: created with mode 0700 if missing; an
-/// existing one must be a real directory (not a link), owned by this process's
-/// user, and closed to everyone else.
-pub fn prepare_dir(dir: &Path) -> io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
-    let uid = nix::unistd::geteuid().as_raw();
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} must be a directory of uid {uid} closed to others (mode 0700)", dir.display()),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
     use std::os::unix::fs::FileExt;
+    use std::path::Path;
+    use std::sync::atomic::Ordering::Relaxed;
 
     use super::*;
+    use crate::scoreboard::Slot;
 
     fn keep(dir: &Path, memory: usize) -> Keep {
-        Keep { memory, max: 1 << 20, dir: dir.to_path_buf(), spool: spool(u64::MAX, u64::MAX).0 }
+        Keep { memory, max: 1 << 20, dir: dir.to_path_buf(), disk: disk(u64::MAX, u64::MAX).0 }
     }
 
-    /// A spool counted in the first of two fresh scoreboard slots.
-    fn spool(max_worker: u64, max: u64) -> (Spool, &'static [Slot]) {
+    /// A count in the first of two fresh scoreboard slots.
+    fn disk(max_worker: u64, max: u64) -> (Disk, &'static [Slot]) {
         let slots = crate::scoreboard::Scoreboard::new(2).unwrap().slots;
-        (Spool::new(&slots[0], slots).capped(max_worker, max), slots)
+        (Disk::bodies(&slots[0], slots).capped(max_worker, max), slots)
     }
 
     fn contents(b: RequestBody) -> Vec<u8> {
@@ -696,7 +592,7 @@ mod tests {
     #[test]
     fn limits_and_bad_chunks_are_refused() {
         let d = tempfile::tempdir().unwrap();
-        let k = Keep { memory: 100, max: 10, dir: d.path().into(), spool: spool(u64::MAX, u64::MAX).0 };
+        let k = Keep { memory: 100, max: 10, dir: d.path().into(), disk: disk(u64::MAX, u64::MAX).0 };
         assert!(matches!(Incoming::new(Vec::new(), Framing::Length(11), k.clone()), Err(HttpError::BodyTooLarge)));
         let mut inc = Incoming::new(Vec::new(), Framing::Chunked, k.clone()).unwrap();
         assert!(matches!(inc.take(b"b\r\n"), Err(BodyError::Http(HttpError::BodyTooLarge))));
@@ -744,8 +640,8 @@ mod tests {
     #[test]
     fn bytes_in_files_are_counted_and_capped_per_worker_and_per_server() {
         let d = tempfile::tempdir().unwrap();
-        let (sp, slots) = spool(300, 500);
-        let k = Keep { memory: 100, max: 1 << 20, dir: d.path().into(), spool: sp };
+        let (sp, slots) = disk(300, 500);
+        let k = Keep { memory: 100, max: 1 << 20, dir: d.path().into(), disk: sp };
         let mine = || slots[0].body_spool.load(Relaxed);
         // In memory: not counted. Past memory: all of it, the memory's bytes too.
         let mut a = Incoming::new(Vec::new(), Framing::Length(1000), k.clone()).unwrap();
@@ -756,11 +652,11 @@ mod tests {
         // This worker's cap: 300.
         let mut b = Incoming::new(Vec::new(), Framing::Length(1000), k.clone()).unwrap();
         b.take(&[1; 100]).unwrap();
-        assert!(matches!(b.take(&[1; 1]), Err(BodyError::Spool(SpoolFull::Worker(300)))));
+        assert!(matches!(b.take(&[1; 1]), Err(BodyError::Spool(DiskFull { server: false, cap: 300, .. }))));
         assert_eq!(mine(), 200, "nothing counted for a refused body");
         // The server's: 500, the other worker holding 250.
         slots[1].body_spool.store(250, Relaxed);
-        assert!(matches!(a.take(&[1; 60]), Err(BodyError::Spool(SpoolFull::Server(500)))));
+        assert!(matches!(a.take(&[1; 60]), Err(BodyError::Spool(DiskFull { server: true, cap: 500, .. }))));
         a.take(&[1; 50]).unwrap();
         assert_eq!(mine(), 250);
         // A whole body leaves the count (it is being served); a dropped one too.
@@ -770,27 +666,13 @@ mod tests {
         assert_eq!(mine(), 250, "in memory");
         drop(c);
         // Handed to another worker: counted there whatever its caps, given back here.
-        let (there, there_slots) = spool(10, 10);
+        let (there, there_slots) = disk(10, 10);
         let mut state = Vec::new();
         let file = a.freeze(&mut state).unwrap().try_clone().unwrap();
-        let moved = Incoming::thaw(&state, file, Keep { spool: there, ..k.clone() }).unwrap();
+        let moved = Incoming::thaw(&state, file, Keep { disk: there, ..k.clone() }).unwrap();
         drop(a);
         assert_eq!((mine(), there_slots[0].body_spool.load(Relaxed)), (0, 250));
         let body = moved.into_body();
         assert_eq!((body.len(), there_slots[0].body_spool.load(Relaxed)), (250, 0));
-    }
-
-    #[test]
-    fn the_folder_must_be_ours_alone() {
-        let d = tempfile::tempdir().unwrap();
-        let dir = d.path().join("bodies");
-        prepare_dir(&dir).unwrap();
-        prepare_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        assert!(prepare_dir(&dir).is_err());
-        let link = d.path().join("link");
-        std::os::unix::fs::symlink(d.path(), &link).unwrap();
-        assert!(prepare_dir(&link).is_err());
-        let _ = std::fs::File::open(d.path()).unwrap().read(&mut []);
     }
 }

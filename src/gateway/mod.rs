@@ -4,7 +4,8 @@
 //! Both share what a script is told and how its answer is read: the
 //! meta-variables ([`mod@env`]), which file a path runs ([`script`]), the header
 //! block that opens every answer ([`answer`]) and the answer read as it comes,
-//! whole or streamed ([`output`]). A CGI script is a process spawned and bounded by
+//! kept whole for the client or streamed ([`output`]); an answer is kept by
+//! [`spool`], which knows nothing of scripts. A CGI script is a process spawned and bounded by
 //! [`child`]; a FastCGI application is spoken to in the records of [`fcgi`].
 
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ pub mod fcgi;
 pub mod incoming;
 pub mod output;
 pub mod script;
+pub mod spool;
 
 use std::os::fd::BorrowedFd;
 
@@ -75,6 +77,9 @@ pub struct CgiConfig {
     /// `script_timeout`: from the start to the end of the script's output.
     pub timeout: Duration,
     pub limits: ScriptLimits,
+    /// `buffering`: the answer is kept ([`spool`]) and the script let go at its
+    /// end (else it is sent as it comes, the script held until the client has it).
+    pub buffering: bool,
 }
 
 /// A FastCGI location's settings (`fastcgi`).
@@ -87,6 +92,8 @@ pub struct FastCgiConfig {
     pub index: Vec<String>,
     /// `script_timeout`: from the connect to the end of the answer.
     pub timeout: Duration,
+    /// `buffering`, as for CGI.
+    pub buffering: bool,
 }
 
 /// Where a FastCGI application listens.

@@ -39,6 +39,8 @@ pub struct Link<'a> {
     /// worker lets the idle connections it holds be served elsewhere meanwhile, as
     /// for a write to a slow reader.
     pub waiting: &'a dyn Fn(),
+    /// Where the worker keeps a script's answer for its client.
+    pub answers: &'a crate::gateway::spool::Place,
 }
 
 /// The methods a handler answers.

@@ -1,7 +1,8 @@
 //! A location that runs CGI scripts (`cgi = true`, `cgi_interpreters`): the script
 //! the path names ([`super::script`]), run as a child of the worker with the
 //! request's meta-variables and its body on stdin ([`crate::gateway::child`]), its
-//! answer read strictly and sent as it comes ([`crate::gateway::output`]).
+//! answer read strictly and kept whole for the client, the script reaped at its end
+//! (or, with `buffering = false`, sent as it comes: [`crate::gateway::output`]).
 //!
 //! What goes wrong is said once in the error log with the script's URL path: a
 //! script that cannot start (500), an answer that is not one (502), a script past
@@ -44,7 +45,8 @@ impl Cgi<'_> {
                 return;
             }
         };
-        let got = output::read(running, ask.link.socket, ask.link.waiting);
+        let keep = self.config.buffering.then_some(ask.link.answers);
+        let got = output::read(running, ask.link.socket, ask.link.waiting, keep);
         let name = &p.name;
         match script::answered(got, ask, name, reply) {
             None => {}

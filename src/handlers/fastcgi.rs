@@ -22,7 +22,10 @@
 //! twice. A
 //! PHP-FPM child serves one connection at a time, so a kept connection holds one of
 //! the pool's children for this worker: the pool needs at least as many children as
-//! pika has workers (`pm.max_children >= workers.max_workers`). The application
+//! pika has workers (`pm.max_children >= workers.max_workers`). The answer is read
+//! to its end and kept for the client ([`crate::gateway::spool`]), so the child is
+//! free again once it has answered, however slowly the client reads (unless
+//! `buffering = false`: then the child is held until the client has the answer). The application
 //! down or refusing gives 502, past `script_timeout` 504, each with one line in the
 //! error log.
 
@@ -115,8 +118,9 @@ impl AppConn {
 pub struct FastCgi<'c> {
     pub config: &'c FastCgiConfig,
     pub scripts: Scripts<'c>,
-    /// The connection kept from the last request (put back by an answer streamed
-    /// to its clean end).
+    /// The connection kept from the last request (put back at the clean end of an
+    /// answer: at once when the answer is kept for its client, when the client has
+    /// it when it streams).
     kept: Rc<RefCell<Option<AppConn>>>,
     /// The application's address as the error log says it.
     addr: Rc<str>,
@@ -160,6 +164,7 @@ impl<'c> FastCgi<'c> {
         let begin = Request::begin(&p.env);
         let deadline = Instant::now() + self.config.timeout;
         let addr = &self.config.addr;
+        let keep = self.config.buffering.then_some(ask.link.answers);
         let mut tries = 0;
         let got = loop {
             tries += 1;
@@ -192,7 +197,7 @@ impl<'c> FastCgi<'c> {
                 watch: ClientWatch::default(),
                 kept: self.kept.clone(),
             };
-            match output::read(talk, ask.link.socket, ask.link.waiting) {
+            match output::read(talk, ask.link.socket, ask.link.waiting, keep) {
                 // A kept connection the application had closed, and a request that may
                 // be sent again: once more on a new one.
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
@@ -354,6 +359,10 @@ impl Source for Talk {
             Fault::ClientGone => log::info!("{name}: the client closed the connection while the application answered"),
             Fault::Broken { why, .. } => log::error!("{name}: FastCGI application at {addr}: {why}: answer cut"),
         }
+    }
+
+    fn name(&self) -> &str {
+        self.errors.name()
     }
 }
 

@@ -188,16 +188,20 @@ pub fn answered<S: Source + 'static>(
         }
         Ok(Got::Whole(head, mut body)) => {
             if let Some(n) = head.content_length
-                && n != body.len() as u64
+                && n != body.len()
             {
                 log::warn!("{name}: its Content-Length says {n} but it sent {} bytes", body.len());
-                body.truncate(usize::try_from(n).unwrap_or(usize::MAX));
+                body.truncate(n);
             }
-            (head, Body::Owned(body))
+            (head, body.into_body())
         }
         Ok(Got::Streaming(head, stream)) => {
             let len = head.content_length;
-            (head, Streamed::body(Box::new(stream), len))
+            // The script's time bounds the stream while it waits for room in its
+            // socket too.
+            let left = stream.deadline().saturating_duration_since(std::time::Instant::now());
+            let until_ms = Some(crate::clock::now_ms().saturating_add(left.as_millis() as u64));
+            (head, Body::Stream(Box::new(Streamed { from: Box::new(stream), len, sent: 0, until_ms })))
         }
         Err(Failed::Answer(e)) => {
             log::error!("{name}: bad answer: {e}");

@@ -9,6 +9,7 @@
 //! A TLS session sends through its own writer (`tls::stream`), which reads file
 //! bytes with `pread` or a kernel copy, never by touching a mapping.
 
+use std::any::Any;
 use std::fs::File;
 use std::rc::Rc;
 
@@ -32,6 +33,10 @@ pub enum Body {
     Multipart { map: Rc<Mmap>, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },
     /// Bytes read from a source until its end, as they come.
     Stream(Box<Streamed>),
+    /// A range of a temporary file pika wrote (an answer kept for its client,
+    /// `gateway::spool`), sent as a file is; `hold` keeps the file's bytes counted
+    /// as long as the body lives.
+    Spooled { file: Rc<File>, start: u64, end: u64, hold: Rc<dyn Any> },
 }
 
 /// A body read from a source as it is sent (a program's output). Of unknown length
@@ -42,12 +47,47 @@ pub struct Streamed {
     pub len: Option<u64>,
     /// Bytes of it sent so far (its framing left out).
     pub sent: u64,
+    /// When the source must have ended it (`clock::now_ms`; a script's
+    /// `script_timeout`): an answer still waiting for room in its socket then is
+    /// given up, as one past `send_timeout` is.
+    pub until_ms: Option<u64>,
 }
 
 impl Streamed {
     /// A body read from `from` as it is sent; `len`: its length, when known.
     pub fn body(from: Box<dyn std::io::Read>, len: Option<u64>) -> Body {
-        Body::Stream(Box::new(Streamed { from, len, sent: 0 }))
+        Body::Stream(Box::new(Streamed { from, len, sent: 0, until_ms: None }))
+    }
+}
+
+/// The bytes `at..end` of a spooled file, read with `pread`; `hold` is the file's
+/// count (see [`Body::Spooled`]).
+pub struct SpooledReader {
+    file: Rc<File>,
+    at: u64,
+    end: u64,
+    _hold: Rc<dyn Any>,
+}
+
+impl SpooledReader {
+    pub fn new(file: Rc<File>, at: u64, end: u64, hold: Rc<dyn Any>) -> SpooledReader {
+        SpooledReader { file, at, end, _hold: hold }
+    }
+}
+
+impl std::io::Read for SpooledReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = buf.len().min(usize::try_from(self.end - self.at).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        self.at += n as u64;
+        Ok(n)
     }
 }
 
@@ -76,7 +116,7 @@ impl Body {
             Body::None => 0,
             Body::Owned(v) => v.len() as u64,
             Body::Mapped { start, end, .. } => (end - start) as u64,
-            Body::File { start, end, .. } => end - start,
+            Body::File { start, end, .. } | Body::Spooled { start, end, .. } => end - start,
             Body::Multipart { parts, tail, .. } => {
                 parts.iter().map(|(h, r)| h.len() as u64 + r.len()).sum::<u64>() + tail.len() as u64
             }

@@ -1,6 +1,6 @@
 //! `cgi = true` and `cgi_interpreters = { py = "/usr/bin/python3" }`: CGI scripts
 //! ([`crate::handlers::cgi`]) from the location's `root` or `alias`, with
-//! `script_timeout` and `cgi_memory`.
+//! `script_timeout`, `cgi_memory` and `buffering`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use crate::sys::ScriptLimits;
 /// The keys that choose it.
 pub const CHOOSING: &[&str] = &["cgi", "cgi_interpreters"];
 /// Its keys (with `root` and `alias`, which are files').
-pub const KEYS: &[&str] = &["cgi", "cgi_interpreters", "script_timeout", "cgi_memory"];
+pub const KEYS: &[&str] = &["cgi", "cgi_interpreters", "script_timeout", "cgi_memory", "buffering"];
 
 /// `script_timeout` when unset: a minute, as nginx's `fastcgi_read_timeout`.
 pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -36,6 +36,11 @@ pub(super) fn read_timeout(keys: &mut Keys, r: &Reading<'_>) -> Result<Duration,
         Some(t) => Ok(t.into_inner().0),
         None => Ok(SCRIPT_TIMEOUT),
     }
+}
+
+/// `buffering` (true unless set), shared with FastCGI.
+pub(super) fn read_buffering(keys: &mut Keys, r: &Reading<'_>) -> Result<bool, ConfigError> {
+    Ok(keys.take::<bool>(r.ctx, "buffering")?.is_none_or(|b| b.into_inner()))
 }
 
 pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<CgiConfig, ConfigError> {
@@ -65,7 +70,8 @@ pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<CgiConfig, Config
     // The CPU a script may use: its run time and a second (one that spins on two
     // cores is stopped by the run-time limit first).
     let limits = ScriptLimits { cpu_secs: timeout.as_secs() + 1, memory };
-    Ok(CgiConfig { dir, alias, policy, timeout, limits })
+    let buffering = read_buffering(keys, r)?;
+    Ok(CgiConfig { dir, alias, policy, timeout, limits, buffering })
 }
 
 pub(super) fn show(c: &CgiConfig, t: &mut Toml) {
@@ -80,6 +86,7 @@ pub(super) fn show(c: &CgiConfig, t: &mut Toml) {
     }
     t.key("script_timeout", duration(c.timeout));
     t.key("cgi_memory", size(c.limits.memory));
+    t.key("buffering", toml::Value::Boolean(c.buffering));
 }
 
 pub(super) fn build<'c>(c: &'c CgiConfig, at: Option<&'c Pattern>, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {

@@ -1,7 +1,7 @@
 //! `fastcgi = "unix:/run/php/php8.2-fpm.sock"` or `"tcp:127.0.0.1:9000"`: scripts
 //! a FastCGI application runs ([`crate::handlers::fastcgi`]), found under the
 //! location's `root` or `alias`; `index` (`["index.php"]` unless given) for a
-//! path that ends at a directory; `script_timeout`.
+//! path that ends at a directory; `script_timeout`, `buffering`.
 
 use super::{Build, Reading, cgi, files};
 use crate::config::read::{ConfigError, Keys};
@@ -16,7 +16,7 @@ use crate::http::pattern::Pattern;
 /// The key that chooses it.
 pub const KEY: &str = "fastcgi";
 /// Its keys (with `root`, `alias` and `index`, which are files').
-pub const KEYS: &[&str] = &["fastcgi", "script_timeout"];
+pub const KEYS: &[&str] = &["fastcgi", "script_timeout", "buffering"];
 
 pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<FastCgiConfig, ConfigError> {
     let (dir, alias) = files::read_dir(keys, r.ctx, r.vhost_files, r.root, r.prefix)?;
@@ -32,7 +32,8 @@ pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<FastCgiConfig, Co
             .spanned(&given, format!("fastcgi {:?}: give \"unix:/path/to.sock\" or \"tcp:host:port\"", given.get_ref()))
     })?;
     let timeout = cgi::read_timeout(keys, r)?;
-    Ok(FastCgiConfig { dir, alias, addr, index, timeout })
+    let buffering = cgi::read_buffering(keys, r)?;
+    Ok(FastCgiConfig { dir, alias, addr, index, timeout, buffering })
 }
 
 pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
@@ -40,6 +41,7 @@ pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
     t.key(KEY, string(&f.addr.to_string()));
     t.key("index", strings(&f.index));
     t.key("script_timeout", duration(f.timeout));
+    t.key("buffering", toml::Value::Boolean(f.buffering));
 }
 
 pub(super) fn build<'c>(

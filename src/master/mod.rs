@@ -404,6 +404,7 @@ impl Master {
             let slot = &self.scoreboard.slots[child.slot];
             slot.pid.store(0, Relaxed);
             slot.body_spool.store(0, Relaxed);
+            slot.answer_spool.store(0, Relaxed);
             slot.set_state(State::Dead);
             let current = child.generation == self.generation;
             let stuck = matches!(child.fate, Fate::Stuck { .. });

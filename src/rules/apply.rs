@@ -17,7 +17,7 @@ use super::headers;
 use super::redirect::{Return, Vars};
 use super::{Auth, Decor, Gate, compress};
 use crate::handlers::Ask;
-use crate::http::response::{self, Body, Internal, Reply, Streamed};
+use crate::http::response::{self, Body, Internal, Reply, SpooledReader, Streamed};
 use crate::scoreboard::failures::FailureTable;
 
 thread_local! {
@@ -210,8 +210,9 @@ pub fn decorate(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Reply
 }
 
 /// An answer of a compressible type, in the coding the client prefers among the
-/// location's: a body made whole (of at least `compress_min_size`), or a stream
-/// (a script's answer still coming), compressed as it comes. Never an answer in a
+/// location's: a body made whole or a script's answer kept whole (of at least
+/// `compress_min_size`; one kept in a file is compressed as it is read back), or a
+/// stream (a script's answer still coming), compressed as it comes. Never an answer in a
 /// coding already (a script's own `Content-Encoding`), a part (`Content-Range`), or
 /// one without content. Every such answer says `Vary: Accept-Encoding` (a cache must
 /// not give the compressed one to a client that did not ask), and a compressed one's
@@ -227,6 +228,7 @@ fn compress_answer(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Re
     match &reply.body {
         Body::Owned(b) if !b.is_empty() => {}
         Body::Stream(_) => {}
+        Body::Spooled { start, end, .. } if start < end => {}
         // Files (their own codings, kept per version) and empty answers.
         _ => return,
     }
@@ -235,7 +237,15 @@ fn compress_answer(rules: &Decor, accept_encoding: Option<&[u8]>, reply: &mut Re
     let Some(coding) = encoding::choose(accept_encoding, &rules.compress).filter(|_| big_enough) else { return };
     reply.body = match std::mem::replace(&mut reply.body, Body::None) {
         Body::Owned(bytes) => Body::Owned(compress::compress(coding, &bytes)),
-        Body::Stream(s) => Streamed::body(Box::new(compress::Compressing::new(coding, s.from)), None),
+        Body::Stream(s) => {
+            let from = Box::new(compress::Compressing::new(coding, s.from));
+            Body::Stream(Box::new(Streamed { from, len: None, sent: 0, until_ms: s.until_ms }))
+        }
+        // A kept answer, read back from its file as it is compressed.
+        Body::Spooled { file, start, end, hold } => {
+            let from = Box::new(SpooledReader::new(file, start, end, hold));
+            Streamed::body(Box::new(compress::Compressing::new(coding, from)), None)
+        }
         other => other,
     };
     reply.header("Content-Encoding", coding.token());

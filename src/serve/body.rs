@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use super::input::Input;
 use super::transport::Transport;
 use crate::config::Http;
-use crate::gateway::incoming::{BodyError, Incoming, Keep, Pace, RequestBody, Spool};
+use crate::gateway::incoming::{BodyError, Incoming, Keep, Pace, RequestBody};
+use crate::gateway::spool::Disk;
 use crate::http::request::{Framing, HttpError, Request};
 
 /// The bodies the cycle holds for the request being served.
@@ -28,7 +29,7 @@ pub(super) struct Bodies {
     /// The worker's buffer for body bytes past a connection's ([`take_body`]).
     pub(super) scratch: Vec<u8>,
     /// Where this worker counts the bytes its bodies hold in temporary files.
-    pub(super) spool: Spool,
+    pub(super) disk: Disk,
 }
 
 /// What the read stage found of a request's body.
@@ -43,8 +44,8 @@ pub(super) enum BodyState {
 }
 
 impl Bodies {
-    pub(super) fn new(spool: Spool) -> Bodies {
-        Bodies { current: None, started: None, finished: None, dir_ready: false, scratch: Vec::new(), spool }
+    pub(super) fn new(disk: Disk) -> Bodies {
+        Bodies { current: None, started: None, finished: None, dir_ready: false, scratch: Vec::new(), disk }
     }
 
     /// Finds the body of `req` (whose head is `head`): read whole for a location that
@@ -69,7 +70,7 @@ impl Bodies {
         if self.current.is_some() {
             return Ok(BodyState::Done);
         }
-        let keep = keep(http, self.spool);
+        let keep = keep(http, self.disk);
         if !self.dir_ready {
             self.dir_ready = prepare_body_dir(&http.body_temp_dir);
         }
@@ -94,11 +95,11 @@ impl Bodies {
     }
 }
 
-/// How the config says request bodies are kept, counted in `spool` (whose caps the
+/// How the config says request bodies are kept, counted in `disk` (whose caps the
 /// config sets).
-pub fn keep(http: &Http, spool: Spool) -> Keep {
-    let spool = spool.capped(http.body_spool_max_worker, http.body_spool_max);
-    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone(), spool }
+pub fn keep(http: &Http, disk: Disk) -> Keep {
+    let disk = disk.capped(http.body_spool_max_worker, http.body_spool_max);
+    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone(), disk }
 }
 
 /// How long the config lets a request body take.
@@ -168,7 +169,7 @@ pub(super) fn refusal(e: &BodyError, peer: SocketAddr) -> HttpError {
 /// Makes the folder for request-body files (once per worker); says so in the error
 /// log when it cannot.
 fn prepare_body_dir(dir: &std::path::Path) -> bool {
-    match crate::gateway::incoming::prepare_dir(dir) {
+    match crate::gateway::spool::prepare_dir(dir) {
         Ok(()) => true,
         Err(e) => {
             log::error!("body_temp_dir {}: {e}", dir.display());

@@ -18,7 +18,7 @@
 use std::net::TcpStream;
 
 use crate::config::{Config, ServerTokens};
-use crate::gateway::incoming::Spool;
+use crate::gateway::spool::{self, Disk, Place};
 use crate::http::date::DateCache;
 use crate::http::request::{self, HttpError, Limits};
 use crate::log::access::AccessLogs;
@@ -58,19 +58,22 @@ pub struct Server<'c> {
     pub(super) unsent: Option<Box<Unsent>>,
     /// The request bodies read by the event loop.
     pub(super) bodies: Bodies,
+    /// Where scripts' answers are kept while their clients take them.
+    pub(super) answers: Place,
 }
 
 impl<'c> Server<'c> {
     /// Prepares to serve `config`'s vhosts (`sites`, in the same order). `https_port`:
-    /// the port of the first TLS listener (the redirects' target); `spool`: where
-    /// the worker counts the bytes of request bodies in temporary files.
+    /// the port of the first TLS listener (the redirects' target); `disks`: where
+    /// the worker counts the bytes of request bodies, and of answers, in temporary
+    /// files.
     pub fn new(
         config: &'c Config,
         sites: Vec<Site<'c>>,
         logs: AccessLogs,
         token: String,
         https_port: Option<u16>,
-        spool: Spool,
+        (bodies, answers): (Disk, Disk),
     ) -> Server<'c> {
         let limits = Limits {
             max_request_line: config.http.max_request_line,
@@ -98,7 +101,12 @@ impl<'c> Server<'c> {
             https_port,
             tls_stage: Vec::new(),
             unsent: None,
-            bodies: Bodies::new(spool),
+            bodies: Bodies::new(bodies),
+            answers: Place::new(
+                config.http.body_temp_dir.clone(),
+                spool::MEMORY,
+                answers.capped(u64::MAX, config.http.answer_spool_max),
+            ),
         }
     }
 
@@ -332,14 +340,17 @@ impl<'c> Server<'c> {
 
     /// A held connection's wait ran out ([`Held::deadline_ms`]): an idle one is
     /// closed quietly (the keep-alive timeout), a head that never came whole gets a
-    /// 408, an answer the client took nothing of for `send_timeout` is logged with
-    /// what went and closed, a lingering close ends, a PROXY header or a TLS
-    /// handshake that never ended is closed (one line in the error log).
+    /// 408, an answer the client took nothing of for `send_timeout` (or streamed
+    /// from a script past its `script_timeout`, which the script's reader says in
+    /// the error log as it goes) is logged with what went and closed, a lingering
+    /// close ends, a PROXY header or a TLS handshake that never ended is closed
+    /// (one line in the error log).
     pub fn expire(&mut self, h: &mut Held, hooks: &mut Hooks<'_>) -> Next {
         match &h.wait.phase {
             Phase::Idle | Phase::Lingering { .. } => return Next::Close,
             Phase::Writing(_) => {
-                let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "send_timeout");
+                let why = if h.source_late(crate::clock::now_ms()) { "script_timeout" } else { "send_timeout" };
+                let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
                 return self.finish_answer(h, Err(timeout), hooks.obs);
             }
             Phase::Body(incoming) => {

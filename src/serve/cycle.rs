@@ -156,6 +156,7 @@ impl Server<'_> {
                 socket: socket.as_fd(),
                 body: self.bodies.current.as_ref(),
                 waiting: &waiting,
+                answers: &self.answers,
             };
             let ask = Ask { req: &req, path, query: *query, client: client.ip(), link, redirected: false };
             // admit, answer

@@ -22,7 +22,8 @@ use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
-use crate::gateway::incoming::{Incoming, Spool};
+use crate::gateway::incoming::Incoming;
+use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
 use crate::tls::stream::Session;
 
@@ -66,9 +67,9 @@ pub const LEAVING_STALL_MS: u64 = 5000;
 
 /// The reader of a request body another worker was reading (`state` and the `file`
 /// of what it kept: `crate::handover`), to go on under this worker's `http` limits,
-/// its file counted in this worker's `spool`.
-pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig, spool: Spool) -> Option<Incoming> {
-    Incoming::thaw(state, file, super::body::keep(http, spool))
+/// its file counted in this worker's `disk`.
+pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig, disk: Disk) -> Option<Incoming> {
+    Incoming::thaw(state, file, super::body::keep(http, disk))
 }
 
 /// A connection the worker holds.
@@ -352,9 +353,18 @@ impl Held {
 
     /// When its current wait runs out: `header_timeout` for a PROXY header, a
     /// handshake or a head, a request body's own ([`Incoming::deadline_ms`]), `send_timeout` since an answer's last write that moved
-    /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`),
-    /// `keepalive_timeout` between requests, `LINGER_MS` for a lingering close.
+    /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`; and for
+    /// an answer streamed from a script, no later than the script's own end,
+    /// [`Held::source_late`]), `keepalive_timeout` between requests, `LINGER_MS`
+    /// for a lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig, leaving: bool) -> u64 {
+        if let Phase::Writing(u) = &self.wait.phase
+            && let Some(until) = u.rest.until_ms()
+        {
+            let stall = if leaving { LEAVING_STALL_MS } else { u64::MAX };
+            let wait = (http.send_timeout.as_millis() as u64).min(stall);
+            return self.wait.since_ms.saturating_add(wait).min(until);
+        }
         let wait = match &self.wait.phase {
             Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
@@ -364,6 +374,12 @@ impl Held {
             Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,
         };
         self.wait.since_ms.saturating_add(wait)
+    }
+
+    /// Whether an answer waiting for room is one streamed from a source whose time
+    /// is out at `now_ms` (a script past `script_timeout`): given up then.
+    pub(super) fn source_late(&self, now_ms: u64) -> bool {
+        matches!(&self.wait.phase, Phase::Writing(u) if u.rest.until_ms().is_some_and(|until| until <= now_ms))
     }
 
     /// Shuts our side and lingers: what the client still sends is dropped (a TLS

@@ -296,6 +296,14 @@ impl Rest {
         }
     }
 
+    /// When the source of a streamed body must have ended it ([`Streamed::until_ms`]).
+    pub fn until_ms(&self) -> Option<u64> {
+        match &self.body {
+            Body::Stream(s) if !self.ended => s.until_ms,
+            _ => None,
+        }
+    }
+
     /// Whether all of it has gone (to the socket, or sealed).
     pub fn done(&self) -> bool {
         self.at == self.bytes.len() && (self.ended || matches!(self.body, Body::None))
@@ -361,7 +369,10 @@ pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&mut Body>, chunked: 
     let slices: &mut [IoSlice<'_>] = match body {
         None | Some(Body::None) => &mut pair[..1],
         Some(b @ Body::Stream(_)) => return send_stream(t, head, b, chunked),
-        Some(Body::File { file, start, end }) => {
+        Some(b @ (Body::File { .. } | Body::Spooled { .. })) => {
+            let (Body::File { file, start, end } | Body::Spooled { file, start, end, .. }) = &*b else {
+                unreachable!("a file")
+            };
             let total = head.len() as u64 + *end - *start;
             let n = t.send_head_and_file(head, file, *start, *end, FIRST_TURN)?;
             if n == total {
@@ -370,7 +381,12 @@ pub fn send(t: &mut impl Stream, head: &[u8], body: Option<&mut Body>, chunked: 
             // The head is the first bytes out.
             let head_left = head.get(n as usize..).unwrap_or_default().to_vec();
             let from = *start + n.saturating_sub(head.len() as u64);
-            let rest = Body::File { file: file.clone(), start: from, end: *end };
+            let rest = match &*b {
+                Body::Spooled { hold, .. } => {
+                    Body::Spooled { file: file.clone(), start: from, end: *end, hold: hold.clone() }
+                }
+                _ => Body::File { file: file.clone(), start: from, end: *end },
+            };
             return Ok(Sent::Parked(Box::new(Rest::new(head_left, rest, false, n))));
         }
         Some(Body::Owned(v)) => {
@@ -484,7 +500,7 @@ pub fn resume(t: &mut impl Stream, rest: &mut Rest, budget: u64) -> io::Result<b
                 Body::None => return Ok(true),
                 Body::Stream(_) if rest.ended => return Ok(true),
                 Body::Stream(_) => rest.refill()?,
-                Body::File { file, start, end } => {
+                Body::File { file, start, end } | Body::Spooled { file, start, end, .. } => {
                     let n = t.send_head_and_file(&[], file, *start, *end, budget.saturating_sub(moved).max(1))?;
                     *start += n;
                     rest.sent += n;

@@ -293,7 +293,7 @@ impl<'a> TlsStream<'a> {
             Body::None => return Ok(false),
             Body::Stream(_) if rest.ended => return Ok(false),
             Body::Stream(_) => rest.refill()?,
-            Body::File { file, start, end } => {
+            Body::File { file, start, end } | Body::Spooled { file, start, end, .. } => {
                 let n = (RECORD - self.stage.len()).min((*end - *start) as usize);
                 let from = self.stage.len();
                 self.stage.resize(from + n, 0);
@@ -403,7 +403,7 @@ impl Transport for TlsStream<'_> {
         let mut sent = head.len() as u64;
         match body {
             None | Some(Body::None) => {}
-            Some(b @ (Body::File { .. } | Body::Stream(_))) => later = Some(b),
+            Some(b @ (Body::File { .. } | Body::Spooled { .. } | Body::Stream(_))) => later = Some(b),
             Some(b) => {
                 sent += b.len();
                 match b {
@@ -416,7 +416,7 @@ impl Transport for TlsStream<'_> {
                         }
                         self.put(tail)?;
                     }
-                    Body::None | Body::File { .. } | Body::Stream(_) => {}
+                    Body::None | Body::File { .. } | Body::Spooled { .. } | Body::Stream(_) => {}
                 }
             }
         }
@@ -559,7 +559,8 @@ mod tests {
         let mut bodies = [
             Body::Owned(b"owned".to_vec()),
             Body::Mapped { map: map.clone(), start: 10, end: 40_000 },
-            Body::File { file, start: 3, end: 100_000 },
+            Body::File { file: file.clone(), start: 3, end: 100_000 },
+            Body::Spooled { file, start: 7, end: 90_000, hold: Rc::new(()) },
             Body::Multipart { map, parts, tail: b"<end>".to_vec() },
         ];
         let mut want = Vec::new();
@@ -568,7 +569,9 @@ mod tests {
             match b {
                 Body::Owned(v) => want.extend_from_slice(v),
                 Body::Mapped { start, end, .. } => want.extend_from_slice(&data[*start..*end]),
-                Body::File { start, end, .. } => want.extend_from_slice(&data[*start as usize..*end as usize]),
+                Body::File { start, end, .. } | Body::Spooled { start, end, .. } => {
+                    want.extend_from_slice(&data[*start as usize..*end as usize])
+                }
                 Body::Multipart { .. } => {
                     want.extend_from_slice(b"<a>");
                     want.extend_from_slice(&data[5..=9]);

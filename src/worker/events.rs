@@ -488,9 +488,9 @@ impl<'a, 'c> Loop<'a, 'c> {
     }
 
     /// Where this worker counts the bytes of request bodies in temporary files.
-    fn spool(&self) -> crate::gateway::incoming::Spool {
+    fn spool(&self) -> crate::gateway::spool::Disk {
         let board = self.ctx.scoreboard;
-        crate::gateway::incoming::Spool::new(&board.slots[self.ctx.slot], board.slots)
+        crate::gateway::spool::Disk::bodies(&board.slots[self.ctx.slot], board.slots)
     }
 
     /// Tells the scoreboard what this worker holds (the status page's async
