@@ -200,7 +200,7 @@ pub fn answered<S: Source + 'static>(
             // The script's time bounds the stream while it waits for room in its
             // socket too.
             let left = stream.deadline().saturating_duration_since(std::time::Instant::now());
-            let until_ms = Some(crate::clock::now_ms().saturating_add(left.as_millis() as u64));
+            let until_ms = Some(crate::clock::ms_after(left));
             (head, Body::Stream(Box::new(Streamed { from: Box::new(stream), len, sent: 0, until_ms })))
         }
         Err(Failed::Answer(e)) => {
