@@ -123,7 +123,9 @@ fn proxied(g: &Gunicorn) -> Site {
     site.config(
         "",
         &format!(
-            "[http]\nmax_body_size = \"4MiB\"\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+            "[[access_log]]\npath = \"logs/access.log\"\n\
+             format = \"%r %>s %{{upstream}}x %{{upstream_status}}x %{{upstream_header_time}}x %{{upstream_time}}x\"\n\
+             [http]\nmax_body_size = \"4MiB\"\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
              [[vhost.location]]\nprefix = \"/app/\"\nproxy = \"{up}\"\n\
              [[vhost.location]]\nprefix = \"/api/\"\nproxy = \"{up}/v2/\"\n\
              [[vhost.location]]\nprefix = \"/sock/\"\nproxy = \"unix:{}\"\nproxy_host = \"backend.example\"\n\
@@ -217,6 +219,25 @@ fn requests_reach_gunicorn_as_nginx_passes_them() {
     // Past proxy_timeout: 504, one line.
     assert_eq!(get(p.addr, "/short/slow").status, 504);
     assert!(site.error_log().contains("no answer within proxy_timeout"), "{}", site.error_log());
+
+    // The access log names the upstream, its status and its times.
+    let up = format!("http://127.0.0.1:{}", g.port);
+    let lines = wait_until(DEADLINE, "the access log", || {
+        let l = site.access_lines();
+        l.iter().any(|l| l.starts_with("GET /short/slow ")).then_some(l)
+    });
+    let fields = |start: &str| -> Vec<String> {
+        let line = lines.iter().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start}: {lines:?}"));
+        line.split(' ').skip(3).map(str::to_string).collect()
+    };
+    let f = fields("GET /api/users/7?full ");
+    assert_eq!(&f[..3], ["200", &format!("{up}/v2/"), "200"], "named as the config names it: {f:?}");
+    assert!(f[3].parse::<f64>().is_ok() && f[4].parse::<f64>().is_ok(), "{f:?}");
+    let f = fields("GET /down/x ");
+    assert_eq!((&f[0][..], f[1].starts_with("http://127.0.0.1:"), &f[2][..], &f[3][..]), ("502", true, "-", "-"));
+    let f = fields("GET /short/slow ");
+    assert_eq!((&f[0][..], &f[2][..], &f[3][..]), ("504", "-", "-"), "{f:?}");
+    assert!(f[4].parse::<f64>().unwrap() >= 1.0, "waited proxy_timeout: {f:?}");
 }
 
 /// 4 clients that do not read the 8 MiB answer leave both sync workers free: the

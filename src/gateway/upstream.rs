@@ -229,6 +229,7 @@ pub struct UpstreamHead {
     pub len: usize,
     /// A 1xx interim answer: skipped, the real one follows.
     pub interim: bool,
+    pub status: u16,
 }
 
 /// Why an upstream's answer is not one.
@@ -255,7 +256,9 @@ pub fn parse_head(buf: &[u8], head_request: bool, max: usize) -> Result<Option<U
     };
     let code = res.code.unwrap_or(0);
     if (100..200).contains(&code) && code != 101 {
-        return Ok(Some(UpstreamHead { block: Vec::new(), framing: Framing::None, keep: true, len, interim: true }));
+        let interim =
+            UpstreamHead { block: Vec::new(), framing: Framing::None, keep: true, len, interim: true, status: code };
+        return Ok(Some(interim));
     }
     if code == 101 {
         return Err(HeadError::Bad("it switched protocols".into()));
@@ -317,7 +320,7 @@ pub fn parse_head(buf: &[u8], head_request: bool, max: usize) -> Result<Option<U
         keep = false;
     }
     block.extend_from_slice(b"\r\n");
-    Ok(Some(UpstreamHead { block, framing, keep, len, interim: false }))
+    Ok(Some(UpstreamHead { block, framing, keep, len, interim: false, status: code }))
 }
 
 /// Undoes the chunked coding of a body as its bytes come (RFC 9112 §7.1):

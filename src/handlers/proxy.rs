@@ -24,7 +24,7 @@
 //! answer being streamed leaves the client's answer visibly cut (no last chunk, or
 //! the connection closed short of the length), and one being kept is a 502.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -39,7 +39,7 @@ use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, 
 use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
-use crate::http::response::Reply;
+use crate::http::response::{Reply, Upstreamed};
 
 use super::Ask;
 use super::fastcgi::replayable;
@@ -152,6 +152,8 @@ impl<'c> Proxy<'c> {
         let context = crate::gateway::child::request_context(ask.client, server, ask.req.line);
         let name = format!("upstream {}{context}", self.name);
         let keep = self.config.buffering.then_some(ask.link.answers);
+        let began = Instant::now();
+        let seen: Rc<Cell<Seen>> = Rc::default();
         let mut tries = 0;
         let got = loop {
             tries += 1;
@@ -191,12 +193,20 @@ impl<'c> Proxy<'c> {
                 name: name.clone(),
                 watch: ClientWatch::default(),
                 idle: self.idle.clone(),
+                seen: seen.clone(),
             };
             match output::read(talk, ask.link.socket, ask.link.waiting, keep) {
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
                 other => break other,
             }
         };
+        let s = seen.get();
+        reply.upstream = Some(Upstreamed {
+            addr: self.name.clone(),
+            status: s.status,
+            header_time: s.head_at.map(|at| at.duration_since(began)),
+            time: began.elapsed(),
+        });
         match super::script::answered(got, ask, &name, reply) {
             None => {}
             Some(Fault::Broken { why, .. }) => {
@@ -219,6 +229,13 @@ impl<'c> Proxy<'c> {
             }
         }
     }
+}
+
+/// What the access log is told of the upstream's answer: its status, when its head came.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    status: Option<u16>,
+    head_at: Option<Instant>,
 }
 
 /// The upstream's answer being read: its head, then its body by its framing.
@@ -259,6 +276,7 @@ struct Talk {
     name: String,
     watch: ClientWatch,
     idle: Pool,
+    seen: Rc<Cell<Seen>>,
 }
 
 impl Talk {
@@ -296,6 +314,7 @@ impl Talk {
                 continue;
             }
             out.extend_from_slice(&h.block);
+            self.seen.set(Seen { status: Some(h.status), head_at: Some(Instant::now()) });
             let left = if let Framing::Length(n) = h.framing { n } else { 0 };
             self.answer = Some(Answer { framing: h.framing, keep: h.keep, left, chunks: Chunked::default() });
         }

@@ -338,6 +338,7 @@ mod tests {
             health: false,
             request_id: 0,
             tls: None,
+            upstream: None,
         }
     }
 
