@@ -72,12 +72,17 @@ struct Gunicorn {
 
 impl Gunicorn {
     fn start(bin: &Path, worker_class: &str) -> Gunicorn {
+        Gunicorn::start_with(bin, worker_class, "30")
+    }
+
+    /// With gunicorn's `--keep-alive` seconds (how long it keeps an idle connection).
+    fn start_with(bin: &Path, worker_class: &str, keep_alive: &str) -> Gunicorn {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("app.py"), APP).unwrap();
         let port = free_port();
         let sock = dir.path().join("app.sock");
         let child = Command::new(bin)
-            .args(["--workers", "2", "--worker-class", worker_class, "--threads", "1", "--keep-alive", "30"])
+            .args(["--workers", "2", "--worker-class", worker_class, "--threads", "1", "--keep-alive", keep_alive])
             .args(["--timeout", "60", "--bind", &format!("127.0.0.1:{port}")])
             .arg("--bind")
             .arg(format!("unix:{}", sock.display()))
@@ -347,4 +352,43 @@ fn connections_to_the_upstream_are_kept_and_reused() {
     for _ in 0..3 {
         assert_eq!(peer(p.addr), first, "the same upstream connection");
     }
+}
+
+/// A kept connection gunicorn closed while it was idle (its `--keep-alive`) is seen
+/// closed before it is used: a POST after it goes on a new one and is answered
+/// (on the closed one it would have been written, and failed: a POST is not sent twice).
+#[test]
+fn a_kept_connection_the_upstream_closed_is_not_used() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start_with(&bin, "gthread", "1");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    for round in 0..3 {
+        let mut s = connect(p.addr);
+        let body = format!("round {round}");
+        s.write_all(
+            format!(
+                "POST /app/p HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 200, "round {round}: {}\n{}", r.text(), site.error_log());
+        assert_eq!(echo(&r).1, body.as_bytes());
+        // gunicorn closes the connection pika kept once it has been idle a second.
+        wait_until(DEADLINE, "gunicorn to close the kept connection", || closed_by_peer(g.port).then_some(()));
+    }
+}
+
+/// Whether a TCP connection to `port` on this machine was closed by that end and
+/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
+fn closed_by_peer(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
+    })
 }
