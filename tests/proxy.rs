@@ -137,7 +137,8 @@ fn proxied(g: &Gunicorn) -> Site {
              [[vhost.location]]\nprefix = \"/stream/\"\nproxy = \"{up}\"\nproxy_buffering = false\n\
              [[vhost.location]]\nprefix = \"/short/\"\nproxy = \"{up}\"\nproxy_timeout = \"1s\"\n\
              [[vhost.location]]\nprefix = \"/down/\"\nproxy = \"http://127.0.0.1:{dead}\"\n\
-             [[vhost.location]]\nprefix = \"/z/\"\nproxy = \"{up}\"\ncompress = true\ncompress_min_size = 1\n",
+             [[vhost.location]]\nprefix = \"/z/\"\nproxy = \"{up}\"\ncompress = true\ncompress_min_size = 1\n\
+             [[vhost.location]]\nprefix = \"/via/\"\nproxy = \"{up}\"\nproxy_via = true\n",
             g.sock.display()
         ),
     );
@@ -187,6 +188,14 @@ fn requests_reach_gunicorn_as_nginx_passes_them() {
     // The upstream's text answer compressed on the way out.
     let r = get_with(p.addr, "/z/x", "Accept-Encoding: gzip\r\n");
     assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{}", r.head);
+
+    // proxy_via: pika named after the client's Via, and on the answer.
+    let r = get_with(p.addr, "/via/x", "Via: 1.1 edge\r\n");
+    let (l, _) = echo(&r);
+    assert!(has(&l, "header VIA 1.1 edge, 1.1 pika"), "{l:?}");
+    assert_eq!(r.header("via").as_deref(), Some("1.1 pika"), "{}", r.head);
+    let (l, _) = echo(&get_with(p.addr, "/app/x", "Via: 1.1 edge\r\n"));
+    assert!(has(&l, "header VIA 1.1 edge"), "passed as it came: {l:?}");
 
     // A path in the URL replaces the prefix.
     let (l, _) = echo(&get(p.addr, "/api/users/7?full"));

@@ -681,6 +681,7 @@ proxy = "http://127.0.0.1:8000/v2/"
 proxy_host = "api.internal"
 proxy_timeout = "5s"
 proxy_buffering = false
+proxy_via = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

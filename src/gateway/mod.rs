@@ -110,6 +110,9 @@ pub struct ProxyConfig {
     /// `proxy_buffering`: the answer is kept ([`spool`]) and the upstream let go at
     /// its end (else it is sent as it comes).
     pub buffering: bool,
+    /// `proxy_via`: pika names itself in `Via` (RFC 9110 §7.6.3), on the request
+    /// and on the answer.
+    pub via: bool,
 }
 
 /// Where a FastCGI application listens.

@@ -110,7 +110,10 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 /// Request headers the proxy writes itself.
-const SET_HERE: [&str; 6] = ["host", "content-length", "expect", "x-forwarded-proto", "x-forwarded-host", "via"];
+const SET_HERE: [&str; 5] = ["host", "content-length", "expect", "x-forwarded-proto", "x-forwarded-host"];
+
+/// How pika names itself in `Via` (RFC 9110 §7.6.3: a pseudonym, no version).
+pub const VIA_NAME: &str = "pika";
 
 /// What the request head sent upstream says besides the client's headers.
 pub struct Forwarding<'a> {
@@ -125,11 +128,14 @@ pub struct Forwarding<'a> {
     /// The request body's length, if it has one (a request with a body, or a
     /// method that carries one).
     pub content_length: Option<u64>,
+    /// Pika names itself in `Via` with the client's protocol version (`1.1`).
+    pub via: Option<&'a str>,
 }
 
 /// The head of the request sent upstream: the client's headers but the hop-by-hop
 /// ones (and those its `Connection` names) and those set here; `X-Forwarded-For`
-/// and `Forwarded` with the client appended to those it sent.
+/// and `Forwarded` with the client appended to those it sent (and `Via`, when
+/// pika names itself there).
 pub fn request_head(f: &Forwarding<'_>, headers: &[httparse::Header<'_>]) -> Vec<u8> {
     let named: Vec<String> = headers
         .iter()
@@ -144,7 +150,7 @@ pub fn request_head(f: &Forwarding<'_>, headers: &[httparse::Header<'_>]) -> Vec
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     out.extend_from_slice(f.host);
     out.extend_from_slice(b"\r\n");
-    let (mut xff, mut forwarded) = (Vec::new(), Vec::new());
+    let (mut xff, mut forwarded, mut via) = (Vec::new(), Vec::new(), Vec::new());
     for h in headers {
         let lower = h.name.to_ascii_lowercase();
         if HOP_BY_HOP.contains(&lower.as_str()) || SET_HERE.contains(&lower.as_str()) || named.contains(&lower) {
@@ -153,6 +159,7 @@ pub fn request_head(f: &Forwarding<'_>, headers: &[httparse::Header<'_>]) -> Vec
         let list = match lower.as_str() {
             "x-forwarded-for" => &mut xff,
             "forwarded" => &mut forwarded,
+            "via" if f.via.is_some() => &mut via,
             _ => {
                 header(&mut out, h.name, h.value);
                 continue;
@@ -188,6 +195,13 @@ pub fn request_head(f: &Forwarding<'_>, headers: &[httparse::Header<'_>]) -> Vec
     }
     forwarded.extend_from_slice(if f.https { b";proto=https" } else { b";proto=http" });
     header(&mut out, "Forwarded", &forwarded);
+    if let Some(version) = f.via {
+        if !via.is_empty() {
+            via.extend_from_slice(b", ");
+        }
+        via.extend_from_slice(format!("{version} {VIA_NAME}").as_bytes());
+        header(&mut out, "Via", &via);
+    }
     if let Some(n) = f.content_length {
         header(&mut out, "Content-Length", n.to_string().as_bytes());
     }
@@ -438,6 +452,7 @@ mod tests {
             client,
             https: true,
             content_length: Some(3),
+            via: None,
         }
     }
 
@@ -463,6 +478,12 @@ mod tests {
              X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: example.com\r\n\
              Forwarded: for=192.0.2.7;host=\"example.com\";proto=https\r\nContent-Length: 3\r\n\r\n"
         );
+        let via = Forwarding { via: Some("1.0"), ..forwarding("192.0.2.7".parse().unwrap(), None) };
+        let head = String::from_utf8(request_head(&via, &[h("Via", b"1.1 edge"), h("Accept", b"*/*")])).unwrap();
+        assert!(head.contains("\r\nAccept: */*\r\n") && head.contains("\r\nVia: 1.1 edge, 1.0 pika\r\n"), "{head}");
+        let head =
+            String::from_utf8(request_head(&forwarding("192.0.2.7".parse().unwrap(), None), &[h("Via", b"1.1 edge")]));
+        assert!(head.unwrap().contains("\r\nVia: 1.1 edge\r\n"), "passed as it came without proxy_via");
         let head = request_head(&forwarding("2001:db8::1".parse().unwrap(), None), &[]);
         let head = String::from_utf8(head).unwrap();
         assert!(head.contains("\r\nForwarded: for=\"[2001:db8::1]\";proto=https\r\n"), "{head}");

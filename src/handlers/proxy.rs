@@ -146,6 +146,7 @@ impl<'c> Proxy<'c> {
             https: ask.link.https,
             // A body, or a method that carries one, says its length (0 for none).
             content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
+            via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
         };
         let head = upstream::request_head(&forwarding, ask.req.headers);
         let server = ask.req.host.unwrap_or(b"");
@@ -208,6 +209,11 @@ impl<'c> Proxy<'c> {
             time: began.elapsed(),
         });
         match super::script::answered(got, ask, &name, reply) {
+            // The upstream's answer passed on: pika names itself after those its
+            // Via names (a field line of its own adds to the list).
+            None if self.config.via && s.status.is_some() && reply.internal.is_none() => {
+                reply.header("Via", format!("1.1 {}", upstream::VIA_NAME));
+            }
             None => {}
             Some(Fault::Broken { why, .. }) => {
                 log::error!("{name}: {why}");

@@ -1,6 +1,7 @@
 //! `proxy = "http://127.0.0.1:8000"` or `"unix:/run/app.sock"`: requests passed to an
 //! upstream HTTP server ([`crate::handlers::proxy`]), with `proxy_host`,
-//! `proxy_timeout` and `proxy_buffering` (nginx's names).
+//! `proxy_timeout` and `proxy_buffering` (nginx's names), and `proxy_via` (Apache's
+//! `ProxyVia`: nginx has none).
 
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::http::pattern::Pattern;
 /// The key that chooses it.
 pub const KEY: &str = "proxy";
 /// Its keys.
-pub const KEYS: &[&str] = &["proxy", "proxy_host", "proxy_timeout", "proxy_buffering"];
+pub const KEYS: &[&str] = &["proxy", "proxy_host", "proxy_timeout", "proxy_buffering", "proxy_via"];
 
 /// `proxy_timeout` when unset: a minute, as nginx's `proxy_read_timeout`.
 pub const PROXY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,7 +48,8 @@ pub(super) fn read(keys: &mut Keys, r: &Reading<'_>) -> Result<ProxyConfig, Conf
         None => PROXY_TIMEOUT,
     };
     let buffering = keys.take::<bool>(r.ctx, "proxy_buffering")?.is_none_or(|b| b.into_inner());
-    Ok(ProxyConfig { upstream, host, timeout, buffering })
+    let via = keys.take::<bool>(r.ctx, "proxy_via")?.is_some_and(|b| b.into_inner());
+    Ok(ProxyConfig { upstream, host, timeout, buffering, via })
 }
 
 pub(super) fn show(p: &ProxyConfig, t: &mut Toml) {
@@ -57,6 +59,7 @@ pub(super) fn show(p: &ProxyConfig, t: &mut Toml) {
     }
     t.key("proxy_timeout", duration(p.timeout));
     t.key("proxy_buffering", toml::Value::Boolean(p.buffering));
+    t.key("proxy_via", toml::Value::Boolean(p.via));
 }
 
 pub(super) fn build<'c>(p: &'c ProxyConfig, at: Option<&'c Pattern>) -> Handler<'c> {
