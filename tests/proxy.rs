@@ -128,7 +128,8 @@ fn proxied(g: &Gunicorn) -> Site {
     site.config(
         "",
         &format!(
-            "[[access_log]]\npath = \"logs/access.log\"\n\
+            "[[access_log]]\npath = \"logs/json.log\"\nformat = \"json\"\n\
+             [[access_log]]\npath = \"logs/access.log\"\n\
              format = \"%r %>s %{{upstream}}x %{{upstream_status}}x %{{upstream_header_time}}x %{{upstream_time}}x\"\n\
              [http]\nmax_body_size = \"4MiB\"\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
              [[vhost.location]]\nprefix = \"/app/\"\nproxy = \"{up}\"\n\
@@ -249,6 +250,17 @@ fn requests_reach_gunicorn_as_nginx_passes_them() {
     assert!(f[3].parse::<f64>().is_ok() && f[4].parse::<f64>().is_ok(), "{f:?}");
     let f = fields("GET /down/x ");
     assert_eq!((&f[0][..], f[1].starts_with("http://127.0.0.1:"), &f[2][..], &f[3][..]), ("502", true, "-", "-"));
+    let json = site.read("logs/json.log");
+    let v: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .find(|v: &serde_json::Value| v["path"] == "/down/x")
+        .unwrap();
+    assert_eq!((v["status"].as_u64(), v["upstream"]["status"].is_null()), (Some(502), true), "{v}");
+    assert!(
+        v["upstream"]["addr"].as_str().unwrap().starts_with("http://127.0.0.1:") && v["upstream"]["time_us"].is_u64(),
+        "{v}"
+    );
     let f = fields("GET /short/slow ");
     assert_eq!((&f[0][..], &f[2][..], &f[3][..]), ("504", "-", "-"), "{f:?}");
     assert!(f[4].parse::<f64>().unwrap() >= 1.0, "waited proxy_timeout: {f:?}");
