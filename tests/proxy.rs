@@ -39,6 +39,13 @@ def app(environ, start):
             yield b"last\n"
         start("200 OK", [("Content-Type", "text/plain")])
         return pieces()
+    if path.endswith("/pieces"):
+        def pieces():
+            for i in range(16):
+                yield bytes([97 + i]) * (1 << 20)
+                time.sleep(0.3)
+        start("200 OK", [("Content-Type", "application/octet-stream")])
+        return pieces()
     if path.endswith("/die"):
         def pieces():
             yield b"y" * 1000
@@ -139,7 +146,8 @@ fn proxied(g: &Gunicorn) -> Site {
              [[vhost.location]]\nprefix = \"/short/\"\nproxy = \"{up}\"\nproxy_timeout = \"1s\"\n\
              [[vhost.location]]\nprefix = \"/down/\"\nproxy = \"http://127.0.0.1:{dead}\"\n\
              [[vhost.location]]\nprefix = \"/z/\"\nproxy = \"{up}\"\ncompress = true\ncompress_min_size = 1\n\
-             [[vhost.location]]\nprefix = \"/via/\"\nproxy = \"{up}\"\nproxy_via = true\n",
+             [[vhost.location]]\nprefix = \"/via/\"\nproxy = \"{up}\"\nproxy_via = true\n\
+             [[vhost.location]]\nprefix = \"/sse/\"\nproxy = \"{up}\"\nproxy_buffering = false\nproxy_timeout = \"1s\"\n",
             g.sock.display()
         ),
     );
@@ -412,4 +420,26 @@ fn closed_by_peer(port: u16) -> bool {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
     })
+}
+
+/// An unbuffered answer that lasts longer than `proxy_timeout`, with its client
+/// pausing longer than that too: `proxy_timeout` bounds the upstream's silences
+/// (each under 1 s here), not the stream's whole life nor the client's pauses, so
+/// it arrives whole (16 MiB in 16 pieces over about 5 s).
+#[test]
+fn a_long_stream_outlives_proxy_timeout_while_its_upstream_keeps_sending() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /sse/pieces HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    // The client reads nothing for twice proxy_timeout: pika's write waits for room
+    // and the upstream waits for pika.
+    std::thread::sleep(Duration::from_secs(2));
+    let got = read_until_closed(&mut s, Duration::from_secs(30));
+    let (head, body) = split_head(&got);
+    let (body, rest) = dechunk(body);
+    assert!(rest.is_empty() && body.len() == 16 << 20, "{head}\n{} bytes\n{}", body.len(), site.error_log());
+    assert!(body.chunks(1 << 20).enumerate().all(|(i, c)| c.iter().all(|&b| b == 97 + i as u8)));
 }

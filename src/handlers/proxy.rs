@@ -39,7 +39,7 @@ use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, 
 use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
-use crate::http::response::{Reply, Upstreamed};
+use crate::http::response::{Body, Reply, Upstreamed};
 
 use super::Ask;
 use super::fastcgi::replayable;
@@ -191,6 +191,7 @@ impl<'c> Proxy<'c> {
                 taken: 0,
                 timeout: self.config.timeout,
                 deadline: Instant::now() + self.config.timeout,
+                fed: false,
                 name: name.clone(),
                 watch: ClientWatch::default(),
                 idle: self.idle.clone(),
@@ -209,12 +210,19 @@ impl<'c> Proxy<'c> {
             time: began.elapsed(),
         });
         match super::script::answered(got, ask, &name, reply) {
-            // The upstream's answer passed on: pika names itself after those its
-            // Via names (a field line of its own adds to the list).
-            None if self.config.via && s.status.is_some() && reply.internal.is_none() => {
-                reply.header("Via", format!("1.1 {}", upstream::VIA_NAME));
+            None => {
+                // The upstream's answer passed on: pika names itself after those its
+                // Via names (a field line of its own adds to the list).
+                if self.config.via && s.status.is_some() && reply.internal.is_none() {
+                    reply.header("Via", format!("1.1 {}", upstream::VIA_NAME));
+                }
+                // A stream waiting for its client is bounded by send_timeout, as any
+                // answer: proxy_timeout is for the upstream's silences (a script's
+                // stream ends by script_timeout, an upstream's may be endless).
+                if let Body::Stream(s) = &mut reply.body {
+                    s.until_ms = None;
+                }
             }
-            None => {}
             Some(Fault::Broken { why, .. }) => {
                 log::error!("{name}: {why}");
                 reply.error(502, "The upstream server is not available.");
@@ -279,6 +287,10 @@ struct Talk {
     timeout: Duration,
     /// The head's, then the next read's deadline.
     deadline: Instant,
+    /// The last step gave answer bytes, which the reader took away: its next step
+    /// (maybe much later, after a client that read slowly) waits `timeout` anew.
+    /// `proxy_timeout` bounds the upstream's silences, not the client's.
+    fed: bool,
     name: String,
     watch: ClientWatch,
     idle: Pool,
@@ -361,6 +373,9 @@ impl Source for Talk {
         if self.conn.is_none() {
             return Ok(true);
         }
+        if std::mem::take(&mut self.fed) {
+            self.deadline = Instant::now() + self.timeout;
+        }
         self.fill()
             .map_err(|e| Fault::Broken { why: format!("reading the request body failed: {e}"), retry: false })?;
         let left = self.deadline.saturating_duration_since(Instant::now());
@@ -419,7 +434,9 @@ impl Source for Talk {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => return Ok(false),
             Err(e) => return Err(broken(format!("reading the answer: {e}"), retry)),
         };
+        let before = out.len();
         let done = self.take(out, eof)?;
+        self.fed = out.len() > before;
         if done {
             let conn = self.conn.take();
             let whole = self.out.is_empty() && self.sent_body == self.body.len();
@@ -443,7 +460,7 @@ impl Source for Talk {
     }
 
     fn deadline(&self) -> Instant {
-        self.deadline
+        if self.fed { Instant::now() + self.timeout } else { self.deadline }
     }
 
     fn cut(&mut self, why: &Fault) {
