@@ -46,6 +46,13 @@ def app(environ, start):
                 time.sleep(0.3)
         start("200 OK", [("Content-Type", "application/octet-stream")])
         return pieces()
+    if path.endswith("/diechunked"):
+        def pieces():
+            yield b"z" * 1000
+            time.sleep(0.2)
+            os._exit(1)
+        start("200 OK", [("Content-Type", "text/plain")])
+        return pieces()
     if path.endswith("/die"):
         def pieces():
             yield b"y" * 1000
@@ -147,6 +154,7 @@ fn proxied(g: &Gunicorn) -> Site {
              [[vhost.location]]\nprefix = \"/down/\"\nproxy = \"http://127.0.0.1:{dead}\"\n\
              [[vhost.location]]\nprefix = \"/z/\"\nproxy = \"{up}\"\ncompress = true\ncompress_min_size = 1\n\
              [[vhost.location]]\nprefix = \"/via/\"\nproxy = \"{up}\"\nproxy_via = true\n\
+             [[vhost.location]]\nprefix = \"/closed/\"\nproxy = \"{up}\"\ndeny = [\"127.0.0.0/8\"]\n\
              [[vhost.location]]\nprefix = \"/sse/\"\nproxy = \"{up}\"\nproxy_buffering = false\nproxy_timeout = \"1s\"\n",
             g.sock.display()
         ),
@@ -230,6 +238,10 @@ fn requests_reach_gunicorn_as_nginx_passes_them() {
     let (l, got) = echo(&r);
     assert!(has(&l, "method POST") && has(&l, "length 2000000"), "{l:?}");
     assert!(got == body, "the body arrived whole");
+
+    // The rules apply before the upstream is asked: a denied client gets 403.
+    let r = get(p.addr, "/closed/x");
+    assert_eq!(r.status, 403, "{}", r.text());
 
     // Connect refused: 502, one line naming the client, the request, the upstream.
     assert_eq!(get(p.addr, "/down/x").status, 502);
@@ -360,6 +372,13 @@ fn an_upstream_that_dies_mid_answer_leaves_a_broken_answer() {
     assert!(head.contains("Content-Length: 100000"), "{head}");
     assert!(body.len() < 100000, "cut short and closed: {} bytes", body.len());
     wait_until(DEADLINE, "the cut said", || site.error_log().contains("answer cut").then_some(()));
+    // Chunked: the client's answer lacks its last chunk, and the connection closes.
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /stream/diechunked HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let got = read_until_closed(&mut s, Duration::from_secs(10));
+    let (head, body) = split_head(&got);
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+    assert!(read_chunked(&mut &body[..]).is_none(), "no last chunk: {} bytes", body.len());
     let r = get(p.addr, "/app/die");
     assert_eq!(r.status, 502, "{}", r.text());
     assert!(site.error_log().contains("closed the connection before the end of its answer"), "{}", site.error_log());
