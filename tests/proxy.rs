@@ -462,3 +462,71 @@ fn a_long_stream_outlives_proxy_timeout_while_its_upstream_keeps_sending() {
     assert!(rest.is_empty() && body.len() == 16 << 20, "{head}\n{} bytes\n{}", body.len(), site.error_log());
     assert!(body.chunks(1 << 20).enumerate().all(|(i, c)| c.iter().all(|&b| b == 97 + i as u8)));
 }
+
+/// An upstream that answers the first request on each connection with keep-alive
+/// and, on a connection's second request, notes it and closes without a word (as
+/// a server closing an idle connection just as a request arrives). Each request's
+/// line is noted.
+fn hangs_up_on_second_requests() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let noted = noted.clone();
+            std::thread::spawn(move || {
+                for n in 0.. {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match conn.read(&mut byte) {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    noted.lock().unwrap().push(text.lines().next().unwrap_or("").to_string());
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let mut body = vec![0u8; len];
+                    if conn.read_exact(&mut body).is_err() || n == 1 {
+                        return;
+                    }
+                    conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// A kept connection that breaks before any answer: a GET goes again, once, on a
+/// new connection and is answered; a POST, written already, is not sent twice: 502.
+#[test]
+fn a_broken_kept_connection_is_retried_only_when_safe() {
+    let (port, seen) = hangs_up_on_second_requests();
+    let site = Site::new();
+    site.config(
+        "",
+        &format!(
+            "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nprefix = \"/\"\nproxy = \"http://127.0.0.1:{port}\"\n"
+        ),
+    );
+    let p = Pika::start(&site, "-X");
+    assert_eq!(get(p.addr, "/one").text(), "ok");
+    let r = get(p.addr, "/two");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"), "{}", site.error_log());
+    let mut s = connect(p.addr);
+    s.write_all(b"POST /pay HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 2\r\n\r\n10").unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.status, 502, "{}", r.text());
+    let lines = seen.lock().unwrap().clone();
+    assert_eq!(lines, ["GET /one HTTP/1.1", "GET /two HTTP/1.1", "GET /two HTTP/1.1", "POST /pay HTTP/1.1"]);
+    let log = site.error_log();
+    assert_eq!(log.lines().filter(|l| l.contains("POST /pay")).count(), 1, "{log}");
+}
