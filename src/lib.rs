@@ -118,8 +118,11 @@
 //!   bodies' files are counted by its `Disk` too); a CGI
 //!   script's process (spawned from a worker with an environment built from
 //!   nothing, its own process group, no descriptor of the worker, rlimits, killed
-//!   with its group and always reaped: [`gateway::child`]), and the FastCGI
-//!   protocol's records ([`gateway::fcgi`]).
+//!   with its group and always reaped: [`gateway::child`]), the FastCGI
+//!   protocol's records ([`gateway::fcgi`]), and HTTP/1.1 to an upstream server
+//!   a proxy location passes requests to ([`gateway::upstream`]: the upstream's
+//!   address and path mapping, the request head with the forwarding headers, the
+//!   answer's head read as a script's header block, chunks undone).
 //! - [`acme`] gets certificates from an ACME CA for the vhosts with `acme = true`:
 //!   the master decides when ([`acme::schedule`]), keeps the state folder as root
 //!   ([`acme::store`]) and installs by a reload; a short-lived child it forks
@@ -179,7 +182,8 @@
 //! location's rules, [`rules::Gate`], then the methods its handler answers) →
 //! **answer** (a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
 //! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]), CGI
-//! scripts ([`handlers::cgi`]), FastCGI applications ([`handlers::fastcgi`]), the
+//! scripts ([`handlers::cgi`]), FastCGI applications ([`handlers::fastcgi`]), an
+//! upstream HTTP server ([`handlers::proxy`], its idle connections kept per worker), the
 //! echo ([`handlers::echo`]) or static files ([`handlers::static_file::StaticFiles`]: a
 //! cached mapping ([`handlers::file_cache`], revalidated by one `fstatat`, with its
 //! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's

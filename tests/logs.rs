@@ -606,7 +606,7 @@ fn json_logs_are_read_by_jq_across_rotations_and_filters() {
     let keys = jq_lines("keys_unsorted | join(\",\")", &files);
     assert_eq!(keys.len(), text.lines().count(), "one object per line");
     let want = "time,client,user,request,method,path,query,protocol,status,bytes,bytes_sent,referer,user_agent,\
-                duration_us,vhost,host,request_id,tls";
+                duration_us,vhost,host,request_id,tls,upstream";
     assert!(keys.iter().all(|k| k == want), "{keys:?}");
     let mut paths = jq_lines(
         "select(.status != 400 and .path != \"/hostile\") | if .query then \"\\(.path)?\\(.query)\" else .path end",

@@ -27,6 +27,7 @@ mod modules;
 mod package;
 mod path_props;
 mod prefork;
+mod proxy;
 mod rules;
 mod slowreaders;
 mod systemd;

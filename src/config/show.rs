@@ -675,6 +675,13 @@ fastcgi = "unix:/run/php/fpm.sock"
 [[vhost.location]]
 exact = "/echo"
 echo = true
+[[vhost.location]]
+prefix = "/api/"
+proxy = "http://127.0.0.1:8000/v2/"
+proxy_host = "api.internal"
+proxy_timeout = "5s"
+proxy_buffering = false
+proxy_via = true
 [[access_log]]
 path = "a.log"
 rotate = { size = 1000 }

@@ -515,3 +515,31 @@ fn bad_script_locations_are_refused() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn proxy_locations_are_read_and_checked() {
+    use crate::kinds::Kind;
+    let Kind::Proxy(p) = kind("proxy = \"http://127.0.0.1:8000/v2/\"\nproxy_timeout = \"5s\"").unwrap() else {
+        panic!("proxy expected")
+    };
+    assert_eq!((p.upstream.path.as_deref(), p.timeout.as_secs(), p.buffering, p.host), (Some("/v2/"), 5, true, None));
+    let Kind::Proxy(p) =
+        kind("proxy = \"unix:/run/app.sock\"\nproxy_buffering = false\nproxy_host = \"a.example\"").unwrap()
+    else {
+        panic!("proxy expected")
+    };
+    assert_eq!((p.buffering, p.host.as_deref()), (false, Some("a.example")));
+    for (bad, says) in [
+        ("proxy = \"127.0.0.1:8000\"", "http://host:port"),
+        ("proxy = \"https://a\"", "http://host:port"),
+        ("proxy = \"http://a\"\nroot = \"htdocs\"", "no root"),
+        ("proxy = \"http://a\"\nfastcgi = \"unix:/x.sock\"", "no fastcgi"),
+        ("proxy = \"http://a\"\nstatus = true", "no status"),
+        ("proxy = \"http://a\"\nproxy_timeout = 0", "more than zero"),
+        ("proxy = \"http://a\"\nproxy_host = \"a b\"", "host name"),
+        ("proxy_timeout = 5", "proxy_timeout"),
+    ] {
+        let e = kind(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}

@@ -1,5 +1,7 @@
 //! Dynamic answers: CGI scripts (RFC 3875) run as child processes of the worker,
-//! and FastCGI applications (PHP-FPM) reached over a socket.
+//! FastCGI applications (PHP-FPM) reached over a socket, and upstream HTTP servers
+//! a proxy location passes requests to ([`upstream`]: their answers read as a
+//! script's are).
 //!
 //! Both share what a script is told and how its answer is read: the
 //! meta-variables ([`mod@env`]), which file a path runs ([`script`]), the header
@@ -25,6 +27,7 @@ pub mod incoming;
 pub mod output;
 pub mod script;
 pub mod spool;
+pub mod upstream;
 
 use std::os::fd::BorrowedFd;
 
@@ -94,6 +97,22 @@ pub struct FastCgiConfig {
     pub timeout: Duration,
     /// `buffering`, as for CGI.
     pub buffering: bool,
+}
+
+/// A proxy location's settings (`proxy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    pub upstream: upstream::Upstream,
+    /// `proxy_host`: the `Host` sent upstream (else the client's, else the URL's).
+    pub host: Option<String>,
+    /// `proxy_timeout`: for the connect, the answer's head, and between reads.
+    pub timeout: Duration,
+    /// `proxy_buffering`: the answer is kept ([`spool`]) and the upstream let go at
+    /// its end (else it is sent as it comes).
+    pub buffering: bool,
+    /// `proxy_via`: pika names itself in `Via` (RFC 9110 §7.6.3), on the request
+    /// and on the answer.
+    pub via: bool,
 }
 
 /// Where a FastCGI application listens.

@@ -412,7 +412,7 @@ fn write_some(conn: &mut AppConn, out: &mut Vec<u8>, written: &mut usize) -> io:
 /// §9.2.2, for which two runs leave what one run leaves. A POST or a PATCH may have
 /// written a ledger line before its application died; it is sent again only when no
 /// byte of it had gone out.
-fn replayable(method: &str) -> bool {
+pub(crate) fn replayable(method: &str) -> bool {
     matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 

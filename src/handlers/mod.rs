@@ -5,7 +5,8 @@
 //! from [`listing`], each worker's cache of mapped files in [`file_cache`]), the
 //! status page ([`status_page`]), the health check ([`health`]) and the Prometheus
 //! metrics ([`metrics`]), CGI scripts ([`cgi`]), a FastCGI application's
-//! scripts ([`fastcgi`]) and the echo ([`echo`]) are handlers.
+//! scripts ([`fastcgi`]), an upstream HTTP server's answers ([`proxy`]) and the echo
+//! ([`echo`]) are handlers.
 
 mod ask;
 pub mod cgi;
@@ -15,6 +16,7 @@ pub mod file_cache;
 pub mod health;
 pub mod listing;
 pub mod metrics;
+pub mod proxy;
 pub mod reach;
 pub mod script;
 pub mod static_file;
@@ -41,6 +43,8 @@ pub enum Handler<'c> {
     FastCgi(fastcgi::FastCgi<'c>),
     /// A request's body sent back as it came.
     Echo(echo::Echo),
+    /// Requests passed to an upstream HTTP server.
+    Proxy(proxy::Proxy<'c>),
 }
 
 impl<'c> Handler<'c> {
@@ -49,7 +53,7 @@ impl<'c> Handler<'c> {
     /// every one, the others are only read.
     pub fn methods(&self) -> Methods {
         match self {
-            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) => Methods::Any,
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => Methods::Any,
             // A files location whose try_files may hand the request to a script
             // lets every method reach it; it answers only GET and HEAD itself.
             Handler::Files(files) if files.may_redirect() => Methods::Any,
@@ -66,6 +70,7 @@ impl<'c> Handler<'c> {
             Handler::Cgi(cgi) => cgi.serve(ask, reply),
             Handler::FastCgi(app) => app.serve(ask, reply),
             Handler::Echo(echo) => echo.serve(ask, reply),
+            Handler::Proxy(proxy) => proxy.serve(ask, reply),
         }
     }
 
@@ -75,7 +80,7 @@ impl<'c> Handler<'c> {
     /// script (a front controller).
     pub fn reads_body(&self) -> bool {
         match self {
-            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) => true,
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => true,
             Handler::Files(files) => files.may_redirect(),
             _ => false,
         }

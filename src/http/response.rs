@@ -145,6 +145,23 @@ pub struct Reply<'h> {
     /// `Date` and `Server` as a script gave them, sent instead of the server's.
     pub date: Option<String>,
     pub server: Option<String>,
+    /// The upstream a proxy location asked, for the access log.
+    pub upstream: Option<Upstreamed>,
+}
+
+/// What the access log says of the upstream a request was passed to (nginx's
+/// `$upstream_addr`, `$upstream_status`, `$upstream_header_time`,
+/// `$upstream_response_time`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstreamed {
+    pub addr: Rc<str>,
+    /// Its answer's status; None when no head came.
+    pub status: Option<u16>,
+    /// From the first try to its answer's head.
+    pub header_time: Option<std::time::Duration>,
+    /// From the first try to the end of the answer as the handler read it (the
+    /// head and what followed at once, for an answer streamed).
+    pub time: std::time::Duration,
 }
 
 /// An internal redirect: the request served again at `target` (a path, and a
@@ -169,6 +186,7 @@ impl<'h> Reply<'h> {
             internal: None,
             date: None,
             server: None,
+            upstream: None,
         }
     }
 

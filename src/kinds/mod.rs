@@ -1,5 +1,5 @@
 //! Location kinds: what answers at a `[[vhost.location]]` (files, the status page,
-//! the health check, the metrics, CGI scripts, a FastCGI application, the echo). Each kind is one module that owns its keys: it
+//! the health check, the metrics, CGI scripts, a FastCGI application, an upstream HTTP server, the echo). Each kind is one module that owns its keys: it
 //! reads and checks them from the location's table, shows them (`pika -T`), and
 //! builds its handler when a worker opens its sites. `config/vhost.rs`,
 //! `config/show.rs` and `site.rs` only call [`Kind::read`], [`Kind::show`] and
@@ -17,6 +17,7 @@ pub mod fastcgi;
 pub mod files;
 pub mod health;
 pub mod metrics;
+pub mod proxy;
 pub mod status;
 
 use std::io;
@@ -50,6 +51,8 @@ pub enum Kind {
     FastCgi(Box<crate::gateway::FastCgiConfig>),
     /// The request's body sent back (`echo = true`).
     Echo,
+    /// An upstream HTTP server the requests are passed to (`proxy`).
+    Proxy(Box<crate::gateway::ProxyConfig>),
 }
 
 /// The kinds other than files: the key that chooses each (set to true), and what a
@@ -69,6 +72,7 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
         .chain(files::KEYS.iter().copied())
         .chain(cgi::KEYS.iter().copied())
         .chain(fastcgi::KEYS.iter().copied().filter(|k| !cgi::KEYS.contains(k)))
+        .chain(proxy::KEYS.iter().copied())
 }
 
 /// What a kind's reader is given besides the location's keys.
@@ -105,6 +109,23 @@ impl Kind {
         let names: Vec<&str> = keys.names().collect();
         let fastcgi = names.contains(&fastcgi::KEY);
         let cgi = names.iter().any(|k| cgi::CHOOSING.contains(k));
+        if names.contains(&proxy::KEY) {
+            let other = names.iter().find(|k| {
+                cgi::KEYS.contains(k)
+                    || fastcgi::KEYS.contains(k)
+                    || files::KEYS.contains(k)
+                    || CHOSEN.iter().any(|(c, _)| c == *k)
+            });
+            if let Some(other) = other {
+                return Err(r.ctx.error(
+                    r.at.clone(),
+                    format!(
+                        "a proxy location passes its requests on: no {other} (it serves no files, runs no scripts)"
+                    ),
+                ));
+            }
+            return Ok(Kind::Proxy(Box::new(proxy::read(keys, r)?)));
+        }
         if (cgi || fastcgi)
             && let Some(other) = CHOSEN.iter().find(|(k, _)| names.contains(k))
         {
@@ -164,6 +185,7 @@ impl Kind {
             Kind::Cgi(c) => cgi::show(c, t),
             Kind::FastCgi(f) => fastcgi::show(f, t),
             Kind::Echo => echo::show(t),
+            Kind::Proxy(p) => proxy::show(p, t),
         }
     }
 
@@ -172,7 +194,9 @@ impl Kind {
         match self {
             Kind::Status => status::rules(config),
             Kind::Metrics => metrics::rules(config),
-            Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo => Rules::default(),
+            Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo | Kind::Proxy(_) => {
+                Rules::default()
+            }
         }
     }
 
@@ -193,6 +217,7 @@ impl Kind {
             Kind::Cgi(c) => cgi::build(c, at, b)?,
             Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
             Kind::Echo => echo::build(),
+            Kind::Proxy(p) => proxy::build(p, at),
         })
     }
 
@@ -207,15 +232,15 @@ impl Kind {
         match self {
             Kind::Cgi(c) => Some((&c.dir, c.alias)),
             Kind::FastCgi(f) => Some((&f.dir, f.alias)),
-            Kind::Files(_) | Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => None,
+            Kind::Files(_) | Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo | Kind::Proxy(_) => None,
         }
     }
 
     /// Whether it answers from request bodies, which the workers keep in
     /// `body_temp_dir` past `client_body_buffer` (scripts and the echo; a files
-    /// location's `try_files` hands its bodies to one of those).
+    /// location's `try_files` hands its bodies to one of those), and the proxy.
     pub fn reads_bodies(&self) -> bool {
-        matches!(self, Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo)
+        matches!(self, Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo | Kind::Proxy(_))
     }
 
     /// The directory it serves files from, if any (for the chroot's check).
@@ -224,7 +249,7 @@ impl Kind {
             Kind::Files(f) => Some(&f.dir),
             Kind::Cgi(c) => Some(&c.dir),
             Kind::FastCgi(f) => Some(&f.dir),
-            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => None,
+            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo | Kind::Proxy(_) => None,
         }
     }
 
@@ -234,7 +259,7 @@ impl Kind {
             Kind::Files(f) => f.dir = inside(&f.dir),
             Kind::Cgi(c) => c.dir = inside(&c.dir),
             Kind::FastCgi(f) => f.dir = inside(&f.dir),
-            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo => {}
+            Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo | Kind::Proxy(_) => {}
         }
     }
 }

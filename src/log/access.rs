@@ -398,6 +398,7 @@ mod tests {
             health: false,
             request_id: 0,
             tls: None,
+            upstream: None,
         }
     }
 

@@ -156,6 +156,7 @@ mod tests {
             health: false,
             request_id: 0,
             tls: None,
+            upstream: None,
         }
     }
 

@@ -44,11 +44,12 @@ enum Token {
     BytesOut,     // %O
     HeaderIn(String),
     HeaderOut(String),
-    ConnStatus,     // %X
-    KeepaliveCount, // %k
-    RequestId,      // %L
-    Tls(TlsVar),    // %{SSL_PROTOCOL}x, %{SSL_CIPHER}x, %{SSL_TLS_SNI}x
-    Json,           // format = "json": the whole record (see json.rs)
+    ConnStatus,            // %X
+    KeepaliveCount,        // %k
+    RequestId,             // %L
+    Tls(TlsVar),           // %{SSL_PROTOCOL}x, %{SSL_CIPHER}x, %{SSL_TLS_SNI}x
+    Upstream(UpstreamVar), // %{upstream}x, %{upstream_status}x, %{upstream_header_time}x, %{upstream_time}x
+    Json,                  // format = "json": the whole record (see json.rs)
 }
 
 /// The TLS variables of Apache's mod_ssl that a log may name.
@@ -57,6 +58,16 @@ enum TlsVar {
     Protocol,
     Cipher,
     Sni,
+}
+
+/// What a proxy location's upstream did (nginx's `$upstream_addr`,
+/// `$upstream_status`, `$upstream_header_time`, `$upstream_response_time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpstreamVar {
+    Addr,
+    Status,
+    HeaderTime,
+    Time,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,12 +165,18 @@ impl LogFormat {
                 ('X', None) => Token::ConnStatus,
                 ('k', None) => Token::KeepaliveCount,
                 ('L', None) => Token::RequestId,
-                ('x', Some(v)) => Token::Tls(match v.as_str() {
-                    "SSL_PROTOCOL" => TlsVar::Protocol,
-                    "SSL_CIPHER" => TlsVar::Cipher,
-                    "SSL_TLS_SNI" => TlsVar::Sni,
-                    _ => return Err(format!("unknown %{{{v}}}x (pika has SSL_PROTOCOL, SSL_CIPHER and SSL_TLS_SNI)")),
-                }),
+                ('x', Some(v)) => match (upstream_var(&v), v.as_str()) {
+                    (Some(u), _) => Token::Upstream(u),
+                    (None, "SSL_PROTOCOL") => Token::Tls(TlsVar::Protocol),
+                    (None, "SSL_CIPHER") => Token::Tls(TlsVar::Cipher),
+                    (None, "SSL_TLS_SNI") => Token::Tls(TlsVar::Sni),
+                    _ => {
+                        return Err(format!(
+                            "unknown %{{{v}}}x (pika has SSL_PROTOCOL, SSL_CIPHER, SSL_TLS_SNI, upstream, \
+                             upstream_status, upstream_header_time and upstream_time)"
+                        ));
+                    }
+                },
                 (t, Some(a)) => return Err(format!("unknown token %{{{a}}}{t}")),
                 (t, None) => return Err(format!("unknown token %{t}")),
             };
@@ -269,6 +286,17 @@ impl LogFormat {
                 Token::KeepaliveCount => text::push_int(out, r.keepalive_count),
                 Token::RequestId => text::push_hex(out, r.request_id, 16),
                 Token::Json => super::json::render(r, out, &|out, b| super::json::escape_capped(out, b, cap)),
+                Token::Upstream(var) => match (var, r.upstream) {
+                    (UpstreamVar::Addr, Some(u)) => escape_into(out, u.addr.as_bytes()),
+                    (UpstreamVar::Status, Some(u)) if u.status.is_some() => {
+                        text::push_int(out, u.status.unwrap_or(0));
+                    }
+                    (UpstreamVar::HeaderTime, Some(u)) if u.header_time.is_some() => {
+                        push_seconds(out, u.header_time.unwrap_or_default());
+                    }
+                    (UpstreamVar::Time, Some(u)) => push_seconds(out, u.time),
+                    _ => out.push(b'-'),
+                },
                 Token::Tls(var) => {
                     let value = r.tls.and_then(|t| match var {
                         TlsVar::Protocol => Some(t.protocol),
@@ -322,6 +350,22 @@ fn response_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
         let colon = line.iter().position(|&b| b == b':')?;
         let (n, v) = line.split_at(colon);
         n.eq_ignore_ascii_case(name.as_bytes()).then(|| v[1..].trim_ascii())
+    })
+}
+
+/// Seconds with milliseconds, as nginx's `$upstream_response_time` (`0.012`).
+fn push_seconds(out: &mut Vec<u8>, d: std::time::Duration) {
+    push_display(out, format_args!("{}.{:03}", d.as_secs(), d.subsec_millis()));
+}
+
+/// The upstream field `%{NAME}x` names, if it names one.
+fn upstream_var(name: &str) -> Option<UpstreamVar> {
+    Some(match name {
+        "upstream" => UpstreamVar::Addr,
+        "upstream_status" => UpstreamVar::Status,
+        "upstream_header_time" => UpstreamVar::HeaderTime,
+        "upstream_time" => UpstreamVar::Time,
+        _ => return None,
     })
 }
 
@@ -415,6 +459,7 @@ pub(crate) mod tests {
             health: false,
             request_id: 0xabc,
             tls: None,
+            upstream: None,
         }
     }
 
@@ -459,6 +504,28 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn upstream_fields_as_nginx_names_them() {
+        use crate::log::record::UpstreamFields;
+        let h = |_: &str| None;
+        let f =
+            LogFormat::parse("%{upstream}x %{upstream_status}x %{upstream_header_time}x %{upstream_time}x %s").unwrap();
+        let mut r = record(&h);
+        let mut out = Vec::new();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"- - - - 200\n", "not proxied");
+        let addr = "http://127.0.0.1:8000";
+        let header_time = Some(Duration::from_micros(12_300));
+        r.upstream = Some(UpstreamFields { addr, status: Some(201), header_time, time: Duration::from_millis(1045) });
+        out.clear();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"http://127.0.0.1:8000 201 0.012 1.045 200\n");
+        r.upstream = Some(UpstreamFields { addr, status: None, header_time: None, time: Duration::from_millis(3) });
+        out.clear();
+        f.render(&r, "", &mut out);
+        assert_eq!(out, b"http://127.0.0.1:8000 - - 0.003 200\n", "no answer came");
+    }
+
+    #[test]
     fn tls_variables_as_apache_names_them() {
         let h = |_: &str| None;
         let f = LogFormat::parse("%{SSL_PROTOCOL}x %{SSL_CIPHER}x %{SSL_TLS_SNI}x %h").unwrap();
@@ -475,7 +542,10 @@ pub(crate) mod tests {
         f.render(&r, "", &mut out);
         assert_eq!(out, b"TLSv1.2 ECDHE-ECDSA-AES128-GCM-SHA256 - 127.0.0.1\n");
         let e = LogFormat::parse("%{SSL_CLIENT_S_DN}x").unwrap_err();
-        assert_eq!(e, "unknown %{SSL_CLIENT_S_DN}x (pika has SSL_PROTOCOL, SSL_CIPHER and SSL_TLS_SNI)");
+        assert!(
+            e.starts_with("unknown %{SSL_CLIENT_S_DN}x (pika has SSL_PROTOCOL, SSL_CIPHER, SSL_TLS_SNI, upstream"),
+            "{e}"
+        );
         assert!(LogFormat::parse("%x").is_err());
     }
 

@@ -3,7 +3,8 @@
 //!
 //! The object has the fields of `combined` (without `%l`, always `-` here: no identd;
 //! `%u` is `user`, the Basic auth user or `null`) plus what an operator asks a JSON log for: the time
-//! taken, the vhost, the bytes sent in all, the request id, the TLS details. Every
+//! taken, the vhost, the bytes sent in all, the request id, the TLS details, the
+//! upstream of a proxied request. Every
 //! key is always there, `null` when the request had no such thing (no query, no
 //! Referer). Client bytes are escaped per JSON: UTF-8 passes through, `"` `\` and
 //! control characters get their escapes, and bytes that are not UTF-8 appear as
@@ -66,6 +67,25 @@ pub(crate) fn render(r: &Record<'_>, out: &mut Vec<u8>, escape: &dyn Fn(&mut Vec
             out.push(b'}');
         }
         None => out.extend_from_slice(b",\"tls\":null"),
+    }
+    match r.upstream {
+        Some(u) => {
+            string(out, ",\"upstream\":{\"addr\":", Some(u.addr.as_bytes()));
+            out.extend_from_slice(b",\"status\":");
+            match u.status {
+                Some(s) => text::push_int(out, s),
+                None => out.extend_from_slice(b"null"),
+            }
+            out.extend_from_slice(b",\"header_time_us\":");
+            match u.header_time {
+                Some(t) => text::push_int(out, t.as_micros()),
+                None => out.extend_from_slice(b"null"),
+            }
+            out.extend_from_slice(b",\"time_us\":");
+            text::push_int(out, u.time.as_micros());
+            out.push(b'}');
+        }
+        None => out.extend_from_slice(b",\"upstream\":null"),
     }
     out.push(b'}');
 }
@@ -226,7 +246,19 @@ mod tests {
              \"method\":\"GET\",\"path\":\"/a b\",\"query\":\"x=1\",\"protocol\":\"HTTP/1.1\",\"status\":200,\
              \"bytes\":1234,\"bytes_sent\":1400,\"referer\":null,\"user_agent\":\"curl/8 \\\"x\\\"\\n\",\
              \"duration_us\":1500,\"vhost\":\"example.com\",\"host\":\"Example.com:8080\",\
-             \"request_id\":\"0000000000000abc\",\"tls\":null}\n"
+             \"request_id\":\"0000000000000abc\",\"tls\":null,\"upstream\":null}\n"
+        );
+        let upstream = crate::log::record::UpstreamFields {
+            addr: "unix:/run/app.sock",
+            status: Some(502),
+            header_time: None,
+            time: std::time::Duration::from_micros(2500),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&line(&Record { upstream: Some(upstream), ..record(&h) }, 4096)).unwrap();
+        assert_eq!(
+            v["upstream"],
+            serde_json::json!({"addr": "unix:/run/app.sock", "status": 502, "header_time_us": null, "time_us": 2500})
         );
         let tls = TlsFields { protocol: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256", sni: None };
         let r = Record { tls: Some(tls), query: None, host: None, ..record(&h) };

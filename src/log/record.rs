@@ -39,6 +39,22 @@ pub struct Record<'a> {
     pub request_id: u64,
     /// The TLS session of an HTTPS request (`None`: plain HTTP, logged as `-`).
     pub tls: Option<TlsFields<'a>>,
+    /// The upstream a proxy location passed the request to (`None`: not proxied).
+    pub upstream: Option<UpstreamFields<'a>>,
+}
+
+/// What the upstream did, for `%{upstream}x`, `%{upstream_status}x`,
+/// `%{upstream_header_time}x` and `%{upstream_time}x` (nginx's `$upstream_*`).
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamFields<'a> {
+    /// As the config names it (`http://127.0.0.1:8000`, `unix:/run/app.sock`).
+    pub addr: &'a str,
+    /// Its answer's status, if a head came.
+    pub status: Option<u16>,
+    /// Until its answer's head.
+    pub header_time: Option<Duration>,
+    /// Until its answer was read.
+    pub time: Duration,
 }
 
 /// What a TLS session says of itself, named as Apache's mod_ssl names it.

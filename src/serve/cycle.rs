@@ -181,6 +181,7 @@ impl Server<'_> {
             && may_keep_alive(&self.config.http, conn, hooks.obs);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let cached = reply.cached;
+        let upstream = reply.upstream.take();
         let answer = self.out.deliver(t, reply, start, how, hooks.obs);
         if let Err(e) = &answer.sent
             && transport::file_shrank(e)
@@ -188,7 +189,14 @@ impl Server<'_> {
             file_shrank(&self.sites[route.vhost], req.target, e);
         }
         // account (once the answer is out: what the socket did not take waits)
-        let asked = Asked::Request { req: &req, vhost: route.vhost, kind: route.kind, client: client.ip(), cached };
+        let asked = Asked::Request {
+            req: &req,
+            vhost: route.vhost,
+            kind: route.kind,
+            client: client.ip(),
+            cached,
+            upstream: upstream.as_ref(),
+        };
         let bytes_in = self.input.bytes_in();
         if answer.rest.is_some() {
             let head = &self.out.writer.head;

@@ -198,6 +198,8 @@ pub(super) struct Owed {
     pub(super) auth: bool,
     pub(super) client: Option<IpAddr>,
     pub(super) cached: Option<bool>,
+    /// What a proxy location's upstream did, for the log.
+    pub(super) upstream: Option<crate::http::response::Upstreamed>,
     pub(super) status: u16,
     pub(super) body_bytes: u64,
     pub(super) keep_alive: bool,

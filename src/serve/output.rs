@@ -11,9 +11,9 @@ use super::transport::{Rest, Sent, Transport};
 use crate::config::Config;
 use crate::http::date::DateCache;
 use crate::http::request::Request;
-use crate::http::response::{self, Body, Reply};
+use crate::http::response::{self, Body, Reply, Upstreamed};
 use crate::log::access::AccessLogs;
-use crate::log::record::{Record, TlsFields};
+use crate::log::record::{Record, TlsFields, UpstreamFields};
 use crate::scoreboard::counters::Outcome;
 
 /// The write side: what builds, sends and logs responses.
@@ -37,7 +37,15 @@ pub(super) enum Asked<'a> {
     /// or the client a trusted forwarder named).
     /// `cached`: a file was sent, from the worker's cache or not (the metrics count
     /// which).
-    Request { req: &'a Request<'a>, vhost: usize, kind: Kind, client: std::net::IpAddr, cached: Option<bool> },
+    /// `upstream`: what a proxy location's upstream did.
+    Request {
+        req: &'a Request<'a>,
+        vhost: usize,
+        kind: Kind,
+        client: std::net::IpAddr,
+        cached: Option<bool>,
+        upstream: Option<&'a Upstreamed>,
+    },
     /// A head refused before or while it was read: only its line is known.
     Refused { line: &'a [u8] },
 }
@@ -186,6 +194,12 @@ impl Output {
         bytes_in: u64,
         tls: Option<TlsFields<'_>>,
     ) {
+        let upstream = match *asked {
+            Asked::Request { upstream: Some(u), .. } => {
+                Some(UpstreamFields { addr: &u.addr, status: u.status, header_time: u.header_time, time: u.time })
+            }
+            _ => None,
+        };
         let (line, method, path, query, protocol, host, vhost, kind, client) = match *asked {
             Asked::Request { req, vhost, kind, client, .. } => {
                 let (path, query) = split_query(req.target);
@@ -247,6 +261,7 @@ impl Output {
             health: kind.health,
             request_id,
             tls,
+            upstream,
         };
         self.logs.write(&record, kind.internal, vhost);
     }

@@ -37,11 +37,11 @@ impl Unsent {
         bytes_in: u64,
         body_done: bool,
     ) -> Box<Unsent> {
-        let (head, refused, vhost, kind, client, cached) = match *asked {
-            Asked::Request { vhost, kind, client, cached, .. } => {
-                (head.to_vec(), false, vhost, kind, Some(client), cached)
+        let (head, refused, vhost, kind, client, cached, upstream) = match *asked {
+            Asked::Request { vhost, kind, client, cached, upstream, .. } => {
+                (head.to_vec(), false, vhost, kind, Some(client), cached, upstream.cloned())
             }
-            Asked::Refused { line } => (line.to_vec(), true, 0, Kind::default(), None, None),
+            Asked::Refused { line } => (line.to_vec(), true, 0, Kind::default(), None, None, None),
         };
         let owed = Owed {
             head,
@@ -52,6 +52,7 @@ impl Unsent {
             auth: kind.auth,
             client,
             cached,
+            upstream,
             status: answer.status,
             body_bytes: answer.body_bytes,
             keep_alive: answer.keep_alive,
@@ -146,7 +147,8 @@ impl Server<'_> {
                     file_shrank(&self.sites[owed.vhost], req.target, e);
                 }
                 let kind = Kind { internal: owed.internal, health: owed.health, auth: owed.auth };
-                Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached }
+                let upstream = owed.upstream.as_ref();
+                Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached, upstream }
             }
             _ => Asked::Refused { line: request::request_line(&head) },
         };

@@ -1,0 +1,479 @@
+//! A location that passes its requests to an upstream HTTP server (`proxy =
+//! "http://127.0.0.1:8000"` or `"unix:/run/app.sock"`): gunicorn, uvicorn, a Node
+//! or Go server, another web server.
+//!
+//! The request goes out as HTTP/1.1 ([`crate::gateway::upstream`]: its path mapped
+//! as nginx's `proxy_pass` maps it, hop-by-hop headers dropped, `Host` passed or
+//! `proxy_host`, `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and
+//! `Forwarded` naming the client), with the body the event loop read whole and its
+//! length. The upstream's answer goes through what a script's goes through
+//! ([`crate::gateway::output`]): by default read to its end as fast as the upstream
+//! sends it, in memory and then in a temporary file ([`crate::gateway::spool`]), so
+//! the upstream's worker is free at once however slowly the client reads (nginx's
+//! `proxy_buffering`); with `proxy_buffering = false` it is sent as it comes
+//! (server-sent events, long polls), the upstream held until the client has it.
+//!
+//! Each worker keeps up to [`MAX_IDLE`] idle connections to a location's upstream,
+//! put back at the clean end of an answer. One found with anything to read before a
+//! request (the upstream closed it while idle) is dropped unused; one that breaks
+//! before the first byte of an answer is tried again once on a fresh connection
+//! when the request may run twice (an idempotent method) or none of it was written.
+//! A refused or failed connect is 502, no head within `proxy_timeout` (or a silence
+//! that long between reads) 504, each with one error-log line naming the client,
+//! the request and the upstream; an upstream that breaks off in the middle of an
+//! answer being streamed leaves the client's answer visibly cut (no last chunk, or
+//! the connection closed short of the length), and one being kept is a 502.
+
+use std::cell::{Cell, RefCell};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, poll};
+
+use crate::gateway::child::Stdin;
+use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
+use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
+use crate::gateway::{ClientWatch, ProxyConfig};
+use crate::http::request::Method;
+use crate::http::response::{Body, Reply, Upstreamed};
+
+use super::Ask;
+use super::fastcgi::replayable;
+
+/// Idle connections a worker keeps to one location's upstream: enough for the
+/// requests a worker has in flight one after another (it serves one at a time),
+/// few enough that a pool of sync workers upstream (gunicorn's, a handful) is not
+/// held open by pika's workers.
+pub const MAX_IDLE: usize = 4;
+
+/// What one read from the upstream takes at most.
+const READ: usize = 64 * 1024;
+
+/// A connection to the upstream.
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn open(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Conn> {
+        let conn = match addr {
+            UpstreamAddr::Unix(p) => Conn::Unix(UnixStream::connect(p)?),
+            UpstreamAddr::Tcp(a) => {
+                let mut last = io::Error::from(io::ErrorKind::NotFound);
+                let mut found = None;
+                for sa in std::net::ToSocketAddrs::to_socket_addrs(a.as_str())? {
+                    match TcpStream::connect_timeout(&sa, timeout) {
+                        Ok(s) => {
+                            let _ = s.set_nodelay(true);
+                            found = Some(s);
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Conn::Tcp(found.ok_or(last)?)
+            }
+        };
+        match &conn {
+            Conn::Unix(s) => s.set_nonblocking(true)?,
+            Conn::Tcp(s) => s.set_nonblocking(true)?,
+        }
+        Ok(conn)
+    }
+
+    /// Whether a kept connection has anything to read before a request: the
+    /// upstream's end of file (it closed it while idle), or bytes nobody asked for.
+    fn stale(&self) -> bool {
+        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
+        !matches!(poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Conn::Unix(s) => s.as_fd(),
+            Conn::Tcp(s) => s.as_fd(),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Tcp(s) => s.read(buf),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(buf),
+            Conn::Tcp(s) => s.write(buf),
+        }
+    }
+}
+
+type Pool = Rc<RefCell<Vec<Conn>>>;
+
+/// The proxy handler of one location, in one worker.
+pub struct Proxy<'c> {
+    pub config: &'c ProxyConfig,
+    /// The location's prefix, which a path in the upstream's URL replaces.
+    pub prefix: Option<&'c str>,
+    idle: Pool,
+    /// The upstream as the error log names it.
+    name: Rc<str>,
+}
+
+impl<'c> Proxy<'c> {
+    pub fn new(config: &'c ProxyConfig, prefix: Option<&'c str>) -> Self {
+        Proxy { config, prefix, idle: Rc::default(), name: config.upstream.to_string().into() }
+    }
+
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        let up = &self.config.upstream;
+        let target = up.target(ask.req.target, self.prefix);
+        let host = self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.host.as_bytes()), str::as_bytes);
+        let body_len = ask.link.body.map(|b| b.len());
+        let forwarding = Forwarding {
+            method: ask.req.method_str,
+            target: &target,
+            host,
+            client_host: ask.req.host,
+            client: ask.client,
+            https: ask.link.https,
+            // A body, or a method that carries one, says its length (0 for none).
+            content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
+            via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
+        };
+        let head = upstream::request_head(&forwarding, ask.req.headers);
+        let server = ask.req.host.unwrap_or(b"");
+        let context = crate::gateway::child::request_context(ask.client, server, ask.req.line);
+        let name = format!("upstream {}{context}", self.name);
+        let keep = self.config.buffering.then_some(ask.link.answers);
+        let began = Instant::now();
+        let seen: Rc<Cell<Seen>> = Rc::default();
+        let mut tries = 0;
+        let got = loop {
+            tries += 1;
+            let Some(body) = super::script::stdin(ask, &name, reply) else { return };
+            let kept = loop {
+                let Some(c) = self.idle.borrow_mut().pop() else { break None };
+                if !c.stale() {
+                    break Some(c);
+                }
+            };
+            let (conn, fresh) = match kept {
+                Some(c) => (c, false),
+                None => match Conn::open(&up.addr, self.config.timeout) {
+                    Ok(c) => (c, true),
+                    Err(e) => {
+                        break Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false }));
+                    }
+                },
+            };
+            let talk = Talk {
+                conn: Some(conn),
+                fresh,
+                replayable: replayable(ask.req.method_str),
+                wrote_any: false,
+                got_any: false,
+                out: head.clone(),
+                written: 0,
+                body,
+                sent_body: 0,
+                scratch: Vec::new(),
+                raw: Vec::new(),
+                answer: None,
+                head_request: ask.req.method == Method::Head,
+                taken: 0,
+                timeout: self.config.timeout,
+                deadline: Instant::now() + self.config.timeout,
+                fed: false,
+                name: name.clone(),
+                watch: ClientWatch::default(),
+                idle: self.idle.clone(),
+                seen: seen.clone(),
+            };
+            match output::read(talk, ask.link.socket, ask.link.waiting, keep) {
+                Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
+                other => break other,
+            }
+        };
+        let s = seen.get();
+        reply.upstream = Some(Upstreamed {
+            addr: self.name.clone(),
+            status: s.status,
+            header_time: s.head_at.map(|at| at.duration_since(began)),
+            time: began.elapsed(),
+        });
+        match super::script::answered(got, ask, &name, reply) {
+            None => {
+                // The upstream's answer passed on: pika names itself after those its
+                // Via names (a field line of its own adds to the list).
+                if self.config.via && s.status.is_some() && reply.internal.is_none() {
+                    reply.header("Via", format!("1.1 {}", upstream::VIA_NAME));
+                }
+                // A stream waiting for its client is bounded by send_timeout, as any
+                // answer: proxy_timeout is for the upstream's silences (a script's
+                // stream ends by script_timeout, an upstream's may be endless).
+                if let Body::Stream(s) = &mut reply.body {
+                    s.until_ms = None;
+                }
+            }
+            Some(Fault::Broken { why, .. }) => {
+                log::error!("{name}: {why}");
+                reply.error(502, "The upstream server is not available.");
+            }
+            Some(Fault::TimedOut) => {
+                let t = self.config.timeout;
+                log::error!("{name}: no answer within proxy_timeout ({t:?})");
+                reply.error(504, "The upstream server did not answer in time.");
+            }
+            Some(Fault::TooLong) => {
+                log::error!("{name}: answer over {MAX_OUTPUT} bytes");
+                reply.error(502, "The upstream server's answer was too long.");
+            }
+            Some(Fault::ClientGone) => {
+                log::info!("{name}: the client closed the connection before the upstream answered");
+                reply.error(400, "The client went away.");
+                reply.close = true;
+            }
+        }
+    }
+}
+
+/// What the access log is told of the upstream's answer: its status, when its head came.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    status: Option<u16>,
+    head_at: Option<Instant>,
+}
+
+/// The upstream's answer being read: its head, then its body by its framing.
+struct Answer {
+    framing: Framing,
+    keep: bool,
+    /// Bytes left of a `Content-Length` body.
+    left: u64,
+    chunks: Chunked,
+}
+
+/// One request to the upstream: the head and body to write, the answer read (its
+/// head turned into a script's header block, its body decoded). It lives on as the
+/// answer's reader while the answer streams; the connection goes back to the
+/// worker's idle ones only at the clean end of an answer that lets it.
+struct Talk {
+    /// None once the answer ended (kept or closed).
+    conn: Option<Conn>,
+    fresh: bool,
+    replayable: bool,
+    wrote_any: bool,
+    got_any: bool,
+    /// Request bytes not written yet, from `written`.
+    out: Vec<u8>,
+    written: usize,
+    body: Stdin,
+    sent_body: u64,
+    scratch: Vec<u8>,
+    /// Answer bytes read and not taken yet (the head while it is incomplete).
+    raw: Vec<u8>,
+    answer: Option<Answer>,
+    head_request: bool,
+    /// Answer bytes taken.
+    taken: u64,
+    timeout: Duration,
+    /// The head's, then the next read's deadline.
+    deadline: Instant,
+    /// The last step gave answer bytes, which the reader took away: its next step
+    /// (maybe much later, after a client that read slowly) waits `timeout` anew.
+    /// `proxy_timeout` bounds the upstream's silences, not the client's.
+    fed: bool,
+    name: String,
+    watch: ClientWatch,
+    idle: Pool,
+    seen: Rc<Cell<Seen>>,
+}
+
+impl Talk {
+    /// Whether the request may go again on a fresh connection should this one break
+    /// now (see the module's words).
+    fn may_retry(&self) -> bool {
+        !self.fresh && !self.got_any && (self.replayable || !self.wrote_any)
+    }
+
+    /// Keeps up to 64 KiB of the request to write.
+    fn fill(&mut self) -> io::Result<()> {
+        while self.out.len() - self.written < 64 * 1024 && self.sent_body < self.body.len() {
+            let chunk = self.body.read_at(self.sent_body, &mut self.scratch)?;
+            if chunk.is_empty() {
+                break;
+            }
+            self.sent_body += chunk.len() as u64;
+            self.out.extend_from_slice(chunk);
+        }
+        Ok(())
+    }
+
+    /// Takes what was read into `out`: the head (as a header block) once whole,
+    /// then the body. True at the end of the answer.
+    fn take(&mut self, out: &mut Vec<u8>, eof: bool) -> Result<bool, Fault> {
+        let broken = |why: String| Fault::Broken { why, retry: false };
+        while self.answer.is_none() {
+            let Some(h) =
+                upstream::parse_head(&self.raw, self.head_request, MAX_HEAD).map_err(|e| broken(e.to_string()))?
+            else {
+                return Ok(false);
+            };
+            self.raw.drain(..h.len);
+            if h.interim {
+                continue;
+            }
+            out.extend_from_slice(&h.block);
+            self.seen.set(Seen { status: Some(h.status), head_at: Some(Instant::now()) });
+            let left = if let Framing::Length(n) = h.framing { n } else { 0 };
+            self.answer = Some(Answer { framing: h.framing, keep: h.keep, left, chunks: Chunked::default() });
+        }
+        let a = self.answer.as_mut().expect("a head");
+        let before = out.len();
+        let done = match a.framing {
+            Framing::None => true,
+            Framing::Length(_) => {
+                let n = self.raw.len().min(usize::try_from(a.left).unwrap_or(usize::MAX));
+                out.extend_from_slice(&self.raw[..n]);
+                a.left -= n as u64;
+                if self.raw.len() > n {
+                    a.keep = false;
+                }
+                self.raw.clear();
+                a.left == 0
+            }
+            Framing::Chunked => {
+                let done = a.chunks.feed(&self.raw, out).map_err(|e| broken(e.to_string()))?;
+                self.raw.clear();
+                done
+            }
+            Framing::Close => {
+                out.append(&mut self.raw);
+                eof
+            }
+        };
+        self.taken += (out.len() - before) as u64;
+        if self.taken > MAX_OUTPUT {
+            return Err(Fault::TooLong);
+        }
+        Ok(done)
+    }
+}
+
+impl Source for Talk {
+    fn step(&mut self, out: &mut Vec<u8>, wait: Duration, client: BorrowedFd<'_>) -> Result<bool, Fault> {
+        if self.conn.is_none() {
+            return Ok(true);
+        }
+        if std::mem::take(&mut self.fed) {
+            self.deadline = Instant::now() + self.timeout;
+        }
+        self.fill()
+            .map_err(|e| Fault::Broken { why: format!("reading the request body failed: {e}"), retry: false })?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Fault::TimedOut);
+        }
+        let retry = self.may_retry();
+        let broken = |why: String, retry| Fault::Broken { why, retry };
+        let pending = self.written < self.out.len();
+        let conn = self.conn.as_mut().expect("a connection");
+        let want = if pending { PollFlags::POLLIN | PollFlags::POLLOUT } else { PollFlags::POLLIN };
+        let mut fds = [PollFd::new(conn.fd(), want), PollFd::new(client, self.watch.flags())];
+        match poll(&mut fds, poll_ms(wait.min(left))) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(false),
+            Err(e) => return Err(broken(format!("poll: {e}"), retry)),
+        }
+        let up = fds[0].revents().unwrap_or(PollFlags::empty());
+        let client_ready = fds[1].any().unwrap_or(true);
+        if self.watch.gone(client, client_ready) {
+            return Err(Fault::ClientGone);
+        }
+        if up.contains(PollFlags::POLLOUT) && pending {
+            match conn.write(&self.out[self.written..]) {
+                Ok(n) => {
+                    self.written += n;
+                    self.wrote_any |= n > 0;
+                    if self.written == self.out.len() {
+                        self.out.clear();
+                        self.written = 0;
+                    }
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+                // The upstream may answer before it reads the whole body (a 413): read on.
+                Err(e) if !up.intersects(PollFlags::POLLIN | PollFlags::POLLHUP) => {
+                    return Err(broken(format!("writing the request: {e}"), retry));
+                }
+                Err(_) => {}
+            }
+        }
+        let retry = !self.fresh && !self.got_any && (self.replayable || !self.wrote_any);
+        if !up.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            return Ok(false);
+        }
+        let at = self.raw.len();
+        self.raw.resize(at + READ, 0);
+        let got = conn.read(&mut self.raw[at..]);
+        self.raw.truncate(at + *got.as_ref().unwrap_or(&0));
+        let eof = match got {
+            Ok(0) => true,
+            Ok(_) => {
+                self.got_any = true;
+                self.deadline = Instant::now() + self.timeout;
+                false
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => return Ok(false),
+            Err(e) => return Err(broken(format!("reading the answer: {e}"), retry)),
+        };
+        let before = out.len();
+        let done = self.take(out, eof)?;
+        self.fed = out.len() > before;
+        if done {
+            let conn = self.conn.take();
+            let whole = self.out.is_empty() && self.sent_body == self.body.len();
+            if let Some(c) = conn.filter(|_| whole && !eof && self.answer.as_ref().is_some_and(|a| a.keep)) {
+                let mut idle = self.idle.borrow_mut();
+                if idle.len() < MAX_IDLE {
+                    idle.push(c);
+                }
+            }
+            return Ok(true);
+        }
+        if eof {
+            let why = if self.answer.is_some() {
+                "closed the connection before the end of its answer"
+            } else {
+                "closed the connection before its answer's head"
+            };
+            return Err(broken(why.into(), retry));
+        }
+        Ok(false)
+    }
+
+    fn deadline(&self) -> Instant {
+        if self.fed { Instant::now() + self.timeout } else { self.deadline }
+    }
+
+    fn cut(&mut self, why: &Fault) {
+        let name = &self.name;
+        match why {
+            Fault::TimedOut => log::error!("{name}: silent past proxy_timeout ({:?}): answer cut", self.timeout),
+            Fault::TooLong => log::error!("{name}: answer over {MAX_OUTPUT} bytes: cut"),
+            Fault::ClientGone => log::info!("{name}: the client closed the connection while the upstream answered"),
+            Fault::Broken { why, .. } => log::error!("{name}: {why}: answer cut"),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}

@@ -1,0 +1,532 @@
+//! Proxy locations (`proxy = "http://…"`, `"unix:…"`) in front of Debian's gunicorn
+//! running a WSGI app the test writes: the request as the upstream sees it, the
+//! path mapping, bodies, kept answers that free the upstream, streamed answers,
+//! kept connections, and the faults (502, 504, an answer cut).
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// The WSGI app: `/big` is 8 MiB (more than the sockets between gunicorn and pika
+/// hold on loopback, about 4 MiB: an upstream that writes it waits for its reader), `/slow` sleeps 5 s, `/stream` yields a first
+/// piece and waits (up to 10 s) for the file named by its query before its last,
+/// `/die` sends part of a 100000-byte answer and kills its worker; anything else
+/// echoes the request as lines, a blank line, then the body.
+const APP: &str = r#"
+import os, time
+BIG = b"x" * (8 << 20)
+
+def app(environ, start):
+    path = environ["PATH_INFO"]
+    if path.endswith("/big"):
+        start("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(BIG)))])
+        return [BIG]
+    if path.endswith("/slow"):
+        time.sleep(5)
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"late"]
+    if path.endswith("/stream"):
+        flag = environ["QUERY_STRING"]
+        def pieces():
+            yield b"first\n"
+            end = time.time() + 10
+            while not os.path.exists(flag) and time.time() < end:
+                time.sleep(0.05)
+            yield b"last\n"
+        start("200 OK", [("Content-Type", "text/plain")])
+        return pieces()
+    if path.endswith("/pieces"):
+        def pieces():
+            for i in range(16):
+                yield bytes([97 + i]) * (1 << 20)
+                time.sleep(0.3)
+        start("200 OK", [("Content-Type", "application/octet-stream")])
+        return pieces()
+    if path.endswith("/diechunked"):
+        def pieces():
+            yield b"z" * 1000
+            time.sleep(0.2)
+            os._exit(1)
+        start("200 OK", [("Content-Type", "text/plain")])
+        return pieces()
+    if path.endswith("/die"):
+        def pieces():
+            yield b"y" * 1000
+            time.sleep(0.2)
+            os._exit(1)
+        start("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "100000")])
+        return pieces()
+    body = environ["wsgi.input"].read()
+    sock = environ.get("gunicorn.socket")
+    try:
+        peer = sock.getpeername()[1]
+    except Exception:
+        peer = "unix"
+    lines = ["method " + environ["REQUEST_METHOD"], "path " + path, "query " + environ["QUERY_STRING"],
+             "peer " + str(peer), "length " + environ.get("CONTENT_LENGTH", "")]
+    for k, v in sorted(environ.items()):
+        if k.startswith("HTTP_"):
+            lines.append("header " + k[5:] + " " + v)
+    out = ("\n".join(lines) + "\n\n").encode() + body
+    start("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(out)))])
+    return [out]
+"#;
+
+/// A gunicorn serving [`APP`] on a TCP port and a unix socket; stopped by pid.
+struct Gunicorn {
+    child: Child,
+    port: u16,
+    sock: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Gunicorn {
+    fn start(bin: &Path, worker_class: &str) -> Gunicorn {
+        Gunicorn::start_with(bin, worker_class, "30")
+    }
+
+    /// With gunicorn's `--keep-alive` seconds (how long it keeps an idle connection).
+    fn start_with(bin: &Path, worker_class: &str, keep_alive: &str) -> Gunicorn {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("app.py"), APP).unwrap();
+        let port = free_port();
+        let sock = dir.path().join("app.sock");
+        let child = Command::new(bin)
+            .args(["--workers", "2", "--worker-class", worker_class, "--threads", "1", "--keep-alive", keep_alive])
+            .args(["--timeout", "60", "--bind", &format!("127.0.0.1:{port}")])
+            .arg("--bind")
+            .arg(format!("unix:{}", sock.display()))
+            .arg("--chdir")
+            .arg(dir.path())
+            .arg("--access-logfile")
+            .arg(dir.path().join("access.log"))
+            .arg("app:app")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn gunicorn");
+        let g = Gunicorn { child, port, sock, _dir: dir };
+        wait_until(DEADLINE, "gunicorn to listen", || {
+            (std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && g.sock.exists()).then_some(())
+        });
+        g
+    }
+}
+
+impl Drop for Gunicorn {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A site whose locations pass to `g` in every way these tests need.
+fn proxied(g: &Gunicorn) -> Site {
+    let site = Site::new();
+    let up = format!("http://127.0.0.1:{}", g.port);
+    let dead = free_port();
+    site.config(
+        "",
+        &format!(
+            "[[access_log]]\npath = \"logs/json.log\"\nformat = \"json\"\n\
+             [[access_log]]\npath = \"logs/access.log\"\n\
+             format = \"%r %>s %{{upstream}}x %{{upstream_status}}x %{{upstream_header_time}}x %{{upstream_time}}x\"\n\
+             [http]\nmax_body_size = \"4MiB\"\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nprefix = \"/app/\"\nproxy = \"{up}\"\n\
+             [[vhost.location]]\nprefix = \"/api/\"\nproxy = \"{up}/v2/\"\n\
+             [[vhost.location]]\nprefix = \"/sock/\"\nproxy = \"unix:{}\"\nproxy_host = \"backend.example\"\n\
+             [[vhost.location]]\nprefix = \"/stream/\"\nproxy = \"{up}\"\nproxy_buffering = false\n\
+             [[vhost.location]]\nprefix = \"/short/\"\nproxy = \"{up}\"\nproxy_timeout = \"1s\"\n\
+             [[vhost.location]]\nprefix = \"/down/\"\nproxy = \"http://127.0.0.1:{dead}\"\n\
+             [[vhost.location]]\nprefix = \"/z/\"\nproxy = \"{up}\"\ncompress = true\ncompress_min_size = 1\n\
+             [[vhost.location]]\nprefix = \"/via/\"\nproxy = \"{up}\"\nproxy_via = true\n\
+             [[vhost.location]]\nprefix = \"/closed/\"\nproxy = \"{up}\"\ndeny = [\"127.0.0.0/8\"]\n\
+             [[vhost.location]]\nprefix = \"/sse/\"\nproxy = \"{up}\"\nproxy_buffering = false\nproxy_timeout = \"1s\"\n",
+            g.sock.display()
+        ),
+    );
+    site
+}
+
+/// The echo's lines, up to the blank line, and the body after it.
+fn echo(r: &Resp) -> (Vec<String>, Vec<u8>) {
+    let at =
+        r.body.windows(2).position(|w| w == b"\n\n").unwrap_or_else(|| panic!("not an echo: {} {}", r.head, r.text()));
+    let lines = String::from_utf8_lossy(&r.body[..at]).lines().map(str::to_string).collect();
+    (lines, r.body[at + 2..].to_vec())
+}
+
+fn has(lines: &[String], line: &str) -> bool {
+    lines.iter().any(|l| l == line)
+}
+
+#[test]
+fn requests_reach_gunicorn_as_nginx_passes_them() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+
+    // No path in the URL: the target as sent; Host passed; the client named.
+    let r = get_with(
+        p.addr,
+        "/app/a%20b?x=1&y=2",
+        "X-Forwarded-For: 203.0.113.9\r\nX-Secret: s\r\nConnection: close, X-Secret\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", site.error_log());
+    let (l, _) = echo(&r);
+    assert!(has(&l, "method GET") && has(&l, "path /app/a b") && has(&l, "query x=1&y=2"), "{l:?}");
+    assert!(has(&l, "header HOST localhost"), "{l:?}");
+    assert!(has(&l, "header X_FORWARDED_FOR 203.0.113.9, 127.0.0.1"), "appended: {l:?}");
+    assert!(has(&l, "header X_FORWARDED_PROTO http") && has(&l, "header X_FORWARDED_HOST localhost"), "{l:?}");
+    assert!(has(&l, "header FORWARDED for=127.0.0.1;host=\"localhost\";proto=http"), "{l:?}");
+    assert!(!l.iter().any(|x| x.starts_with("header X_SECRET") || x.starts_with("header CONNECTION")), "{l:?}");
+    assert!(r.header("server").is_some_and(|s| s.starts_with("pika")), "pika's Server, not gunicorn's: {}", r.head);
+
+    // A HEAD: the upstream's head, no body, nothing said in the log.
+    let r = raw(p.addr, b"HEAD /app/h HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert!(!site.error_log().contains("/app/h"), "{}", site.error_log());
+
+    // The upstream's text answer compressed on the way out.
+    let r = get_with(p.addr, "/z/x", "Accept-Encoding: gzip\r\n");
+    assert_eq!(r.header("content-encoding").as_deref(), Some("gzip"), "{}", r.head);
+
+    // proxy_via: pika named after the client's Via, and on the answer.
+    let r = get_with(p.addr, "/via/x", "Via: 1.1 edge\r\n");
+    let (l, _) = echo(&r);
+    assert!(has(&l, "header VIA 1.1 edge, 1.1 pika"), "{l:?}");
+    assert_eq!(r.header("via").as_deref(), Some("1.1 pika"), "{}", r.head);
+    let (l, _) = echo(&get_with(p.addr, "/app/x", "Via: 1.1 edge\r\n"));
+    assert!(has(&l, "header VIA 1.1 edge"), "passed as it came: {l:?}");
+
+    // A path in the URL replaces the prefix.
+    let (l, _) = echo(&get(p.addr, "/api/users/7?full"));
+    assert!(has(&l, "path /v2/users/7") && has(&l, "query full"), "{l:?}");
+
+    // Over a unix socket, with proxy_host.
+    let (l, _) = echo(&get(p.addr, "/sock/x"));
+    assert!(has(&l, "path /sock/x") && has(&l, "header HOST backend.example") && has(&l, "peer unix"), "{l:?}");
+
+    // A 2 MB body arrives whole with its length.
+    let body: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut s = connect(p.addr);
+    s.write_all(
+        format!(
+            "POST /app/up HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let r = read_response(&mut s, false).expect("an answer to the POST");
+    let (l, got) = echo(&r);
+    assert!(has(&l, "method POST") && has(&l, "length 2000000"), "{l:?}");
+    assert!(got == body, "the body arrived whole");
+
+    // The rules apply before the upstream is asked: a denied client gets 403.
+    let r = get(p.addr, "/closed/x");
+    assert_eq!(r.status, 403, "{}", r.text());
+
+    // Connect refused: 502, one line naming the client, the request, the upstream.
+    assert_eq!(get(p.addr, "/down/x").status, 502);
+    let log = site.error_log();
+    let line: Vec<&str> = log.lines().filter(|l| l.contains("/down/x")).collect();
+    assert_eq!(line.len(), 1, "{log}");
+    assert!(line[0].contains("cannot connect") && line[0].contains("client: 127.0.0.1"), "{log}");
+    assert!(line[0].contains("upstream http://127.0.0.1:") && line[0].contains("\"GET /down/x HTTP/1.1\""), "{log}");
+
+    // Past proxy_timeout: 504, one line.
+    assert_eq!(get(p.addr, "/short/slow").status, 504);
+    assert!(site.error_log().contains("no answer within proxy_timeout"), "{}", site.error_log());
+
+    // The access log names the upstream, its status and its times.
+    let up = format!("http://127.0.0.1:{}", g.port);
+    let lines = wait_until(DEADLINE, "the access log", || {
+        let l = site.access_lines();
+        l.iter().any(|l| l.starts_with("GET /short/slow ")).then_some(l)
+    });
+    let fields = |start: &str| -> Vec<String> {
+        let line = lines.iter().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start}: {lines:?}"));
+        line.split(' ').skip(3).map(str::to_string).collect()
+    };
+    let f = fields("GET /api/users/7?full ");
+    assert_eq!(&f[..3], ["200", &format!("{up}/v2/"), "200"], "named as the config names it: {f:?}");
+    assert!(f[3].parse::<f64>().is_ok() && f[4].parse::<f64>().is_ok(), "{f:?}");
+    let f = fields("GET /down/x ");
+    assert_eq!((&f[0][..], f[1].starts_with("http://127.0.0.1:"), &f[2][..], &f[3][..]), ("502", true, "-", "-"));
+    let json = site.read("logs/json.log");
+    let v: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .find(|v: &serde_json::Value| v["path"] == "/down/x")
+        .unwrap();
+    assert_eq!((v["status"].as_u64(), v["upstream"]["status"].is_null()), (Some(502), true), "{v}");
+    assert!(
+        v["upstream"]["addr"].as_str().unwrap().starts_with("http://127.0.0.1:") && v["upstream"]["time_us"].is_u64(),
+        "{v}"
+    );
+    let f = fields("GET /short/slow ");
+    assert_eq!((&f[0][..], &f[2][..], &f[3][..]), ("504", "-", "-"), "{f:?}");
+    assert!(f[4].parse::<f64>().unwrap() >= 1.0, "waited proxy_timeout: {f:?}");
+}
+
+/// 4 clients that do not read the 8 MiB answer leave both sync workers free: the
+/// answers are kept by pika, so a fresh request is answered at once (streamed, two
+/// of them would hold both workers until their clients read).
+#[test]
+fn kept_answers_free_the_upstream_for_the_next_request() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(p.addr);
+        s.write_all(b"GET /app/big HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        slow.push(s);
+    }
+    // Each has its head: pika read its answer from the upstream.
+    for s in &mut slow {
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+    }
+    let t = Instant::now();
+    let r = get(p.addr, "/app/now");
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() < Duration::from_secs(1), "answered in {:?}", t.elapsed());
+    // And they all get the whole answer as they read.
+    for mut s in slow {
+        let mut rest = Vec::new();
+        let mut buf = [0u8; 10 * 1024];
+        while rest.windows(4).all(|w| w != b"\r\n\r\n") {
+            let n = s.read(&mut buf[..1]).unwrap();
+            rest.extend_from_slice(&buf[..n]);
+        }
+        let mut body = vec![0u8; 8 << 20];
+        s.read_exact(&mut body).unwrap();
+        assert!(body.iter().all(|&b| b == b'x'));
+    }
+}
+
+/// `proxy_buffering = false`: the first piece reaches the client while the upstream
+/// still waits to send the last.
+#[test]
+fn an_unbuffered_answer_streams_as_the_upstream_sends() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let flag = site.path("go");
+    let mut s = connect(p.addr);
+    s.write_all(
+        format!("GET /stream/stream?{} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", flag.display())
+            .as_bytes(),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(6).any(|w| w == b"first\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the first piece");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "first piece after {:?}", t.elapsed());
+    std::fs::write(&flag, "").unwrap();
+    let rest = read_until_closed(&mut s, Duration::from_secs(10));
+    got.extend_from_slice(&rest);
+    let (head, body) = split_head(&got);
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+    assert_eq!(dechunk(body).0, b"first\nlast\n");
+}
+
+/// An upstream that dies mid-answer: a streamed answer is visibly cut (short of its
+/// length, the connection closed), a kept one is a 502; each said once.
+#[test]
+fn an_upstream_that_dies_mid_answer_leaves_a_broken_answer() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /stream/die HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let got = read_until_closed(&mut s, Duration::from_secs(10));
+    let (head, body) = split_head(&got);
+    assert!(head.contains("Content-Length: 100000"), "{head}");
+    assert!(body.len() < 100000, "cut short and closed: {} bytes", body.len());
+    wait_until(DEADLINE, "the cut said", || site.error_log().contains("answer cut").then_some(()));
+    // Chunked: the client's answer lacks its last chunk, and the connection closes.
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /stream/diechunked HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let got = read_until_closed(&mut s, Duration::from_secs(10));
+    let (head, body) = split_head(&got);
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{head}");
+    assert!(read_chunked(&mut &body[..]).is_none(), "no last chunk: {} bytes", body.len());
+    let r = get(p.addr, "/app/die");
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(site.error_log().contains("closed the connection before the end of its answer"), "{}", site.error_log());
+}
+
+/// Requests one after another go on one kept connection (gthread workers keep
+/// connections alive; the app names the port pika's connection came from).
+#[test]
+fn connections_to_the_upstream_are_kept_and_reused() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "gthread");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let peer = |addr: SocketAddr| {
+        let (l, _) = echo(&get(addr, "/app/who"));
+        l.iter().find_map(|x| x.strip_prefix("peer ").map(str::to_string)).unwrap()
+    };
+    let first = peer(p.addr);
+    for _ in 0..3 {
+        assert_eq!(peer(p.addr), first, "the same upstream connection");
+    }
+}
+
+/// A kept connection gunicorn closed while it was idle (its `--keep-alive`) is seen
+/// closed before it is used: a POST after it goes on a new one and is answered
+/// (on the closed one it would have been written, and failed: a POST is not sent twice).
+#[test]
+fn a_kept_connection_the_upstream_closed_is_not_used() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start_with(&bin, "gthread", "1");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    for round in 0..3 {
+        let mut s = connect(p.addr);
+        let body = format!("round {round}");
+        s.write_all(
+            format!(
+                "POST /app/p HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 200, "round {round}: {}\n{}", r.text(), site.error_log());
+        assert_eq!(echo(&r).1, body.as_bytes());
+        // gunicorn closes the connection pika kept once it has been idle a second.
+        wait_until(DEADLINE, "gunicorn to close the kept connection", || closed_by_peer(g.port).then_some(()));
+    }
+}
+
+/// Whether a TCP connection to `port` on this machine was closed by that end and
+/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
+fn closed_by_peer(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
+    })
+}
+
+/// An unbuffered answer that lasts longer than `proxy_timeout`, with its client
+/// pausing longer than that too: `proxy_timeout` bounds the upstream's silences
+/// (each under 1 s here), not the stream's whole life nor the client's pauses, so
+/// it arrives whole (16 MiB in 16 pieces over about 5 s).
+#[test]
+fn a_long_stream_outlives_proxy_timeout_while_its_upstream_keeps_sending() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let site = proxied(&g);
+    let p = Pika::start(&site, "-X");
+    let mut s = connect(p.addr);
+    s.write_all(b"GET /sse/pieces HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    // The client reads nothing for twice proxy_timeout: pika's write waits for room
+    // and the upstream waits for pika.
+    std::thread::sleep(Duration::from_secs(2));
+    let got = read_until_closed(&mut s, Duration::from_secs(30));
+    let (head, body) = split_head(&got);
+    let (body, rest) = dechunk(body);
+    assert!(rest.is_empty() && body.len() == 16 << 20, "{head}\n{} bytes\n{}", body.len(), site.error_log());
+    assert!(body.chunks(1 << 20).enumerate().all(|(i, c)| c.iter().all(|&b| b == 97 + i as u8)));
+}
+
+/// An upstream that answers the first request on each connection with keep-alive
+/// and, on a connection's second request, notes it and closes without a word (as
+/// a server closing an idle connection just as a request arrives). Each request's
+/// line is noted.
+fn hangs_up_on_second_requests() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let noted = noted.clone();
+            std::thread::spawn(move || {
+                for n in 0.. {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match conn.read(&mut byte) {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    noted.lock().unwrap().push(text.lines().next().unwrap_or("").to_string());
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let mut body = vec![0u8; len];
+                    if conn.read_exact(&mut body).is_err() || n == 1 {
+                        return;
+                    }
+                    conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// A kept connection that breaks before any answer: a GET goes again, once, on a
+/// new connection and is answered; a POST, written already, is not sent twice: 502.
+#[test]
+fn a_broken_kept_connection_is_retried_only_when_safe() {
+    let (port, seen) = hangs_up_on_second_requests();
+    let site = Site::new();
+    site.config(
+        "",
+        &format!(
+            "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nprefix = \"/\"\nproxy = \"http://127.0.0.1:{port}\"\n"
+        ),
+    );
+    let p = Pika::start(&site, "-X");
+    assert_eq!(get(p.addr, "/one").text(), "ok");
+    let r = get(p.addr, "/two");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"), "{}", site.error_log());
+    let mut s = connect(p.addr);
+    s.write_all(b"POST /pay HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 2\r\n\r\n10").unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.status, 502, "{}", r.text());
+    let lines = seen.lock().unwrap().clone();
+    assert_eq!(lines, ["GET /one HTTP/1.1", "GET /two HTTP/1.1", "GET /two HTTP/1.1", "POST /pay HTTP/1.1"]);
+    let log = site.error_log();
+    assert_eq!(log.lines().filter(|l| l.contains("POST /pay")).count(), 1, "{log}");
+}
