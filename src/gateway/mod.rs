@@ -20,6 +20,7 @@ use crate::sys::ScriptLimits;
 pub const WAITING: Duration = Duration::from_secs(1);
 
 pub mod answer;
+pub mod backend;
 pub mod child;
 pub mod env;
 pub mod fcgi;

@@ -30,15 +30,14 @@
 //! error log.
 
 use std::cell::RefCell;
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, poll};
 
+use crate::gateway::backend::{Backend, Dial};
 use crate::gateway::child::{StderrLines, Stdin};
 use crate::gateway::fcgi::{Event, Reader, Request};
 use crate::gateway::output::{self, Failed, Fault, MAX_OUTPUT, Source, poll_ms};
@@ -51,66 +50,13 @@ use super::script::{self, Scripts};
 use super::try_files::{self, Tried};
 
 /// A connection to the application.
-enum AppConn {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
+type AppConn = Backend;
 
-impl AppConn {
-    fn open(addr: &AppAddr, timeout: Duration) -> io::Result<AppConn> {
-        let conn = match addr {
-            AppAddr::Unix(p) => AppConn::Unix(UnixStream::connect(p)?),
-            AppAddr::Tcp(a) => {
-                let mut last = io::Error::from(io::ErrorKind::NotFound);
-                let mut found = None;
-                for sa in std::net::ToSocketAddrs::to_socket_addrs(a.as_str())? {
-                    match TcpStream::connect_timeout(&sa, timeout) {
-                        Ok(s) => {
-                            let _ = s.set_nodelay(true);
-                            found = Some(s);
-                            break;
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                AppConn::Tcp(found.ok_or(last)?)
-            }
-        };
-        match &conn {
-            AppConn::Unix(s) => s.set_nonblocking(true)?,
-            AppConn::Tcp(s) => s.set_nonblocking(true)?,
-        }
-        Ok(conn)
-    }
-
-    /// Whether a kept connection has anything to read before a request is written on
-    /// it: the application's end of file (it closed the connection while idle: its
-    /// `pm.max_requests`, its idle timeout, a restart), or bytes no request asked for.
-    /// Either way it cannot carry the next request.
-    fn stale(&self) -> bool {
-        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
-        !matches!(poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
-    }
-
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            AppConn::Unix(s) => s.as_fd(),
-            AppConn::Tcp(s) => s.as_fd(),
-        }
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            AppConn::Unix(s) => s.read(buf),
-            AppConn::Tcp(s) => s.read(buf),
-        }
-    }
-
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            AppConn::Unix(s) => s.write(buf),
-            AppConn::Tcp(s) => s.write(buf),
-        }
+/// Where the application listens, as a backend is dialled.
+fn dial(addr: &AppAddr) -> Dial<'_> {
+    match addr {
+        AppAddr::Unix(p) => Dial::Unix(p),
+        AppAddr::Tcp(a) => Dial::Tcp(a),
     }
 }
 
@@ -172,7 +118,7 @@ impl<'c> FastCgi<'c> {
             let kept = self.kept.borrow_mut().take().filter(|c| !c.stale());
             let (conn, fresh) = match kept {
                 Some(c) => (c, false),
-                None => match AppConn::open(addr, self.config.timeout) {
+                None => match AppConn::open(dial(addr), self.config.timeout) {
                     Ok(c) => (c, true),
                     Err(e) => {
                         break Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false }));

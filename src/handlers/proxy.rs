@@ -25,15 +25,14 @@
 //! the connection closed short of the length), and one being kept is a 502.
 
 use std::cell::{Cell, RefCell};
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, poll};
 
+use crate::gateway::backend::{Backend, Dial};
 use crate::gateway::child::Stdin;
 use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
 use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
@@ -54,64 +53,13 @@ pub const MAX_IDLE: usize = 4;
 const READ: usize = 64 * 1024;
 
 /// A connection to the upstream.
-enum Conn {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
+type Conn = Backend;
 
-impl Conn {
-    fn open(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Conn> {
-        let conn = match addr {
-            UpstreamAddr::Unix(p) => Conn::Unix(UnixStream::connect(p)?),
-            UpstreamAddr::Tcp(a) => {
-                let mut last = io::Error::from(io::ErrorKind::NotFound);
-                let mut found = None;
-                for sa in std::net::ToSocketAddrs::to_socket_addrs(a.as_str())? {
-                    match TcpStream::connect_timeout(&sa, timeout) {
-                        Ok(s) => {
-                            let _ = s.set_nodelay(true);
-                            found = Some(s);
-                            break;
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                Conn::Tcp(found.ok_or(last)?)
-            }
-        };
-        match &conn {
-            Conn::Unix(s) => s.set_nonblocking(true)?,
-            Conn::Tcp(s) => s.set_nonblocking(true)?,
-        }
-        Ok(conn)
-    }
-
-    /// Whether a kept connection has anything to read before a request: the
-    /// upstream's end of file (it closed it while idle), or bytes nobody asked for.
-    fn stale(&self) -> bool {
-        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
-        !matches!(poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
-    }
-
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Conn::Unix(s) => s.as_fd(),
-            Conn::Tcp(s) => s.as_fd(),
-        }
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Unix(s) => s.read(buf),
-            Conn::Tcp(s) => s.read(buf),
-        }
-    }
-
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Unix(s) => s.write(buf),
-            Conn::Tcp(s) => s.write(buf),
-        }
+/// Where the upstream listens, as a backend is dialled.
+fn dial(addr: &UpstreamAddr) -> Dial<'_> {
+    match addr {
+        UpstreamAddr::Unix(p) => Dial::Unix(p),
+        UpstreamAddr::Tcp(a) => Dial::Tcp(a),
     }
 }
 
@@ -167,7 +115,7 @@ impl<'c> Proxy<'c> {
             };
             let (conn, fresh) = match kept {
                 Some(c) => (c, false),
-                None => match Conn::open(&up.addr, self.config.timeout) {
+                None => match Conn::open(dial(&up.addr), self.config.timeout) {
                     Ok(c) => (c, true),
                     Err(e) => {
                         break Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false }));
