@@ -566,17 +566,6 @@ fn a_kept_connection_closed_while_idle_is_not_used_for_a_post() {
     drop(fpm);
 }
 
-/// Whether a TCP connection to `port` on this machine was closed by that end and
-/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
-fn closed_by_peer(port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let remote = format!(":{port:04X}");
-    table.lines().skip(1).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
-    })
-}
-
 /// Reads a response head off `s` (up to its blank line).
 fn read_head(s: &mut impl Read) -> String {
     let mut head = Vec::new();

@@ -430,17 +430,6 @@ fn a_kept_connection_the_upstream_closed_is_not_used() {
     }
 }
 
-/// Whether a TCP connection to `port` on this machine was closed by that end and
-/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
-fn closed_by_peer(port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let remote = format!(":{port:04X}");
-    table.lines().skip(1).any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
-    })
-}
-
 /// An unbuffered answer that lasts longer than `proxy_timeout`, with its client
 /// pausing longer than that too: `proxy_timeout` bounds the upstream's silences
 /// (each under 1 s here), not the stream's whole life nor the client's pauses, so

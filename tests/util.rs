@@ -634,3 +634,14 @@ pub fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Whether a TCP connection to `port` on this machine was closed by that end and
+/// not yet by this one (`CLOSE_WAIT`, state 08 in /proc/net/tcp).
+pub fn closed_by_peer(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[2].ends_with(&remote) && f[3] == "08"
+    })
+}
