@@ -293,6 +293,7 @@ pub mod handlers;
 pub mod handover;
 pub mod http;
 pub mod inherit;
+pub mod keys;
 pub mod kinds;
 pub mod listen;
 pub mod location;

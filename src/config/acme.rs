@@ -84,7 +84,7 @@ impl Ctx<'_> {
             (Some(k), None) => return Err(self.spanned(k, "acme.eab_kid needs acme.eab_hmac_key")),
             (None, Some(k)) => return Err(self.spanned(k, "acme.eab_hmac_key needs acme.eab_kid")),
         };
-        let timeout = |key: &Option<Spanned<super::units::Secs>>, name: &str, default| match key {
+        let timeout = |key: &Option<Spanned<crate::keys::units::Secs>>, name: &str, default| match key {
             Some(t) if t.get_ref().0.is_zero() => Err(self.spanned(t, format!("acme.{name} must be more than zero"))),
             Some(t) => Ok(t.get_ref().0),
             None => Ok(default),

@@ -16,10 +16,8 @@ mod acme;
 mod include;
 mod logs;
 mod raw;
-pub(crate) mod read;
 mod server;
 pub mod show;
-pub mod units;
 mod vhost;
 pub mod watch;
 
@@ -31,8 +29,8 @@ use std::time::Duration;
 use log::LevelFilter;
 use nix::unistd::{Gid, Uid};
 use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
-pub use read::ConfigError;
-use read::{Ctx, Split, absolute};
+pub use crate::keys::read::ConfigError;
+use crate::keys::read::{Ctx, Split, absolute};
 
 use crate::cidr::Cidr;
 pub use crate::http::forwarded::ForwardedHeader;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::read::{Keys, Split};
-use super::units::{Bytes, Secs};
+use crate::keys::read::{Keys, Split};
+use crate::keys::units::{Bytes, Secs};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

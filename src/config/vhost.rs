@@ -9,7 +9,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::RawVhost;
-use super::read::{Keys, Split, absolute};
+use crate::keys::read::{Keys, Split, absolute};
 use super::{ConfigError, Ctx, Status, Symlinks};
 use crate::kinds::files::{self, Files};
 use crate::kinds::{Kind, Reading};
@@ -90,7 +90,7 @@ impl Ctx<'_> {
         let files = files::read_vhost(&mut rest, self, doc_root.clone())?;
         let rules = Rules::read(&mut rest, self, &rules::Reading { root, regex: None, location: false })?;
         let known: Vec<&str> =
-            super::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
+            crate::keys::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
         rest.finish(self, &known)?;
         Ok(Vhost {
             symlinks,

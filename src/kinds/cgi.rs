@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Build, Reading, files};
-use crate::config::read::{ConfigError, Keys};
-use crate::config::show::{Toml, duration, path, size};
-use crate::config::units::{Bytes, Secs};
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::write::{Toml, duration, path, size};
+use crate::keys::units::{Bytes, Secs};
 use crate::gateway::CgiConfig;
 use crate::gateway::script::Policy;
 use crate::handlers::Handler;

@@ -2,7 +2,7 @@
 //! sent back as it comes ([`crate::handlers::echo`]). No other key; anyone may ask
 //! unless its location or vhost sets `allow`.
 
-use crate::config::show::Toml;
+use crate::keys::write::Toml;
 use crate::handlers::Handler;
 use crate::handlers::echo::Echo;
 

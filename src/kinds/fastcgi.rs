@@ -4,8 +4,8 @@
 //! path that ends at a directory; `script_timeout`, `buffering`.
 
 use super::{Build, Reading, cgi, files};
-use crate::config::read::{ConfigError, Keys};
-use crate::config::show::{Toml, duration, path, string, strings};
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::write::{Toml, duration, path, string, strings};
 use crate::gateway::script::Policy;
 use crate::gateway::{AppAddr, FastCgiConfig};
 use crate::handlers::Handler;

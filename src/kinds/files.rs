@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::Build;
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, int, path, strings};
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::{Toml, int, path, strings};
 use crate::handlers::Handler;
 use crate::handlers::listing::Style;
 use crate::handlers::static_file::StaticFiles;

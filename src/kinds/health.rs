@@ -3,7 +3,7 @@
 //! anyone may ask unless its location or vhost sets `allow`.
 
 use super::Build;
-use crate::config::show::Toml;
+use crate::keys::write::Toml;
 use crate::handlers::Handler;
 use crate::handlers::health::HealthCheck;
 

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use crate::config::Config;
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::Toml;
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::Toml;
 use crate::handlers::Handler;
 use crate::handlers::static_file::Root;
 use crate::handlers::status_page::StatusPage;

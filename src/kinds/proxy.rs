@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::Reading;
-use crate::config::read::{ConfigError, Keys};
-use crate::config::show::{Toml, duration, string};
-use crate::config::units::Secs;
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::write::{Toml, duration, string};
+use crate::keys::units::Secs;
 use crate::gateway::ProxyConfig;
 use crate::gateway::upstream::Upstream;
 use crate::handlers::Handler;

@@ -4,7 +4,7 @@
 
 use super::Build;
 use crate::config::Config;
-use crate::config::show::Toml;
+use crate::keys::write::Toml;
 use crate::handlers::Handler;
 use crate::rules::Rules;
 use crate::rules::access::{Access, Who};

@@ -39,7 +39,7 @@ impl Interval {
         match s {
             "hourly" => Some(Interval::Hourly),
             "daily" => Some(Interval::Daily),
-            other => crate::config::units::parse_duration(other).filter(|d| d.as_secs() >= 1).map(Interval::Every),
+            other => crate::keys::units::parse_duration(other).filter(|d| d.as_secs() >= 1).map(Interval::Every),
         }
     }
 

@@ -13,8 +13,8 @@
 use std::net::IpAddr;
 
 use crate::cidr::Cidr;
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, string};
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::{Toml, string};
 
 /// What a rule matches: every client, or a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,8 +30,8 @@ use base64::Engine;
 
 use super::Auth;
 use super::htpasswd::Users;
-use crate::config::read::{ConfigError, Ctx, Keys, absolute};
-use crate::config::show::{Toml, string};
+use crate::keys::read::{ConfigError, Ctx, Keys, absolute};
+use crate::keys::write::{Toml, string};
 use crate::config::watch::Stamp;
 use crate::scoreboard::failures::FailureTable;
 

@@ -12,9 +12,9 @@ use std::cell::Cell;
 use std::io::{self, Read, Write};
 
 use super::encoding::{self, Coding};
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, string, strings};
-use crate::config::units::Bytes;
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::{Toml, string, strings};
+use crate::keys::units::Bytes;
 
 /// Its keys.
 pub const KEYS: [&str; 4] = ["precompressed", "compress", "compress_types", "compress_min_size"];

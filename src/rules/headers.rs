@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, duration, string};
-use crate::config::units::parse_duration;
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::{Toml, duration, string};
+use crate::keys::units::parse_duration;
 
 /// Its keys.
 pub const KEYS: [&str; 4] = ["headers", "headers_always", "expires", "charset"];

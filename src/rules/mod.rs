@@ -40,8 +40,8 @@ pub mod redirect;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::Toml;
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::Toml;
 use crate::handlers::Ask;
 use crate::http::response::Reply;
 use access::Access;

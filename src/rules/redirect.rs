@@ -25,8 +25,8 @@
 
 use regex_lite::Regex;
 
-use crate::config::read::{ConfigError, Ctx, Keys};
-use crate::config::show::{Toml, string, strings};
+use crate::keys::read::{ConfigError, Ctx, Keys};
+use crate::keys::write::{Toml, string, strings};
 
 /// Its keys: `return`, `try_files` (the fallbacks of a files location), `rewrite`
 /// and `internal` (on a location only).
