@@ -137,7 +137,7 @@
 //!   (`Traffic`: requests by method and status class, a duration histogram,
 //!   file-cache hits, access-log write errors), the master to the header's
 //!   (`PoolEvents`: forks, exits by cause, reloads), and a location with
-//!   `metrics = true` ([`handlers::metrics`]) sums them into Prometheus' text format.
+//!   `metrics = true` (`kinds`) sums them into Prometheus' text format.
 //! - [`status`] is the scoreboard as people read it: Apache's `?auto`, `?json`, the
 //!   status file's lines, and the HTML page, whose live view (charts of the last five
 //!   minutes, redrawn from `?json` every second) is a script and a stylesheet served
@@ -182,18 +182,18 @@
 //! location: an exact path, else the first regex, else the longest prefix,
 //! [`location::Table`], built when the config is read) → **admit** (the gate: the
 //! location's rules, [`rules::Gate`], then the methods its handler answers) →
-//! **answer** (a [`handlers::Handler`]: the status page ([`handlers::status_page`]),
-//! the health check ([`handlers::health`]), the metrics ([`handlers::metrics`]), CGI
-//! scripts ([`handlers::cgi`]), FastCGI applications ([`handlers::fastcgi`]), an
-//! upstream HTTP server ([`handlers::proxy`], its idle connections kept per worker), the
-//! echo ([`handlers::echo`]) or static files ([`handlers::static_file::StaticFiles`]: a
-//! cached mapping ([`handlers::file_cache`], revalidated by one `fstatat`, with its
+//! **answer** (a `kinds`: the status page (`kinds`),
+//! the health check (`kinds`), the metrics (`kinds`), CGI
+//! scripts (`kinds`), FastCGI applications (`kinds`), an
+//! upstream HTTP server (`kinds`, its idle connections kept per worker), the
+//! echo (`kinds`) or static files ([`handlers::static_file::StaticFiles`]: a
+//! cached mapping (`kinds`, revalidated by one `fstatat`, with its
 //! whole-file header lines ready) or `openat2(RESOLVE_BENEATH)` under the location's
-//! or the vhost's directory → file, index, listing ([`handlers::listing`]), redirect or
+//! or the vhost's directory → file, index, listing (`kinds`), redirect or
 //! error → [`http::conditional`] and [`http::range`]; a file a script location runs is
-//! never sent, [`handlers::reach`]); an answer that is an internal
+//! never sent, `kinds`); an answer that is an internal
 //! redirect (a script's local `Location`, `try_files`' last entry,
-//! [`handlers::try_files`], an index file) is served again at its path through the locations, at
+//! `kinds`, an index file) is served again at its path through the locations, at
 //! most 10 times) → **decorate** (the vhost's
 //! error pages, the location's [`rules::Decor`]: headers, `expires`, `charset`, pika's own
 //! pages compressed; HTTPS answers its `hsts`) → **deliver** (the head built from
@@ -288,8 +288,8 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod dummy;
+pub mod exchange;
 pub mod gateway;
-pub mod handlers;
 pub mod handover;
 pub mod http;
 pub mod inherit;
@@ -299,7 +299,6 @@ pub mod listen;
 pub mod location;
 pub mod log;
 pub mod master;
-pub mod metrics;
 pub mod notify;
 pub mod pidfile;
 pub mod pod;

@@ -14,6 +14,7 @@ pub mod counters;
 pub mod failures;
 
 use crate::sys;
+pub use counters::add;
 use counters::{PoolEvents, Traffic};
 use failures::FailureTable;
 
@@ -189,14 +190,6 @@ pub struct Slot {
 unsafe impl sys::SharedAtomic for Slot {}
 
 pub use crate::clock::now_ms;
-
-/// Adds `n` to a counter that only this process writes (a worker's own slot, the
-/// master's header): a load and a store, without the locked read-modify-write that
-/// `fetch_add` costs on every request. Readers see the old value or the new one.
-#[inline]
-pub fn add(counter: &AtomicU64, n: u64) {
-    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
-}
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
     let mut chunks = text.chunks(8);

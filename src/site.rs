@@ -13,12 +13,12 @@ use std::path::Path;
 use std::rc::Rc;
 
 use crate::config::{Config, Vhost};
-use crate::handlers::Handler;
-use crate::handlers::reach::Reach;
-use crate::handlers::static_file::Root;
-use crate::handlers::status_page::StatusPage;
 use crate::http::response::Reply;
 use crate::kinds::Build;
+use crate::kinds::Handler;
+use crate::kinds::files::reach::Reach;
+use crate::kinds::files::static_file::Root;
+use crate::kinds::status::page::StatusPage;
 use crate::location::{Locations, Routes};
 use crate::rules::{Decor, Gate, Rules};
 
@@ -55,7 +55,7 @@ impl<'c> Place<'c> {
     /// A place answered by `handler` under the rules in force `rules`, among the
     /// vhost's `locations`.
     fn new(rules: &Rules, mut handler: Handler<'c>, locations: &Locations) -> Place<'c> {
-        if let Handler::Files(files) = &mut handler {
+        if let Some(files) = handler.files_mut() {
             files.rules = rules.files();
             files.index_runs = files.index.iter().any(|i| locations.runs_script(format!("/{i}").as_bytes()));
         }
@@ -114,18 +114,23 @@ impl<'c> Site<'c> {
             Ok(root)
         };
         let mut b = Build {
-            config,
             status,
             serve_hidden: vhost.serve_hidden,
             symlinks: vhost.symlinks,
             server_name: vhost.server_names.first().map_or("localhost", String::as_str),
+            mime: &config.mime,
+            max_ranges: config.http.max_ranges,
             open: &mut open,
         };
-        let files = Place::new(&vhost.rules, vhost.files.build(None, &mut b)?, &vhost.locations);
+        let files = Place::new(
+            &vhost.rules,
+            Handler::Files(vhost.files.build(None, (b.open)(&vhost.files.dir)?, b.serve_hidden, b.mime, b.max_ranges)),
+            &vhost.locations,
+        );
         let at = vhost.locations.map(|l| {
-            let rules = l.rules.over(&l.kind.rules(config)).over(&vhost.rules);
+            let rules = l.rules.over(&l.kind.rules(&config.status.allow)).over(&vhost.rules);
             let mut place = Place::new(&rules, l.kind.build(Some(&l.pattern), &mut b)?, &vhost.locations);
-            if let Handler::FastCgi(app) = &mut place.handler {
+            if let Some(app) = place.handler.fastcgi_mut() {
                 // Its own only: a vhost's try_files is for its files.
                 app.try_files = l.rules.try_files.clone().unwrap_or_default();
             }
@@ -133,7 +138,7 @@ impl<'c> Site<'c> {
                 place.gate = place.gate.only_for_names(&vhost.server_names);
             }
             if matches!(l.pattern, crate::http::pattern::Pattern::Prefix(_)) {
-                place.guards = l.rules.over(&l.kind.rules(config)).access_gate();
+                place.guards = l.rules.over(&l.kind.rules(&config.status.allow)).access_gate();
             }
             Ok::<_, io::Error>(place)
         })?;
@@ -173,7 +178,7 @@ impl<'c> Site<'c> {
     /// Replaces a generated error body with the vhost's own page for that status, if
     /// it has one that can be opened.
     pub fn error_page(&self, reply: &mut Reply<'_>) {
-        let Handler::Files(files) = &self.files.handler else { return };
+        let Some(files) = self.files.handler.files() else { return };
         let Some((_, page)) = self.vhost.error_pages.iter().find(|(code, _)| *code == reply.status) else { return };
         let Some(entry) = files.root.error_page(page) else { return };
         let body = entry.slice(0, entry.len);

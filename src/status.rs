@@ -14,13 +14,7 @@ fn iso_date(unix: i64) -> String {
     jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
 }
 
-/// The status page's script (`?js`): the live view.
-pub const LIVE_JS: &str = include_str!("handlers/status_live.js");
-
-/// The status page's stylesheet (`?css`).
-pub const LIVE_CSS: &str = include_str!("handlers/status_live.css");
-
-/// The live view's place on the page: two charts (SVG, drawn by [`LIVE_JS`]), hidden
+/// The live view's place on the page: two charts (SVG, drawn by the page's `?js`), hidden
 /// until the script shows them.
 const LIVE_HTML: &str = "<section id=\"live\" hidden>\n<div class=\"charts\">\n\
 <figure><figcaption><span class=\"rps\">&#9632;</span> Requests per second: <b data-k=\"rps-now\">&hellip;</b><span class=\"axis\" id=\"chart-rps-top\"></span></figcaption>\
@@ -267,9 +261,9 @@ impl Snapshot {
     }
 
     /// The HTML page: Apache's figures and table, and above them a live view (two
-    /// charts that `?js`, [`LIVE_JS`], draws from `?json` every second; hidden until
+    /// charts that `?js`, `?js` draws from `?json` every second; hidden until
     /// the script runs, so a browser without scripts shows the page as it was).
-    /// Styled by `?css` ([`LIVE_CSS`]); nothing inline, so the page's strict
+    /// Styled by `?css` (`?css`); nothing inline, so the page's strict
     /// `Content-Security-Policy` holds.
     pub fn html(&self) -> String {
         let mut s = String::from(

@@ -7,85 +7,25 @@
 //! stops the server instead of forking again and again, as Apache's
 //! `APEXIT_CHILDFATAL` does).
 
+mod ctx;
 mod events;
 mod parked;
 
-use std::net::SocketAddr;
+use ctx::SlotObserver;
+pub use ctx::{ChildExit, WorkerCtx};
+
 use std::sync::atomic::Ordering::Relaxed;
 
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 
-use crate::config::{Config, RunAs};
+use crate::config::RunAs;
 use crate::gateway::spool::Disk;
-use crate::handlers::status_page::StatusPage;
-use crate::handover::Handover;
-use crate::listen::Listeners;
+use crate::kinds::status::page::{StatusPage, View};
 use crate::log::access::AccessLogs;
 use crate::log::held::Shelf;
-use crate::pod::{Doorbell, Pod};
-use crate::scoreboard::counters::Outcome;
-use crate::scoreboard::{Scoreboard, Slot, State, add};
 use crate::serve::connection::Server;
-use crate::serve::observer::{ConnState, Observer};
 use crate::site::Site;
 use crate::sys;
-use crate::tls::tickets::TicketKeys;
-
-/// How a worker ended: the exit-code protocol between worker and master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum ChildExit {
-    /// Retired: pipe of death, old generation, or stop.
-    Retired = 0,
-    /// Could not start (privileges, roots, logs): the server must stop, not respawn.
-    Fatal = 3,
-    /// Out of a resource (descriptors, memory): respawn, but slowly.
-    Sick = 4,
-    /// Served `max_requests`: replace it at once.
-    Recycle = 5,
-}
-
-impl ChildExit {
-    pub fn from_code(code: i32) -> Option<ChildExit> {
-        Some(match code {
-            0 => ChildExit::Retired,
-            3 => ChildExit::Fatal,
-            4 => ChildExit::Sick,
-            5 => ChildExit::Recycle,
-            _ => return None,
-        })
-    }
-}
-
-/// Everything a worker gets from the master.
-pub struct WorkerCtx<'a> {
-    pub config: &'a Config,
-    pub listeners: &'a Listeners,
-    pub scoreboard: &'a Scoreboard,
-    pub slot: usize,
-    pub generation: u32,
-    pub pod: Option<&'a mut Pod>,
-    /// Rung when this worker takes a connection and too few others are idle.
-    pub doorbell: Option<&'a Doorbell>,
-    /// Where a leaving worker sends its idle connections and others adopt them.
-    pub handover: Option<&'a Handover>,
-    pub token: &'a str,
-    /// The session-ticket keys every worker shares ([`crate::tls::tickets`]).
-    pub tickets: &'a TicketKeys,
-    pub logs: AccessLogs,
-    /// The log epoch `logs` (and the error log) were opened under. Read by the master
-    /// before the fork: the master may rotate and bump the epoch while this process
-    /// starts, and a worker that read the epoch itself after that bump would take its
-    /// inherited, already renamed files for the current ones.
-    pub log_epoch: u32,
-    /// The master's pid (None in single-process mode).
-    pub master: Option<Pid>,
-    /// This worker's slot's piece of the shared memory where it holds access-log
-    /// records, so that the master writes them if this worker is killed (`None` in
-    /// single-process mode: a piece of its own).
-    pub held: Option<Shelf>,
-}
 
 /// The worker's life after `fork()`. Never returns.
 pub fn child_main(ctx: WorkerCtx<'_>) -> ! {
@@ -156,7 +96,15 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         _ => None,
     };
     let master_pid = ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
-    let status = StatusPage { scoreboard: ctx.scoreboard, master_pid, config: ctx.config };
+    let certificates = |now| ctx.config.certificate_expiries(now);
+    let server = View {
+        scoreboard: ctx.scoreboard,
+        master_pid,
+        workers_max: ctx.config.workers.max,
+        max_connections: ctx.config.workers.max_connections,
+        certificates: &certificates,
+    };
+    let status = StatusPage { server };
     let sites = match Site::open_all(ctx.config, status) {
         Ok(s) => s,
         Err(e) => {
@@ -248,11 +196,6 @@ fn kept_descriptors(ctx: &WorkerCtx<'_>) -> Vec<i32> {
     keep
 }
 
-fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
-    ctx.master.is_some()
-        && (ctx.scoreboard.generation() != ctx.generation || ctx.scoreboard.header.stopping.load(Relaxed) != 0)
-}
-
 /// Switches to the configured user for good: groups, then gid, then uid (Apache's
 /// order: `setgid` before `initgroups`), then checks root cannot be regained.
 pub(crate) fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
@@ -264,54 +207,4 @@ pub(crate) fn drop_privileges(run_as: &RunAs) -> std::io::Result<()> {
         return Err(std::io::Error::other("could regain root after setuid"));
     }
     Ok(())
-}
-
-/// Reports a connection's progress into the worker's scoreboard slot.
-struct SlotObserver<'a> {
-    slot: &'a Slot,
-    ctx: &'a WorkerCtx<'a>,
-    /// The client of the current request.
-    client: Option<SocketAddr>,
-    /// Reused to format the client for the slot.
-    scratch: Vec<u8>,
-    /// The worker is leaving: every answer says `Connection: close`.
-    retiring: bool,
-}
-
-impl Observer for SlotObserver<'_> {
-    fn state(&mut self, state: ConnState) {
-        self.slot.set_state(match state {
-            ConnState::Reading => State::Reading,
-            ConnState::Writing => State::Writing,
-            ConnState::Logging => State::Logging,
-            ConnState::Closing => State::Closing,
-        });
-    }
-
-    fn request(&mut self, line: &[u8], client: SocketAddr) {
-        self.slot.set_request(line);
-        // The client is the same for every request of a connection: written once.
-        if self.client != Some(client) {
-            self.client = Some(client);
-            self.scratch.clear();
-            crate::text::push_socket_addr(&mut self.scratch, client);
-            self.slot.set_client(&self.scratch);
-        }
-    }
-
-    fn served(&mut self, outcome: &Outcome<'_>) {
-        // This worker is its slot's one writer: plain adds, no locked instructions.
-        if !outcome.refused {
-            add(&self.slot.requests, 1);
-            add(&self.slot.worker_requests, 1);
-            add(&self.slot.bytes, outcome.bytes);
-        }
-        self.slot.traffic.count(outcome);
-    }
-
-    fn must_close(&self) -> bool {
-        // A leaving worker hands its idle connections over (`events`); those it
-        // cannot, it closes only after an answer that said so.
-        self.retiring || must_retire(self.ctx)
-    }
 }

@@ -8,8 +8,9 @@ use std::path::Path;
 use toml::Spanned;
 
 use super::raw::{RawAcme, RawConfig};
-use super::{ConfigError, Ctx, RunAs, absolute};
+use super::server::RunAs;
 use crate::acme::{Eab, Settings};
+use crate::keys::read::{ConfigError, Ctx, absolute};
 
 /// `state_dir` when unset, under the server root.
 const DEFAULT_STATE_DIR: &str = "acme";

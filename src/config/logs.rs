@@ -7,8 +7,8 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{RawAccessLog, RawCondition, RawRotate, StatusSpec};
-use super::{ConfigError, Ctx, absolute};
 use crate::cidr::Cidr;
+use crate::keys::read::{ConfigError, Ctx, absolute};
 use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
 use crate::log::rotate::{Interval, Naming, Rotate};

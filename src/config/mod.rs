@@ -19,18 +19,16 @@ mod raw;
 mod server;
 pub mod show;
 mod vhost;
-pub mod watch;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use log::LevelFilter;
-use nix::unistd::{Gid, Uid};
-use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
 pub use crate::keys::read::ConfigError;
 use crate::keys::read::{Ctx, Split, absolute};
+use log::LevelFilter;
+use nix::unistd::Gid;
+use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
 
 use crate::cidr::Cidr;
 pub use crate::http::forwarded::ForwardedHeader;
@@ -40,28 +38,8 @@ use crate::log::rotate::Rotate;
 pub use crate::sys::Symlinks;
 pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
+pub use server::{Listen, MIME_BUILTIN, RunAs, ServerTokens, Status, Workers};
 pub use vhost::Vhost;
-
-/// The identity workers run as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
-    pub user: String,
-    pub uid: Uid,
-    pub gid: Gid,
-    /// The supplementary groups (`initgroups`' list), looked up when the config is
-    /// loaded: workers then call `setgroups` and never load the NSS modules (whose
-    /// state cost each worker 16-20 KiB of private pages, and which a chroot lacks).
-    pub groups: Vec<Gid>,
-}
-
-/// How much the `Server` header says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerTokens {
-    /// `pika/0.1.0`
-    Full,
-    /// `pika`
-    Product,
-}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -110,33 +88,6 @@ pub struct Config {
     pub notes: Vec<String>,
 }
 
-/// One `listen` entry: an address and how its connections speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listen {
-    pub addr: SocketAddr,
-    /// TLS (`{ addr = "…", tls = true }`).
-    pub tls: bool,
-    /// Each connection starts with a PROXY protocol header (v1 or v2) naming the
-    /// real client (`{ addr = "…", proxy_protocol = true }`).
-    pub proxy_protocol: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Workers {
-    pub start: u32,
-    pub min_spare: u32,
-    pub max_spare: u32,
-    pub max: u32,
-    pub max_requests: u64,
-    /// Connections one worker holds at once, busy or idle (nginx's
-    /// `worker_connections`); a worker holding this many takes no new ones.
-    pub max_connections: u32,
-    /// Address-space limit for each worker (`RLIMIT_AS`), if any.
-    pub max_memory: Option<u64>,
-    /// Workers run under `SCHED_BATCH` (no wake-up preemption).
-    pub sched_batch: bool,
-}
-
 #[derive(Debug, Clone)]
 pub struct Http {
     pub header_timeout: Duration,
@@ -176,18 +127,6 @@ pub struct Http {
     /// (past it, what is left of an answer is sent as its source gives it).
     pub answer_spool_max: u64,
 }
-
-#[derive(Debug, Clone)]
-pub struct Status {
-    pub enabled: bool,
-    pub path: String,
-    pub allow: Vec<Cidr>,
-}
-
-/// `server.mime_types` when unset, if the file exists (else the built-in table).
-const DEFAULT_MIME_TYPES: &str = "conf/mime.types";
-/// `server.mime_types` naming the built-in table.
-pub const MIME_BUILTIN: &str = "builtin";
 
 /// Reads and resolves a config file.
 pub fn load(file: &Path) -> Result<Config, ConfigError> {
@@ -551,9 +490,9 @@ impl Config {
     }
 
     /// Every htpasswd file the config read (once each), with its stamp then: what
-    /// the master watches for a change ([`crate::config::watch::Watch`]).
-    pub fn auth_files(&self) -> Vec<(PathBuf, Option<crate::config::watch::Stamp>)> {
-        let mut out: Vec<(PathBuf, Option<crate::config::watch::Stamp>)> = Vec::new();
+    /// the master watches for a change ([`crate::keys::watch::Watch`]).
+    pub fn auth_files(&self) -> Vec<(PathBuf, Option<crate::keys::watch::Stamp>)> {
+        let mut out: Vec<(PathBuf, Option<crate::keys::watch::Stamp>)> = Vec::new();
         for v in &self.vhosts {
             let all = std::iter::once(&v.rules).chain(v.locations.list.iter().map(|l| &l.rules));
             for a in all.filter_map(|r| r.auth.clone().flatten()) {

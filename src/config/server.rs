@@ -5,15 +5,14 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use nix::unistd::{Group, User};
+use nix::unistd::{Gid, Group, Uid, User};
 
 use super::raw::{RawConfig, RawListen};
-use super::{
-    ConfigError, Ctx, DEFAULT_MIME_TYPES, ErrorLogTarget, ForwardedHeader, Listen, MIME_BUILTIN, RunAs, ServerTokens,
-    Workers, absolute,
-};
 use crate::cidr::Cidr;
+use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
+use crate::keys::read::{ConfigError, Ctx, absolute};
+use crate::log::ErrorLogTarget;
 use log::LevelFilter;
 
 impl Ctx<'_> {
@@ -217,3 +216,64 @@ pub(super) fn parse_error_log(s: &str, root: &Path) -> Option<ErrorLogTarget> {
     }
     Some(ErrorLogTarget::File(absolute(root, s)))
 }
+
+/// The identity workers run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: String,
+    pub uid: Uid,
+    pub gid: Gid,
+    /// The supplementary groups (`initgroups`' list), looked up when the config is
+    /// loaded: workers then call `setgroups` and never load the NSS modules (whose
+    /// state cost each worker 16-20 KiB of private pages, and which a chroot lacks).
+    pub groups: Vec<Gid>,
+}
+
+/// How much the `Server` header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerTokens {
+    /// `pika/0.1.0`
+    Full,
+    /// `pika`
+    Product,
+}
+
+/// One `listen` entry: an address and how its connections speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    /// TLS (`{ addr = "…", tls = true }`).
+    pub tls: bool,
+    /// Each connection starts with a PROXY protocol header (v1 or v2) naming the
+    /// real client (`{ addr = "…", proxy_protocol = true }`).
+    pub proxy_protocol: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    pub start: u32,
+    pub min_spare: u32,
+    pub max_spare: u32,
+    pub max: u32,
+    pub max_requests: u64,
+    /// Connections one worker holds at once, busy or idle (nginx's
+    /// `worker_connections`); a worker holding this many takes no new ones.
+    pub max_connections: u32,
+    /// Address-space limit for each worker (`RLIMIT_AS`), if any.
+    pub max_memory: Option<u64>,
+    /// Workers run under `SCHED_BATCH` (no wake-up preemption).
+    pub sched_batch: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub enabled: bool,
+    pub path: String,
+    pub allow: Vec<Cidr>,
+}
+
+/// `server.mime_types` when unset, if the file exists (else the built-in table).
+pub(crate) const DEFAULT_MIME_TYPES: &str = "conf/mime.types";
+
+/// `server.mime_types` naming the built-in table.
+pub const MIME_BUILTIN: &str = "builtin";

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use toml::Value;
 
-use crate::keys::write::{Inline, Toml, duration, int, path, size, string, strings};
 use super::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
+use crate::keys::write::{Inline, Toml, duration, int, path, size, string, strings};
 use crate::log::filter::Condition;
 use crate::log::rotate::{Interval, Naming, Rotate};
 

@@ -9,12 +9,15 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::raw::RawVhost;
+use super::server::Status;
+use crate::keys::read::{ConfigError, Ctx};
 use crate::keys::read::{Keys, Split, absolute};
-use super::{ConfigError, Ctx, Status, Symlinks};
+use crate::kinds::Kind;
+use crate::kinds::files::Reading;
 use crate::kinds::files::{self, Files};
-use crate::kinds::{Kind, Reading};
 use crate::location::{self, Finding, Location, Locations, Pattern};
 use crate::rules::{self, Rules};
+use crate::sys::Symlinks;
 
 #[derive(Debug, Clone)]
 pub struct Vhost {
@@ -89,8 +92,12 @@ impl Ctx<'_> {
         let mut rest = v.rest.clone();
         let files = files::read_vhost(&mut rest, self, doc_root.clone())?;
         let rules = Rules::read(&mut rest, self, &rules::Reading { root, regex: None, location: false })?;
-        let known: Vec<&str> =
-            crate::keys::read::fields::<RawVhost>().iter().chain(files::VHOST_KEYS).chain(rules::KEYS).copied().collect();
+        let known: Vec<&str> = crate::keys::read::fields::<RawVhost>()
+            .iter()
+            .chain(files::VHOST_KEYS)
+            .chain(rules::KEYS)
+            .copied()
+            .collect();
         rest.finish(self, &known)?;
         Ok(Vhost {
             symlinks,
@@ -402,9 +409,12 @@ mod tests {
         assert_eq!(l[0].rules.access, cidrs(&["::1", "192.0.2.0/24"]));
         assert_eq!(l[1].rules.access, None, "as written: the vhost's is its default when a worker builds it");
         // In force: its own, else its kind's default, else the vhost's.
-        let status = l[0].kind.rules(&c);
+        let status = l[0].kind.rules(&c.status.allow);
         assert_eq!(Rules::default().over(&status).over(&c.vhosts[0].rules).access, cidrs(&["127.0.0.0/8", "::1"]));
-        assert_eq!(l[1].rules.over(&l[1].kind.rules(&c)).over(&c.vhosts[0].rules).access, cidrs(&["10.0.0.0/8"]));
+        assert_eq!(
+            l[1].rules.over(&l[1].kind.rules(&c.status.allow)).over(&c.vhosts[0].rules).access,
+            cidrs(&["10.0.0.0/8"])
+        );
         let e = parse(&v.replace("192.0.2.0/24", "192.0.2.0/33"), "").unwrap_err();
         assert!(e.contains("allow: \"192.0.2.0/33\" is not \"all\", an address or a CIDR range"), "{e}");
         let e = parse(&v.replace("allow = [\"10", "allow = 1\nx = [\"10"), "").unwrap_err();

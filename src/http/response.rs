@@ -27,7 +27,7 @@ pub enum Body {
     /// A slice of a mapped file (the whole file, or one range).
     Mapped { map: Rc<Mmap>, start: usize, end: usize },
     /// A slice of an open file, sent with `sendfile` (files of at least
-    /// [`SENDFILE_MIN`](crate::handlers::file_cache::SENDFILE_MIN) bytes).
+    /// [`SENDFILE_MIN`](crate::kinds::files::file_cache::SENDFILE_MIN) bytes).
     File { file: Rc<File>, start: u64, end: u64 },
     /// `multipart/byteranges`: each part's head, then its range of the map; `tail` closes.
     Multipart { map: Rc<Mmap>, parts: Vec<(Vec<u8>, ByteRange)>, tail: Vec<u8> },

@@ -6,4 +6,5 @@
 
 pub mod read;
 pub mod units;
+pub mod watch;
 pub mod write;

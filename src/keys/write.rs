@@ -102,4 +102,3 @@ impl Toml {
         let _ = writeln!(self.out, "{key} = {value}");
     }
 }
-

@@ -1,22 +1,33 @@
 //! `cgi = true` and `cgi_interpreters = { py = "/usr/bin/python3" }`: CGI scripts
-//! ([`crate::handlers::cgi`]) from the location's `root` or `alias`, with
-//! `script_timeout`, `cgi_memory` and `buffering`.
+//! from the location's `root` or `alias`, with `script_timeout`, `cgi_memory` and
+//! `buffering`; its keys read, checked and shown, and its handler ([`Cgi`]): the
+//! script the path names ([`super::script`]), run as a child of the worker with the
+//! request's meta-variables and its body on stdin ([`crate::gateway::child`]), its
+//! answer read strictly and kept whole for the client, the script reaped at its end
+//! (or, with `buffering = false`, sent as it comes: [`crate::gateway::output`]).
+//!
+//! What goes wrong is said once in the error log with the script's URL path: a
+//! script that cannot start (500), an answer that is not one (502), a script past
+//! `script_timeout` (killed, 504, or its answer cut once it was begun), one that
+//! prints more than [`crate::gateway::output::MAX_OUTPUT`] (killed, likewise).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Build, Reading, files};
-use crate::keys::read::{ConfigError, Keys};
-use crate::keys::write::{Toml, duration, path, size};
-use crate::keys::units::{Bytes, Secs};
+use super::files::{self, Reading};
+use super::script::{self, Scripts};
+use crate::exchange::Ask;
 use crate::gateway::CgiConfig;
+use crate::gateway::child::{self, Spawn};
+use crate::gateway::output::{self, Fault, MAX_OUTPUT};
 use crate::gateway::script::Policy;
-use crate::handlers::Handler;
-use crate::handlers::cgi::Cgi;
-use crate::handlers::script::Scripts;
 use crate::http::pattern::Pattern;
-use crate::sys::ScriptLimits;
+use crate::http::response::Reply;
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::units::{Bytes, Secs};
+use crate::keys::write::{Toml, duration, path, size};
+use crate::sys::{ScriptLimits, Symlinks};
 
 /// The keys that choose it.
 pub const CHOOSING: &[&str] = &["cgi", "cgi_interpreters"];
@@ -89,15 +100,74 @@ pub(super) fn show(c: &CgiConfig, t: &mut Toml) {
     t.key("buffering", toml::Value::Boolean(c.buffering));
 }
 
-pub(super) fn build<'c>(c: &'c CgiConfig, at: Option<&'c Pattern>, b: &Build<'c, '_>) -> std::io::Result<Handler<'c>> {
+pub(super) fn build<'c>(
+    c: &'c CgiConfig,
+    at: Option<&'c Pattern>,
+    symlinks: Symlinks,
+    server_name: &'c str,
+) -> std::io::Result<Cgi<'c>> {
     let scripts = Scripts {
         dir: std::fs::File::open(&c.dir)?,
         dir_path: &c.dir,
-        symlinks: b.symlinks,
+        symlinks,
         strip: if c.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
         pattern: at,
-        server_name: b.server_name,
+        server_name,
         policy: c.policy.clone(),
     };
-    Ok(Handler::Cgi(Cgi { config: c, scripts }))
+    Ok(Cgi { config: c, scripts })
+}
+
+/// The CGI handler of one location, in one worker.
+pub struct Cgi<'c> {
+    pub config: &'c CgiConfig,
+    pub scripts: Scripts<'c>,
+}
+
+impl Cgi<'_> {
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        let Some(p) = self.scripts.prepare(ask, reply) else { return };
+        let Some(body) = script::stdin(ask, &p.name, reply) else { return };
+        let spec = Spawn {
+            script: &p.found.filename,
+            interpreter: p.found.script.interpreter.as_deref(),
+            env: &p.env,
+            limits: self.config.limits,
+            timeout: self.config.timeout,
+            max_output: MAX_OUTPUT,
+            name: &p.name,
+            context: &p.context,
+        };
+        let running = match child::spawn(&spec, body) {
+            Ok(r) => r,
+            Err(e) => {
+                log::error!("{}: could not start {}: {e}", p.name, p.found.filename.display());
+                reply.error(500, "The script could not be started.");
+                return;
+            }
+        };
+        let keep = self.config.buffering.then_some(ask.link.answers);
+        let got = output::read(running, ask.link.socket, ask.link.waiting, keep);
+        let name = &p.name;
+        match script::answered(got, ask, name, reply) {
+            None => {}
+            Some(Fault::TimedOut) => {
+                log::error!("{name}: killed: still running after script_timeout ({:?})", self.config.timeout);
+                reply.error(504, "The script did not answer in time.");
+            }
+            Some(Fault::TooLong) => {
+                log::error!("{name}: killed: its output passed {MAX_OUTPUT} bytes");
+                reply.error(502, "The script's answer was too long.");
+            }
+            Some(Fault::ClientGone) => {
+                log::info!("{name}: killed: the client closed the connection");
+                reply.error(400, "The client went away.");
+                reply.close = true;
+            }
+            Some(Fault::Broken { why, .. }) => {
+                log::error!("{name}: {why}");
+                reply.error(502, "The script's answer was not valid.");
+            }
+        }
+    }
 }

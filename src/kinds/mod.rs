@@ -18,21 +18,24 @@ pub mod files;
 pub mod health;
 pub mod metrics;
 pub mod proxy;
+pub mod script;
 pub mod status;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::config::Config;
-use crate::keys::read::{ConfigError, Ctx, Keys};
-use crate::keys::write::Toml;
-use crate::handlers::Handler;
-use crate::handlers::static_file::Root;
-use crate::handlers::status_page::StatusPage;
+use crate::cidr::Cidr;
+use crate::exchange::{Ask, Methods};
+use crate::http::mime::MimeTypes;
 use crate::http::pattern::Pattern;
+use crate::http::response::Reply;
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::write::Toml;
 use crate::rules::Rules;
-use files::Files;
+use files::static_file::{Root, StaticFiles};
+use files::{Files, Reading};
+use status::StatusPage;
 
 /// What answers at a location, with its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,30 +78,17 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
         .chain(proxy::KEYS.iter().copied())
 }
 
-/// What a kind's reader is given besides the location's keys.
-pub(crate) struct Reading<'a> {
-    pub(crate) ctx: &'a Ctx<'a>,
-    /// The server's root, which relative paths are under.
-    pub(crate) root: &'a Path,
-    /// The vhost's own files: the default of a files location's.
-    pub(crate) vhost_files: &'a Files,
-    /// The location is a prefix.
-    pub(crate) prefix: bool,
-    /// The location's own position, for errors about it as a whole.
-    pub(crate) at: std::ops::Range<usize>,
-}
-
-/// What a kind's builder is given when a worker opens a vhost.
+/// What a worker gives its kinds to build their handlers from: the vhost's ways
+/// and the server's settings each kind needs, never the whole config.
 pub struct Build<'c, 'o> {
-    pub config: &'c Config,
+    /// The status page, whose view of the server the metrics and the health check
+    /// share.
     pub status: StatusPage<'c>,
-    /// The vhost's `serve_hidden`.
     pub serve_hidden: bool,
-    /// The vhost's `symlinks`.
     pub symlinks: crate::sys::Symlinks,
-    /// The vhost's first name (`SERVER_NAME` when a request has no Host).
     pub server_name: &'c str,
-    /// Opens a directory to serve files from (once per worker).
+    pub mime: &'c MimeTypes,
+    pub max_ranges: usize,
     pub open: &'o mut dyn FnMut(&Path) -> io::Result<Rc<Root>>,
 }
 
@@ -190,10 +180,11 @@ impl Kind {
     }
 
     /// The rules it has unless its location sets them (before the vhost's).
-    pub fn rules(&self, config: &Config) -> Rules {
+    /// Its rules unless its location sets them: the status page and the metrics
+    /// let in `[status] allow` (`status_allow`).
+    pub fn rules(&self, status_allow: &[Cidr]) -> Rules {
         match self {
-            Kind::Status => status::rules(config),
-            Kind::Metrics => metrics::rules(config),
+            Kind::Status | Kind::Metrics => status::rules(status_allow),
             Kind::Files(_) | Kind::Health | Kind::Cgi(_) | Kind::FastCgi(_) | Kind::Echo | Kind::Proxy(_) => {
                 Rules::default()
             }
@@ -210,14 +201,14 @@ impl Kind {
     /// The handler a worker answers with; `at`: the location's pattern as written.
     pub fn build<'c>(&'c self, at: Option<&'c Pattern>, b: &mut Build<'c, '_>) -> io::Result<Handler<'c>> {
         Ok(match self {
-            Kind::Files(f) => f.build(at, b)?,
-            Kind::Status => status::build(b),
-            Kind::Health => health::build(b),
-            Kind::Metrics => metrics::build(b),
-            Kind::Cgi(c) => cgi::build(c, at, b)?,
-            Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
-            Kind::Echo => echo::build(),
-            Kind::Proxy(p) => proxy::build(p, at),
+            Kind::Files(f) => Handler::Files(f.build(at, (b.open)(&f.dir)?, b.serve_hidden, b.mime, b.max_ranges)),
+            Kind::Status => Handler::Status(b.status),
+            Kind::Health => Handler::Health(health::HealthCheck { header: b.status.server.scoreboard.header }),
+            Kind::Metrics => Handler::Metrics(metrics::Metrics { server: b.status.server }),
+            Kind::Cgi(c) => Handler::Cgi(cgi::build(c, at, b.symlinks, b.server_name)?),
+            Kind::FastCgi(f) => Handler::FastCgi(fastcgi::build(f, at, b.symlinks, b.server_name)?),
+            Kind::Echo => Handler::Echo(echo::Echo),
+            Kind::Proxy(p) => Handler::Proxy(proxy::build(p, at)),
         })
     }
 
@@ -261,5 +252,82 @@ impl Kind {
             Kind::FastCgi(f) => f.dir = inside(&f.dir),
             Kind::Status | Kind::Health | Kind::Metrics | Kind::Echo | Kind::Proxy(_) => {}
         }
+    }
+}
+
+/// A location's kind as a worker serves it: the handler that answers there, built
+/// from its [`Kind`] when the worker opens its sites.
+pub enum Handler<'c> {
+    Files(StaticFiles<'c>),
+    Status(StatusPage<'c>),
+    Health(health::HealthCheck<'c>),
+    Metrics(metrics::Metrics<'c>),
+    Cgi(cgi::Cgi<'c>),
+    FastCgi(fastcgi::app::FastCgi<'c>),
+    Echo(echo::Echo),
+    Proxy(proxy::relay::Proxy<'c>),
+}
+
+impl<'c> Handler<'c> {
+    /// The methods it answers (checked before it is asked).
+    pub fn methods(&self) -> Methods {
+        match self {
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => Methods::Any,
+            Handler::Files(files) if files.may_redirect() => Methods::Any,
+            Handler::Files(_) | Handler::Status(_) | Handler::Health(_) | Handler::Metrics(_) => Methods::ReadOnly,
+        }
+    }
+
+    /// Fills `reply` for `ask`.
+    pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
+        match self {
+            Handler::Files(files) => files.serve(ask, reply),
+            Handler::Status(page) => page.serve(ask, reply),
+            Handler::Health(check) => check.serve(ask, reply),
+            Handler::Metrics(metrics) => metrics.serve(ask, reply),
+            Handler::Cgi(cgi) => cgi.serve(ask, reply),
+            Handler::FastCgi(app) => app.serve(ask, reply),
+            Handler::Echo(echo) => echo.serve(ask, reply),
+            Handler::Proxy(proxy) => proxy.serve(ask, reply),
+        }
+    }
+
+    /// Whether the request body is read before it is asked (whole, by the event
+    /// loop): scripts, the echo, a proxy, and files that may redirect to a script.
+    pub fn reads_body(&self) -> bool {
+        match self {
+            Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => true,
+            Handler::Files(files) => files.may_redirect(),
+            Handler::Status(_) | Handler::Health(_) | Handler::Metrics(_) => false,
+        }
+    }
+
+    /// The files handler, if it is one (a vhost's own files: its error pages).
+    pub fn files(&self) -> Option<&StaticFiles<'c>> {
+        match self {
+            Handler::Files(files) => Some(files),
+            _ => None,
+        }
+    }
+
+    /// The files handler to finish setting up, if it is one.
+    pub fn files_mut(&mut self) -> Option<&mut StaticFiles<'c>> {
+        match self {
+            Handler::Files(files) => Some(files),
+            _ => None,
+        }
+    }
+
+    /// The FastCGI handler to finish setting up, if it is one.
+    pub fn fastcgi_mut(&mut self) -> Option<&mut fastcgi::app::FastCgi<'c>> {
+        match self {
+            Handler::FastCgi(app) => Some(app),
+            _ => None,
+        }
+    }
+
+    /// Whether it is the health check (its requests stay out of the logs by default).
+    pub fn is_health(&self) -> bool {
+        matches!(self, Handler::Health(_))
     }
 }

@@ -120,7 +120,7 @@ pub struct Master {
     next_cert_check: i64,
     /// The htpasswd files the config read: one that changes is a reason to read the
     /// config again (as HUP does).
-    auth_files: crate::config::watch::Watch,
+    auth_files: crate::keys::watch::Watch,
     signals: Signals,
     logs: AccessLogs,
     /// Every slot's shelf of held access-log records (`log::held`), made before the
@@ -191,7 +191,7 @@ impl Master {
         let held = Region::map(&AccessLogs::buffers(&config.access_logs), config.workers.max as usize)
             .map_err(|e| format!("held log records: {e}"))?;
         let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
-        let auth_files = crate::config::watch::Watch::new(config.auth_files(), config.http.file_check_interval);
+        let auth_files = crate::keys::watch::Watch::new(config.auth_files(), config.http.file_check_interval);
         let mut master = Master {
             rotations,
             upgrade: Upgrades::new(&config.pid_file),

@@ -52,7 +52,7 @@ impl Master {
         self.resume();
         self.next_cert_check = 0;
         self.auth_files =
-            crate::config::watch::Watch::new(self.config.auth_files(), self.config.http.file_check_interval);
+            crate::keys::watch::Watch::new(self.config.auth_files(), self.config.http.file_check_interval);
         self.new_generation();
         self.report_reloaded();
         self.say_notes();

@@ -8,17 +8,94 @@
 //! worker names here when it starts ([`share_failures`]).
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
+use super::access::Access;
+use super::basic::Auth;
 use super::basic::{self, Failures, Verified};
+use super::compress;
 use super::encoding;
+use super::encoding::Coding;
 use super::headers;
+use super::headers::{AddHeaders, Expires};
+use super::redirect::Template;
 use super::redirect::{Return, Vars};
-use super::{Auth, Decor, Gate, compress};
-use crate::handlers::Ask;
+use crate::exchange::Ask;
 use crate::http::response::{self, Body, Internal, Reply, SpooledReader, Streamed};
 use crate::scoreboard::failures::FailureTable;
+
+/// What a request must pass before its location's handler answers it.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    /// `None`: every client may ask.
+    pub access: Option<Access>,
+    /// A password is asked for.
+    pub auth: Option<Arc<Auth>>,
+    /// With both: an allowed address or a password is enough.
+    pub satisfy_any: bool,
+    /// The location answers with this itself.
+    pub ret: Option<Return>,
+    /// The request is served again at this target.
+    pub rewrite: Option<Template>,
+    /// Only internal redirects reach the location.
+    pub internal: bool,
+    /// The names a request's Host must be (else an IP literal or `localhost`, see
+    /// [`crate::vhost::names_this_server`]); `None`: any Host.
+    pub(super) host_names: Option<Vec<String>>,
+}
+
+impl Gate {
+    /// The same gate, and a Host that is not one of `names` (nor an IP literal, nor
+    /// `localhost`) is answered 421: for the status page and the metrics, which a
+    /// browser on an allowed address must not be made to read through a name an
+    /// attacker's DNS points at this server.
+    pub fn only_for_names(mut self, names: &[String]) -> Gate {
+        self.host_names = Some(names.to_vec());
+        self
+    }
+
+    /// True when the request may go on to the handler; else `reply` holds the refusal
+    /// (or the `return`).
+    #[inline]
+    pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+        if let (Some(names), Some(host)) = (&self.host_names, ask.req.host)
+            && !crate::vhost::names_this_server(names, host)
+        {
+            reply.error(421, "This server does not answer this page for that host name; use one of its names.");
+            return false;
+        }
+        if self.access.is_none()
+            && self.auth.is_none()
+            && self.ret.is_none()
+            && self.rewrite.is_none()
+            && !self.internal
+        {
+            return true;
+        }
+        admit(self, ask, reply)
+    }
+}
+
+/// What is added to an answer after its handler made it.
+#[derive(Debug, Clone, Default)]
+pub struct Decor {
+    pub headers: AddHeaders,
+    pub expires: Expires,
+    pub charset: Option<String>,
+    /// Codings for the bodies pika makes (error pages, listings).
+    pub compress: Vec<Coding>,
+    pub compress_types: Vec<String>,
+    pub compress_min_size: u64,
+}
+
+impl Decor {
+    /// Whether there is anything to add.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty() && self.expires.is_empty() && self.charset.is_none() && self.compress.is_empty()
+    }
+}
 
 thread_local! {
     static VERIFIED: RefCell<Verified> = RefCell::new(Verified::default());

@@ -24,15 +24,15 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 
-use super::Auth;
 use super::htpasswd::Users;
 use crate::keys::read::{ConfigError, Ctx, Keys, absolute};
+use crate::keys::watch::Stamp;
 use crate::keys::write::{Toml, string};
-use crate::config::watch::Stamp;
 use crate::scoreboard::failures::FailureTable;
 
 /// Its keys: the htpasswd file, the realm, and how an address list combines.
@@ -266,6 +266,21 @@ pub fn penalty(count: u32) -> Duration {
     }
     let shift = (count - FREE_FAILURES).min(6);
     Duration::from_secs(1 << shift).min(MAX_PENALTY)
+}
+
+/// `auth_file` and `auth_realm`: who may log in, read when the config is read.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Auth {
+    pub realm: String,
+    pub file: PathBuf,
+    pub users: Users,
+    /// The `WWW-Authenticate` value.
+    pub challenge: String,
+    /// The file as it was when read (the master reads the config again when it
+    /// changes: [`crate::keys::watch::Watch`]).
+    pub stamp: Option<crate::keys::watch::Stamp>,
+    /// What `pika -t` says of its lines (a weak hash, a line no user can use).
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use std::io::{self, Read, Write};
 
 use super::encoding::{self, Coding};
 use crate::keys::read::{ConfigError, Ctx, Keys};
-use crate::keys::write::{Toml, string, strings};
 use crate::keys::units::Bytes;
 
 /// Its keys.
@@ -64,23 +63,6 @@ pub(crate) fn read_types(keys: &mut Keys, ctx: &Ctx) -> Result<Option<Vec<String
 /// `compress_min_size` of a table, if set.
 pub(crate) fn read_min_size(keys: &mut Keys, ctx: &Ctx) -> Result<Option<u64>, ConfigError> {
     Ok(keys.take::<Bytes>(ctx, "compress_min_size")?.map(|b| b.into_inner().0))
-}
-
-/// The keys for `pika -T`, as written.
-pub(crate) fn show(r: &super::Rules, t: &mut Toml) {
-    let codings = |list: &[Coding]| toml::Value::Array(list.iter().map(|c| string(c.token())).collect());
-    if let Some(p) = &r.precompressed {
-        t.key("precompressed", codings(p));
-    }
-    if let Some(c) = &r.compress {
-        t.key("compress", codings(c));
-    }
-    if let Some(types) = &r.compress_types {
-        t.key("compress_types", strings(types));
-    }
-    if let Some(n) = r.compress_min_size {
-        t.key("compress_min_size", n);
-    }
 }
 
 /// gzip's level: zlib's default, near its best ratio for text at a fraction of

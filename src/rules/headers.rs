@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use crate::keys::read::{ConfigError, Ctx, Keys};
-use crate::keys::write::{Toml, duration, string};
 use crate::keys::units::parse_duration;
+use crate::keys::write::{Toml, duration, string};
 
 /// Its keys.
 pub const KEYS: [&str; 4] = ["headers", "headers_always", "expires", "charset"];

@@ -37,17 +37,16 @@ pub mod headers;
 pub mod htpasswd;
 pub mod redirect;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::keys::read::{ConfigError, Ctx, Keys};
-use crate::keys::write::Toml;
-use crate::handlers::Ask;
-use crate::http::response::Reply;
+use crate::keys::write::{Toml, string, strings};
 use access::Access;
+pub use apply::{Decor, Gate};
+pub use basic::Auth;
 use encoding::Coding;
 use headers::{AddHeaders, Expires};
-use htpasswd::Users;
 use redirect::{Return, Template};
 
 /// Every key of the rules, as the config writes them (on a location and a vhost).
@@ -187,7 +186,24 @@ impl Rules {
         basic::show(self.auth.as_ref(), self.satisfy_any, t);
         redirect::show(self.ret.as_ref(), self.try_files.as_ref(), self.rewrite.as_ref(), self.internal, t);
         headers::show(self.headers.as_ref(), self.expires.as_ref(), self.charset.as_ref(), t);
-        compress::show(self, t);
+        self.show_compress(t);
+    }
+
+    /// The compression keys for `pika -T`, as written.
+    fn show_compress(&self, t: &mut Toml) {
+        let codings = |list: &[Coding]| toml::Value::Array(list.iter().map(|c| string(c.token())).collect());
+        if let Some(p) = &self.precompressed {
+            t.key("precompressed", codings(p));
+        }
+        if let Some(c) = &self.compress {
+            t.key("compress", codings(c));
+        }
+        if let Some(types) = &self.compress_types {
+            t.key("compress_types", strings(types));
+        }
+        if let Some(n) = self.compress_min_size {
+            t.key("compress_min_size", n);
+        }
     }
 
     /// What the request path checks for these rules (those in force).
@@ -243,78 +259,6 @@ impl Rules {
     }
 }
 
-/// What a request must pass before its location's handler answers it.
-#[derive(Debug, Clone, Default)]
-pub struct Gate {
-    /// `None`: every client may ask.
-    pub access: Option<Access>,
-    /// A password is asked for.
-    pub auth: Option<Arc<Auth>>,
-    /// With both: an allowed address or a password is enough.
-    pub satisfy_any: bool,
-    /// The location answers with this itself.
-    pub ret: Option<Return>,
-    /// The request is served again at this target.
-    pub rewrite: Option<Template>,
-    /// Only internal redirects reach the location.
-    pub internal: bool,
-    /// The names a request's Host must be (else an IP literal or `localhost`, see
-    /// [`crate::vhost::names_this_server`]); `None`: any Host.
-    host_names: Option<Vec<String>>,
-}
-
-impl Gate {
-    /// The same gate, and a Host that is not one of `names` (nor an IP literal, nor
-    /// `localhost`) is answered 421: for the status page and the metrics, which a
-    /// browser on an allowed address must not be made to read through a name an
-    /// attacker's DNS points at this server.
-    pub fn only_for_names(mut self, names: &[String]) -> Gate {
-        self.host_names = Some(names.to_vec());
-        self
-    }
-
-    /// True when the request may go on to the handler; else `reply` holds the refusal
-    /// (or the `return`).
-    #[inline]
-    pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
-        if let (Some(names), Some(host)) = (&self.host_names, ask.req.host)
-            && !crate::vhost::names_this_server(names, host)
-        {
-            reply.error(421, "This server does not answer this page for that host name; use one of its names.");
-            return false;
-        }
-        if self.access.is_none()
-            && self.auth.is_none()
-            && self.ret.is_none()
-            && self.rewrite.is_none()
-            && !self.internal
-        {
-            return true;
-        }
-        apply::admit(self, ask, reply)
-    }
-}
-
-/// What is added to an answer after its handler made it.
-#[derive(Debug, Clone, Default)]
-pub struct Decor {
-    pub headers: AddHeaders,
-    pub expires: Expires,
-    pub charset: Option<String>,
-    /// Codings for the bodies pika makes (error pages, listings).
-    pub compress: Vec<Coding>,
-    pub compress_types: Vec<String>,
-    pub compress_min_size: u64,
-}
-
-impl Decor {
-    /// Whether there is anything to add.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.headers.is_empty() && self.expires.is_empty() && self.charset.is_none() && self.compress.is_empty()
-    }
-}
-
 /// What a files location does with its files: `try_files`, precompressed siblings,
 /// compression on the fly.
 #[derive(Debug, Clone, Default)]
@@ -324,19 +268,4 @@ pub struct FileRules {
     pub compress: Vec<Coding>,
     pub compress_types: Vec<String>,
     pub compress_min_size: u64,
-}
-
-/// `auth_file` and `auth_realm`: who may log in, read when the config is read.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Auth {
-    pub realm: String,
-    pub file: PathBuf,
-    pub users: Users,
-    /// The `WWW-Authenticate` value.
-    pub challenge: String,
-    /// The file as it was when read (the master reads the config again when it
-    /// changes: [`crate::config::watch::Watch`]).
-    pub stamp: Option<crate::config::watch::Stamp>,
-    /// What `pika -t` says of its lines (a weak hash, a line no user can use).
-    pub notes: Vec<String>,
 }

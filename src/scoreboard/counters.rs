@@ -1,15 +1,13 @@
 //! What the workers and the master count for the metrics page, kept in the
 //! scoreboard: each worker in its own slot ([`Traffic`]) as it answers, the master
 //! in the header ([`PoolEvents`]) as it forks, reaps and reloads. A slot has one
-//! writer, so a worker's counters are plain loads and stores ([`super::add`]), not
+//! writer, so a worker's counters are plain loads and stores ([`add`]), not
 //! locked read-modify-writes; a slot's counters outlive the worker in it (a new
 //! worker goes on from them), so every sum only grows until the server restarts, as
-//! a Prometheus counter must. [`crate::metrics`] sums and renders them.
+//! a Prometheus counter must. [`crate::kinds::metrics::render`] sums and renders them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-use super::add;
 
 /// The `method` label's values: the methods a browser or a client library sends, and
 /// `other` for the rest (a label must not take whatever a client writes there).
@@ -175,6 +173,14 @@ impl PoolEvents {
     pub fn exits(&self, cause: ExitCause) -> u64 {
         self.exits[cause as usize].load(Relaxed)
     }
+}
+
+/// Adds `n` to a counter that only this process writes (a worker's own slot, the
+/// master's header): a load and a store, without the locked read-modify-write that
+/// `fetch_add` costs on every request. Readers see the old value or the new one.
+#[inline]
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The request body, in the request cycle's read stage. A location that reads
-//! bodies (scripts, the echo: [`crate::handlers::Handler::reads_body`]) gets its
+//! bodies (scripts, the echo: [`crate::kinds::Handler::reads_body`]) gets its
 //! request's body whole, read by the event loop ([`crate::gateway::incoming`]): what
 //! has arrived is taken at once; for the rest the connection waits in the worker's
 //! set in its `Body` phase, holding no worker, and once the body is whole its request

@@ -40,7 +40,7 @@ use super::output::{Answer, Asked, Delivery, Kind};
 use super::transport::{self, Transport};
 use crate::config::{Config, Http};
 use crate::dummy;
-use crate::handlers::{self, Ask, Handler, Link};
+use crate::exchange::{self, Ask, Link};
 use crate::http::forwarded;
 use crate::http::path::{self, CleanPath, PathError};
 use crate::http::request::{self, Framing, HttpError, Method, Request};
@@ -443,13 +443,13 @@ fn route<'s, 'p>(
     match path::clean(target) {
         Ok((clean, query)) => {
             let (place, guards) = sites[vhost].route(&clean.bytes);
-            route.kind.health = matches!(place.handler, Handler::Health(_));
+            route.kind.health = place.handler.is_health();
             route.kind.auth = place.gate.auth.is_some() || guards.is_some_and(|g| g.auth.is_some());
             route.to = Some(((place, guards), clean, query));
         }
         // Without a path no handler is reached; a method none of them answers is the
         // first thing wrong (`CONNECT host:443`).
-        Err(_) if req.method == Method::OtherKnown => handlers::not_allowed(reply),
+        Err(_) if req.method == Method::OtherKnown => exchange::not_allowed(reply),
         // Apache's AllowEncodedSlashes Off answers 404: no file name holds a '/'.
         Err(PathError::EncodedSlash) => {
             reply.error(404, "The requested resource was not found.");

@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
+use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use super::parked::{Parked, Table, handover_open, interest, publish_counts};
-use super::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next, thaw_body};

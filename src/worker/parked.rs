@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
-use super::WorkerCtx;
+use super::ctx::WorkerCtx;
 use crate::handover::{self, Handover};
 use crate::serve::held::{Held, Watch};
 use crate::serve::observer::Relief;

@@ -45,9 +45,9 @@ use crate::gateway::{AppAddr, ClientWatch, FastCgiConfig};
 use crate::http::path::CleanPath;
 use crate::http::response::{Internal, Reply};
 
-use super::Ask;
-use super::script::{self, Scripts};
-use super::try_files::{self, Tried};
+use crate::exchange::Ask;
+use crate::kinds::files::try_files::{self, Tried};
+use crate::kinds::script::{self, Scripts};
 
 /// A connection to the application.
 type AppConn = Backend;

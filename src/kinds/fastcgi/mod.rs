@@ -1,17 +1,20 @@
 //! `fastcgi = "unix:/run/php/php8.2-fpm.sock"` or `"tcp:127.0.0.1:9000"`: scripts
-//! a FastCGI application runs ([`crate::handlers::fastcgi`]), found under the
+//! a FastCGI application runs ([`crate::kinds::fastcgi::app`]), found under the
 //! location's `root` or `alias`; `index` (`["index.php"]` unless given) for a
 //! path that ends at a directory; `script_timeout`, `buffering`.
 
-use super::{Build, Reading, cgi, files};
-use crate::keys::read::{ConfigError, Keys};
-use crate::keys::write::{Toml, duration, path, string, strings};
+pub mod app;
+
+use super::cgi;
+use super::files::{self, Reading};
 use crate::gateway::script::Policy;
 use crate::gateway::{AppAddr, FastCgiConfig};
-use crate::handlers::Handler;
-use crate::handlers::fastcgi::FastCgi;
-use crate::handlers::script::Scripts;
 use crate::http::pattern::Pattern;
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::write::{Toml, duration, path, string, strings};
+use crate::kinds::script::Scripts;
+use crate::sys::Symlinks;
+use app::FastCgi;
 
 /// The key that chooses it.
 pub const KEY: &str = "fastcgi";
@@ -47,17 +50,18 @@ pub(super) fn show(f: &FastCgiConfig, t: &mut Toml) {
 pub(super) fn build<'c>(
     f: &'c FastCgiConfig,
     at: Option<&'c Pattern>,
-    b: &Build<'c, '_>,
-) -> std::io::Result<Handler<'c>> {
+    symlinks: Symlinks,
+    server_name: &'c str,
+) -> std::io::Result<FastCgi<'c>> {
     let scripts = Scripts {
         dir: std::fs::File::open(&f.dir)?,
         dir_path: &f.dir,
-        symlinks: b.symlinks,
+        symlinks,
         strip: if f.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
         pattern: at,
-        server_name: b.server_name,
+        server_name,
         // The application runs the file; the index files are tried for a directory.
         policy: Policy { executables: false, interpreters: Default::default(), fastcgi: true, index: f.index.clone() },
     };
-    Ok(Handler::FastCgi(FastCgi::new(f, scripts)))
+    Ok(FastCgi::new(f, scripts))
 }

@@ -1,5 +1,5 @@
 //! Prometheus metrics: the text format Prometheus scrapes (a location with
-//! `metrics = true`, `handlers::metrics`).
+//! `metrics = true`, [`super::Metrics`]).
 //!
 //! Nothing is counted for the page: the workers and the master count in the
 //! scoreboard as they go ([`crate::scoreboard::counters`]), and a scrape sums them.
@@ -7,9 +7,9 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::config::Config;
+use crate::kinds::status::page::View;
+use crate::scoreboard::State;
 use crate::scoreboard::counters::{BUCKETS_US, CLASSES, ExitCause, METHODS};
-use crate::scoreboard::{Scoreboard, State};
 
 /// A metric's `# HELP` and `# TYPE` lines.
 fn head(s: &mut String, name: &str, kind: &str, help: &str) {
@@ -22,9 +22,10 @@ fn seconds(us: u64) -> String {
 }
 
 /// The metrics of the whole server, in Prometheus' text format (version 0.0.4).
-/// `config` is the serving worker's: the pool's limits as configured; the spare band
+/// The pool's limits are the serving worker's config's (`server`); the spare band
 /// is the master's (TTIN and TTOU move it).
-pub fn render(sb: &Scoreboard, config: &Config) -> String {
+pub fn render(server: &View<'_>) -> String {
+    let sb = server.scoreboard;
     let mut requests = [[0u64; CLASSES.len()]; METHODS.len()];
     let mut durations = [0u64; BUCKETS_US.len() + 1];
     let (mut duration_us, mut bytes, mut accepted, mut hits, mut misses, mut log_errors) = (0, 0, 0, 0, 0, 0);
@@ -119,7 +120,7 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     );
     let _ = writeln!(s, "pika_workers_full {full}");
     head(&mut s, "pika_workers_max", "gauge", "workers.max: the most worker processes.");
-    let _ = writeln!(s, "pika_workers_max {}", config.workers.max);
+    let _ = writeln!(s, "pika_workers_max {}", server.workers_max);
     head(
         &mut s,
         "pika_workers_min_spare",
@@ -135,7 +136,7 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
         "gauge",
         "workers.max_connections: the most connections one worker holds, busy or kept alive.",
     );
-    let _ = writeln!(s, "pika_worker_max_connections {}", config.workers.max_connections);
+    let _ = writeln!(s, "pika_worker_max_connections {}", server.max_connections);
 
     let pool = &header.pool;
     head(&mut s, "pika_worker_starts_total", "counter", "Worker processes forked.");
@@ -168,15 +169,15 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     );
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
-    certificates(&mut s, config);
+    certificates(&mut s, server);
     s
 }
 
 /// Each vhost's certificate: when it expires, and for ACME's when it is next asked
 /// for, the failed tries in a row and whether a placeholder serves.
-fn certificates(s: &mut String, config: &Config) {
+fn certificates(s: &mut String, server: &View<'_>) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let certs = config.certificate_expiries(now);
+    let certs = (server.certificates)(now);
     if certs.is_empty() {
         return;
     }
@@ -215,6 +216,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::scoreboard::Scoreboard;
     use crate::scoreboard::add;
     use crate::scoreboard::counters::Outcome;
 
@@ -263,7 +265,15 @@ mod tests {
         sb.header.pool.exited(ExitCause::Signal);
         sb.header.pool.exited(ExitCause::Signal);
         add(&sb.slots[2].traffic.log_write_errors, 3);
-        let page = render(&sb, &config);
+        let certs = |now| config.certificate_expiries(now);
+        let server = View {
+            scoreboard: &sb,
+            master_pid: 1,
+            workers_max: config.workers.max,
+            max_connections: config.workers.max_connections,
+            certificates: &certs,
+        };
+        let page = render(&server);
         assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"2xx\"}"), "2");
         assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"4xx\"}"), "1");
         assert_eq!(value(&page, "pika_http_requests_total{method=\"other\",code=\"4xx\"}"), "1", "a refused one too");

@@ -3,19 +3,38 @@
 //! `index`, `autoindex` (with `autoindex_exact_size`, `autoindex_localtime`),
 //! `max_ranges`; on a `[[vhost]]`, `index` and the `autoindex` keys are the vhost's
 //! own files' and the default of its files locations. Read, checked, shown and built
-//! into a [`StaticFiles`] handler here.
+//! into a [`StaticFiles`] handler here, which serves files, directories and their
+//! listings ([`listing`]) from each worker's cache of open files ([`file_cache`]),
+//! tries `try_files` ([`try_files`]) and never sends a file a script location runs
+//! ([`reach`]).
+
+pub mod file_cache;
+pub mod listing;
+pub mod reach;
+pub mod static_file;
+pub mod try_files;
 
 use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::Build;
+use crate::http::pattern::Pattern;
 use crate::keys::read::{ConfigError, Ctx, Keys};
 use crate::keys::write::{Toml, int, path, strings};
-use crate::handlers::Handler;
-use crate::handlers::listing::Style;
-use crate::handlers::static_file::StaticFiles;
-use crate::http::pattern::Pattern;
+use listing::Style;
+use static_file::{Root, StaticFiles};
+
+/// A location's table as it is read: its config file, its position there, the
+/// folder relative paths start from, its vhost's files (what `root` and `alias`
+/// default to), and whether it is a prefix (which an `alias` stands for). Every
+/// kind reads its keys with it.
+pub(crate) struct Reading<'a> {
+    pub(crate) ctx: &'a Ctx<'a>,
+    pub(crate) root: &'a Path,
+    pub(crate) vhost_files: &'a Files,
+    pub(crate) prefix: bool,
+    pub(crate) at: std::ops::Range<usize>,
+}
 
 /// Its keys on a location.
 pub const KEYS: &[&str] =
@@ -124,21 +143,28 @@ impl Files {
 
     /// The handler; `at`: the location's pattern (a prefix an `alias` stands for),
     /// None for a vhost's own files.
-    pub(crate) fn build<'c>(&'c self, at: Option<&'c Pattern>, b: &mut Build<'c, '_>) -> std::io::Result<Handler<'c>> {
-        Ok(Handler::Files(StaticFiles {
-            root: (b.open)(&self.dir)?,
+    pub(crate) fn build<'c>(
+        &'c self,
+        at: Option<&'c Pattern>,
+        root: std::rc::Rc<Root>,
+        serve_hidden: bool,
+        mime: &'c crate::http::mime::MimeTypes,
+        max_ranges: usize,
+    ) -> StaticFiles<'c> {
+        StaticFiles {
+            root,
             // An alias stands for the prefix: what follows it is looked up.
             strip: if self.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
             index: &self.index,
             autoindex: self.autoindex,
             listing: self.listing,
-            serve_hidden: b.serve_hidden,
-            mime: &b.config.mime,
-            max_ranges: self.max_ranges.unwrap_or(b.config.http.max_ranges),
+            serve_hidden,
+            mime,
+            max_ranges: self.max_ranges.unwrap_or(max_ranges),
             // Set by the site, from the rules in force at the location and its
             // vhost's script locations.
             rules: Default::default(),
             index_runs: false,
-        }))
+        }
     }
 }

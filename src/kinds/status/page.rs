@@ -1,11 +1,16 @@
 //! The server-status page: the scoreboard as HTML, Apache's `?auto` text or `?json`
 //! ([`crate::status::Snapshot`]), for the clients `[status] allow` lets in.
 
-use super::ask::Ask;
-use crate::config::Config;
+use crate::exchange::Ask;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
-use crate::status::{LIVE_CSS, LIVE_JS, Snapshot};
+use crate::status::Snapshot;
+use crate::tls::expiry::Expiry;
+
+/// The live view's script (`?js`): it redraws the page's charts from `?json`.
+pub const LIVE_JS: &str = include_str!("live.js");
+/// The live view's stylesheet (`?css`).
+pub const LIVE_CSS: &str = include_str!("live.css");
 
 /// The HTML page's policy: its script, its stylesheet and its reads of `?json` come
 /// from this server (`?js`, `?css`: the page's own path, which any location type
@@ -17,17 +22,30 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// The status-page handler of a worker.
 #[derive(Clone, Copy)]
 pub struct StatusPage<'c> {
+    pub server: View<'c>,
+}
+
+/// What the status page, the metrics and the health check see of the server: its
+/// scoreboard and the few settings they show, never the whole config.
+#[derive(Clone, Copy)]
+pub struct View<'c> {
     pub scoreboard: &'c Scoreboard,
     /// The master's pid (this process's own in single-process mode).
     pub master_pid: i32,
-    pub config: &'c Config,
+    pub workers_max: u32,
+    pub max_connections: u32,
+    /// Each vhost's certificate and its expiry, as of a time (Unix seconds).
+    pub certificates: &'c dyn Fn(i64) -> Vec<Expiry>,
 }
 
 impl StatusPage<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let snap =
-            Snapshot::take(self.scoreboard, self.master_pid).with_certificates(self.config.certificate_expiries(now));
+        let snap = Snapshot::take(self.server.scoreboard, self.server.master_pid).with_certificates((self
+            .server
+            .certificates)(
+            now
+        ));
         let query = ask.query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
         if wants(b"js") || wants(b"css") {

@@ -40,8 +40,8 @@ use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
 use crate::http::response::{Body, Reply, Upstreamed};
 
-use super::Ask;
-use super::fastcgi::replayable;
+use crate::exchange::Ask;
+use crate::kinds::fastcgi::app::replayable;
 
 /// Idle connections a worker keeps to one location's upstream: enough for the
 /// requests a worker has in flight one after another (it serves one at a time),
@@ -106,7 +106,7 @@ impl<'c> Proxy<'c> {
         let mut tries = 0;
         let got = loop {
             tries += 1;
-            let Some(body) = super::script::stdin(ask, &name, reply) else { return };
+            let Some(body) = crate::kinds::script::stdin(ask, &name, reply) else { return };
             let kept = loop {
                 let Some(c) = self.idle.borrow_mut().pop() else { break None };
                 if !c.stale() {
@@ -157,7 +157,7 @@ impl<'c> Proxy<'c> {
             header_time: s.head_at.map(|at| at.duration_since(began)),
             time: began.elapsed(),
         });
-        match super::script::answered(got, ask, &name, reply) {
+        match crate::kinds::script::answered(got, ask, &name, reply) {
             None => {
                 // The upstream's answer passed on: pika names itself after those its
                 // Via names (a field line of its own adds to the list).

@@ -16,7 +16,7 @@ use crate::http::request::Method;
 use crate::http::response::{Body, Internal, Reply, Streamed};
 use crate::sys::Symlinks;
 
-use super::Ask;
+use crate::exchange::Ask;
 
 /// Where a location's scripts are and how they run.
 pub struct Scripts<'c> {

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::ask::{Ask, Methods};
 use super::file_cache::{Entry, FileCache};
 use super::reach::Reach;
 use super::try_files::{self, Tried};
+use crate::exchange::{Ask, Methods};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
 use crate::http::path::{CleanPath, encode_path};

@@ -1,19 +1,20 @@
 //! `proxy = "http://127.0.0.1:8000"` or `"unix:/run/app.sock"`: requests passed to an
-//! upstream HTTP server ([`crate::handlers::proxy`]), with `proxy_host`,
+//! upstream HTTP server ([`crate::kinds::proxy::relay`]), with `proxy_host`,
 //! `proxy_timeout` and `proxy_buffering` (nginx's names), and `proxy_via` (Apache's
 //! `ProxyVia`: nginx has none).
 
 use std::time::Duration;
 
-use super::Reading;
-use crate::keys::read::{ConfigError, Keys};
-use crate::keys::write::{Toml, duration, string};
-use crate::keys::units::Secs;
+pub mod relay;
+
+use super::files::Reading;
 use crate::gateway::ProxyConfig;
 use crate::gateway::upstream::Upstream;
-use crate::handlers::Handler;
-use crate::handlers::proxy::Proxy;
 use crate::http::pattern::Pattern;
+use crate::keys::read::{ConfigError, Keys};
+use crate::keys::units::Secs;
+use crate::keys::write::{Toml, duration, string};
+use relay::Proxy;
 
 /// The key that chooses it.
 pub const KEY: &str = "proxy";
@@ -62,11 +63,11 @@ pub(super) fn show(p: &ProxyConfig, t: &mut Toml) {
     t.key("proxy_via", toml::Value::Boolean(p.via));
 }
 
-pub(super) fn build<'c>(p: &'c ProxyConfig, at: Option<&'c Pattern>) -> Handler<'c> {
+pub(super) fn build<'c>(p: &'c ProxyConfig, at: Option<&'c Pattern>) -> Proxy<'c> {
     // A path in the URL replaces what a prefix (or exact) location matched.
     let prefix = match at {
         Some(Pattern::Prefix(s) | Pattern::Exact(s)) => Some(s.as_str()),
         _ => None,
     };
-    Handler::Proxy(Proxy::new(p, prefix))
+    Proxy::new(p, prefix)
 }
