@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use pika::cli::{self, Mode};
+use pika::command::cli::{self, Mode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     pika::log::init_stderr(log::LevelFilter::Info);
     // Sockets and pipes passed by an old master or by systemd: read before a daemon
     // forks (LISTEN_PID names this process), and taken out of the environment.
-    pika::inherit::capture();
+    pika::fork::inherit::capture();
     match args.mode {
         Mode::Help => {
             print!("{}", cli::USAGE);
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs() as i64);
                 for e in config.certificate_expiries(now) {
-                    if let Some((_, text)) = pika::tls::expiry::warning(&e, now) {
+                    if let Some((_, text)) = pika::acme::expiry::warning(&e, now) {
                         eprintln!("pika: warning: {text}");
                     }
                 }
@@ -46,25 +46,25 @@ fn main() -> ExitCode {
         },
         Mode::Show => match pika::config::load(&args.config) {
             Ok(c) => {
-                print!("{}", pika::config::show::show(&c));
+                print!("{}", pika::command::show::show(&c));
                 ExitCode::SUCCESS
             }
             Err(e) => cli::fail(e),
         },
-        Mode::Control(cmd) => pika::ctl::run(&cmd, &args.config),
+        Mode::Control(cmd) => pika::command::ctl::run(&cmd, &args.config),
         Mode::Foreground | Mode::Single | Mode::Daemon => {
             let config = match pika::config::load(&args.config) {
                 Ok(c) => c,
                 Err(e) => {
                     // The old master of an upgrade hears why, too.
-                    pika::inherit::report_failure(&e.to_string());
+                    pika::fork::inherit::report_failure(&e.to_string());
                     return cli::fail(e);
                 }
             };
             match args.mode {
-                Mode::Foreground => pika::daemon::run_foreground(config),
-                Mode::Single => pika::daemon::run_single(config),
-                _ => pika::ctl::run("start", &args.config),
+                Mode::Foreground => pika::command::daemon::run_foreground(config),
+                Mode::Single => pika::command::daemon::run_single(config),
+                _ => pika::command::ctl::run("start", &args.config),
             }
         }
     }

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use pika::proxy_protocol::{V2_LOCAL, v2_header};
+use pika::http::proxy_protocol::{V2_LOCAL, v2_header};
 
 use crate::util::*;
 
@@ -327,7 +327,7 @@ fn haproxy_in_front_of_two_nodes_upgrade_reload_and_restart_under_load_with_no_r
         let old_a = master_of(&a);
         first_a.signal(libc::SIGUSR2);
         let new_a = wait_until(DEADLINE, "A's new master to serve", || {
-            let pid = pika::pidfile::running(&a.path("logs/pika.pid")).filter(|p| *p != old_a)?;
+            let pid = pika::master::pidfile::running(&a.path("logs/pika.pid")).filter(|p| *p != old_a)?;
             (field(&a.status(), "current_generation_ready")? > 0).then_some(pid)
         });
         assert_eq!(first_a.wait_exit(DEADLINE), Some(0), "A's old master exits");

@@ -390,7 +390,7 @@ fn proxy_protocol_corpus() {
         Some("listen = [{ addr = \"127.0.0.1:0\", proxy_protocol = true }]"),
         "[http]\nheader_timeout = \"1s\"\n",
     );
-    let probe = [&pika::proxy_protocol::V2_LOCAL[..], b"GET / HTTP/1.0\r\n\r\n"].concat();
+    let probe = [&pika::http::proxy_protocol::V2_LOCAL[..], b"GET / HTTP/1.0\r\n\r\n"].concat();
     let log = replay(&site, &["proxy"], &probe);
     let dropped = load_cases(&["proxy"]).iter().filter(|c| matches!(c.expect, Expect::Dropped)).count();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("PROXY protocol")).collect();

@@ -1,16 +1,15 @@
 //! The shape of the source, as the crate map in `src/lib.rs` promises it: the imports
-//! between modules that are not each other's ancestor have no loop; the top-level
+//! between modules have no loop, a parent and its children included; the top-level
 //! modules' imports follow the map's layers (a module imports from its own layer and
 //! those below) but for the arrows up that the map says, no more and no fewer; and no
 //! master-side module imports the request side but to fork a worker.
 //!
-//! A module's imports are the `crate::…` and `super::…` paths its code names (tests
-//! left out), each resolved to the longest module it names. An import between a
-//! module and its ancestor or descendant (a parent declares its children; a child
-//! names its parent's shared types) is left out of the graph, so a loop that needs
-//! such an edge (`a` → `b`, `b` → `b/c` as its parent, `b/c` → `a`) is not found
-//! here. Layers and sides are of the top-level modules (`http`, `master`, …),
-//! read from the map's `# The layers`.
+//! A module's imports are the `crate::…` and `super::…` paths its code names and the
+//! paths through its own children (`child::Item`, `self::child`), tests left out,
+//! each resolved to the longest module it names. A parent that declares a child
+//! (`mod child;`) does not import it by that; a parent that uses a child's item and
+//! a child that uses its parent's is a loop like any other. Layers and sides are of
+//! the top-level modules (`http`, `master`, …), read from the map's `# The layers`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -58,13 +57,20 @@ fn modules() -> BTreeMap<Module, String> {
 /// Who imports whom, between modules that are not each other's ancestors.
 fn imports() -> BTreeMap<Module, BTreeSet<Module>> {
     let mods = modules();
-    let path = regex_lite::Regex::new(r"\b(crate|super)((?:::\w+)+)(::\{([^}]*)\})?").unwrap();
+    // `crate::a::b`, `super::a`, `super::{a, b}` (not `pub(super)`).
+    let path = regex_lite::Regex::new(r"\b(crate|super)((?:::\w+)*)(::\{([^}]*)\})?").unwrap();
+    // A module's own children named by their names (`child::X`, `self::child`).
+    let children = |m: &Module| -> Vec<String> {
+        mods.keys().filter(|k| k.len() == m.len() + 1 && k.starts_with(m)).map(|k| k[m.len()].clone()).collect()
+    };
     let resolve = |p: &[String]| (1..=p.len()).rev().map(|k| p[..k].to_vec()).find(|m| mods.contains_key(m));
-    let related = |a: &Module, b: &Module| a.starts_with(b) || b.starts_with(a);
     let mut graph = BTreeMap::new();
     for (m, code) in &mods {
         let mut to = BTreeSet::new();
         for c in path.captures_iter(code) {
+            if c.get(2).is_none_or(|p| p.as_str().is_empty()) && c.get(3).is_none() {
+                continue; // `pub(super)`, `crate` as a word
+            }
             // `super` in a/b.rs and in a/mod.rs alike is module `a`'s parent's view:
             // the module path without its last part.
             let mut base: Module = if &c[1] == "super" { m[..m.len().saturating_sub(1)].to_vec() } else { vec![] };
@@ -82,8 +88,18 @@ fn imports() -> BTreeMap<Module, BTreeSet<Module>> {
             for t in targets {
                 if let Some(r) = resolve(&t)
                     && !r.is_empty()
-                    && !related(m, &r)
+                    && r != *m
                 {
+                    to.insert(r);
+                }
+            }
+        }
+        for child in children(m) {
+            let named = regex_lite::Regex::new(&format!(r"(?:^|[^\w:])(?:self::)?{child}::(\w+|\{{)")).unwrap();
+            for c in named.captures_iter(code) {
+                let item = if &c[1] == "{" { vec![child.clone()] } else { vec![child.clone(), c[1].to_string()] };
+                let target = [m.clone(), item].concat();
+                if let Some(r) = resolve(&target) {
                     to.insert(r);
                 }
             }

@@ -16,7 +16,7 @@ fn pid_in(site: &Site) -> Option<i32> {
 /// Waits until a master other than `old` serves (pid file and status file say so).
 fn new_master_serves(site: &Site, old: i32) -> i32 {
     wait_until(DEADLINE, "the new master to serve", || {
-        let pid = pika::pidfile::running(&site.path("logs/pika.pid")).filter(|p| *p != old)?;
+        let pid = pika::master::pidfile::running(&site.path("logs/pika.pid")).filter(|p| *p != old)?;
         (field(&site.status(), "current_generation_ready")? > 0).then_some(pid)
     })
 }

@@ -153,11 +153,11 @@ impl Site {
 
     /// The master's status file (`pika -k status`), as the master writes it.
     pub fn status(&self) -> String {
-        pika::statusfile::read(&self.path("logs/pika.pid")).unwrap_or_default()
+        pika::master::statusfile::read(&self.path("logs/pika.pid")).unwrap_or_default()
     }
 
     pub fn status_file(&self) -> PathBuf {
-        pika::statusfile::path(&self.path("logs/pika.pid"))
+        pika::master::statusfile::path(&self.path("logs/pika.pid"))
     }
 
     pub fn error_log(&self) -> String {
@@ -251,7 +251,7 @@ pub fn listening_addr(log: &str) -> Option<SocketAddr> {
 }
 
 /// A `key: number` field of the status file.
-pub use pika::statusfile::field;
+pub use pika::master::statusfile::field;
 
 /// Pids of the direct children of `pid`, from /proc.
 pub fn children_of(pid: i32) -> Vec<i32> {

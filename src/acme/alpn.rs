@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use super::challenges::{Board, Kind};
 
 /// The ALPN protocol of the validation handshake.
-pub const PROTOCOL: &[u8] = b"acme-tls/1";
+pub const PROTOCOL: &[u8] = crate::tls::ACME_TLS_1;
 
 /// The validation certificate and its key for `name`, as the table holds them: the
 /// certificate's length (2 bytes), the certificate (DER), the key (PKCS#8 DER).
@@ -55,13 +55,11 @@ fn parse(entry: &[u8]) -> Option<Arc<CertifiedKey>> {
 
 /// Whether a ClientHello is a TLS-ALPN-01 validation: it offers `acme-tls/1` (and
 /// RFC 8737 §3: nothing else).
-pub fn is_validation<'a>(mut offered: impl Iterator<Item = &'a [u8]>) -> bool {
-    offered.any(|p| p == PROTOCOL)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls::is_validation;
 
     #[test]
     fn the_certificate_names_the_host_and_carries_the_digest() {

@@ -40,7 +40,7 @@ pub struct Entry {
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid (free) entry.
 #[allow(unsafe_code)]
-unsafe impl crate::sys::SharedAtomic for Entry {}
+unsafe impl crate::base::sys::SharedAtomic for Entry {}
 
 pub struct Board {
     entries: &'static [Entry],
@@ -51,7 +51,7 @@ static BOARD: OnceLock<Board> = OnceLock::new();
 /// Maps the table (once, in the master, before any fork).
 pub fn map() -> std::io::Result<()> {
     if BOARD.get().is_none() {
-        let entries = crate::sys::map_shared::<Entry>(ENTRIES)?;
+        let entries = crate::base::sys::map_shared::<Entry>(ENTRIES)?;
         let _ = BOARD.set(Board { entries });
     }
     Ok(())

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use super::client::{Client, Failure};
 use super::https::Https;
 use super::jws::AccountKey;
-use super::{Challenge, Settings};
-use crate::sys::{self, Forked};
+use super::settings::{Challenge, Settings};
+use crate::base::sys::{self, Forked};
 
 /// What the child tells the master.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,7 +84,7 @@ pub fn spawn(plan: Plan<'_>) -> std::io::Result<(Pid, OwnedFd)> {
 /// The child's life; returns its exit code.
 fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
     // The roots are read before the switch: `ca_roots` may be root's alone.
-    let roots_file = plan.settings.ca_roots.as_deref().unwrap_or(std::path::Path::new(super::SYSTEM_ROOTS));
+    let roots_file = plan.settings.ca_roots.as_deref().unwrap_or(std::path::Path::new(super::settings::SYSTEM_ROOTS));
     let http = super::https::roots(roots_file).and_then(Https::new);
     if !confine(&plan, &pipe, master) {
         return 1;

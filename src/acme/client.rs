@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use super::challenges::{Board, Kind};
 use super::https::{Deadline, Https, Response};
 use super::jws::{AccountKey, Signer};
-use super::{Challenge, Settings, b64};
+use super::b64;
+use super::settings::{Challenge, Settings};
 
 /// How often a `badNonce` answer is retried before the request fails.
 const NONCE_RETRIES: u32 = 10;

@@ -86,7 +86,7 @@ impl AccountKey {
 
     /// The External Account Binding of a new-account request (RFC 8555 §7.3.4): this
     /// key's JWK, MACed (HS256) with the CA's key.
-    pub fn external_binding(&self, eab: &super::Eab, new_account_url: &str) -> Value {
+    pub fn external_binding(&self, eab: &super::settings::Eab, new_account_url: &str) -> Value {
         let protected = json!({ "alg": "HS256", "kid": eab.kid, "url": new_account_url });
         let protected = b64::url(protected.to_string().as_bytes());
         let payload = b64::url(self.jwk().to_string().as_bytes());

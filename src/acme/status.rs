@@ -22,14 +22,14 @@ pub struct Entry {
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid (free) entry.
 #[allow(unsafe_code)]
-unsafe impl crate::sys::SharedAtomic for Entry {}
+unsafe impl crate::base::sys::SharedAtomic for Entry {}
 
 static TABLE: OnceLock<&'static [Entry]> = OnceLock::new();
 
 /// Maps the table (once, in the master, before any fork).
 pub fn map() -> std::io::Result<()> {
     if TABLE.get().is_none() {
-        let _ = TABLE.set(crate::sys::map_shared::<Entry>(ENTRIES)?);
+        let _ = TABLE.set(crate::base::sys::map_shared::<Entry>(ENTRIES)?);
     }
     Ok(())
 }

@@ -192,7 +192,7 @@ mod tests {
         assert!(cert.placeholder);
         assert!(c.vhosts[0].acme);
         assert!(c.tls.is_some());
-        let shown = crate::config::show::show(&c);
+        let shown = crate::command::show::show(&c);
         assert!(shown.contains("\n[acme]\ndirectory = \"https://acme-staging-v02"), "{shown}");
         assert!(shown.contains("\nacme = true\n") && !shown.contains("tls_cert"), "{shown}");
         let c = parse(
@@ -210,7 +210,7 @@ mod tests {
         let s = c.acme.as_ref().unwrap();
         assert_eq!((s.order_timeout.as_secs(), s.request_timeout.as_secs()), (300, 10));
         assert_eq!(c.acme.as_ref().unwrap().eab.as_ref().unwrap().hmac_key, b"secret");
-        let shown = crate::config::show::show(&c);
+        let shown = crate::command::show::show(&c);
         assert!(shown.contains("renew_before = \"720h\"") && !shown.contains("c2VjcmV0"), "{shown}");
         assert!(shown.contains("order_timeout = \"5m\"\nrequest_timeout = \"10s\""), "{shown}");
     }

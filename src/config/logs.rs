@@ -1,38 +1,18 @@
 //! Access logs as the config resolves them: format, filter conditions, rotation,
 //! buffering.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use toml::Spanned;
 
 use super::raw::{RawAccessLog, RawCondition, RawRotate, StatusSpec};
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 use crate::keys::read::{ConfigError, Ctx, absolute};
 use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
 use crate::log::rotate::{Interval, Naming, Rotate};
+pub use crate::log::access::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 
-#[derive(Debug, Clone)]
-pub struct AccessLog {
-    pub path: PathBuf,
-    pub format: LogFormat,
-    pub filter: Filter,
-    pub rotate: Option<Rotate>,
-    /// Set for a log declared inside a `[[vhost]]`: only that vhost's requests.
-    pub vhost: Option<usize>,
-    /// Bytes of records a worker holds back for one write (0: each record at once),
-    /// and the longest a record waits while the worker is busy.
-    pub buffer: usize,
-    pub flush: Duration,
-    /// The included file that declares it (`None`: the main file).
-    pub source: Option<PathBuf>,
-}
-
-/// `[[access_log]] buffer` unless set: lighttpd's 8 KiB, ~40 combined records.
-pub const DEFAULT_LOG_BUFFER: usize = 8192;
-/// `[[access_log]] flush` unless set.
-pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
 /// The largest `buffer` accepted.
 const MAX_LOG_BUFFER: u64 = 1 << 20;
 

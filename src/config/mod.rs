@@ -15,10 +15,9 @@
 mod acme;
 mod include;
 mod logs;
-mod raw;
+pub(crate) mod raw;
 mod server;
-pub mod show;
-mod vhost;
+pub(crate) mod vhost;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,12 +29,12 @@ use log::LevelFilter;
 use nix::unistd::Gid;
 use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 pub use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
 pub use crate::log::ErrorLogTarget;
 use crate::log::rotate::Rotate;
-pub use crate::sys::Symlinks;
+pub use crate::base::sys::Symlinks;
 pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
 pub use server::{Listen, MIME_BUILTIN, RunAs, ServerTokens, Status, Workers};
@@ -233,7 +232,7 @@ impl Ctx<'_> {
         self.written_as_root(&pid_file, &error_log, &access_logs)?;
         if let Some(dir) = body_dir {
             let groups = own_groups();
-            crate::safe_files::check_workers_folder("body_temp_dir", dir, workers_ids(run_as.as_ref(), &groups))
+            crate::base::safe_files::check_workers_folder("body_temp_dir", dir, workers_ids(run_as.as_ref(), &groups))
                 .map_err(|e| self.error(self.table("http"), e))?;
         }
 
@@ -466,12 +465,12 @@ impl Ctx<'_> {
         error_log: &ErrorLogTarget,
         access_logs: &[AccessLog],
     ) -> Result<(), ConfigError> {
-        crate::safe_files::check_folder(pid_file).map_err(|e| self.error(self.table("server"), e))?;
+        crate::base::safe_files::check_folder(pid_file).map_err(|e| self.error(self.table("server"), e))?;
         if let ErrorLogTarget::File(p) = error_log {
-            crate::safe_files::check_folder(p).map_err(|e| self.error(self.table("server"), e))?;
+            crate::base::safe_files::check_folder(p).map_err(|e| self.error(self.table("server"), e))?;
         }
         for a in access_logs {
-            crate::safe_files::check_folder(&a.path).map_err(|e| self.error(self.table("access_log"), e))?;
+            crate::base::safe_files::check_folder(&a.path).map_err(|e| self.error(self.table("access_log"), e))?;
         }
         Ok(())
     }
@@ -480,13 +479,13 @@ impl Ctx<'_> {
 impl Config {
     /// The index of the vhost that serves a Host value (`None`: no Host).
     pub fn vhost_for(&self, host: Option<&[u8]>) -> usize {
-        crate::vhost::select(&self.vhosts, |v| &v.server_names, host)
+        crate::http::host::select(&self.vhosts, |v| &v.server_names, host)
     }
 
     /// Every vhost's certificate and how long it has left, at `now` (Unix seconds).
-    pub fn certificate_expiries(&self, now: i64) -> Vec<crate::tls::expiry::Expiry> {
+    pub fn certificate_expiries(&self, now: i64) -> Vec<crate::acme::expiry::Expiry> {
         let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?, v.acme)));
-        crate::tls::expiry::list(certs, now)
+        crate::acme::expiry::list(certs, now)
     }
 
     /// Every htpasswd file the config read (once each), with its stamp then: what
@@ -550,17 +549,17 @@ impl Config {
         }
         let groups = own_groups();
         let workers = workers_ids(self.run_as.as_ref(), &groups);
-        crate::safe_files::make_workers_folder("body_temp_dir", &self.http.body_temp_dir, workers)
+        crate::base::safe_files::make_workers_folder("body_temp_dir", &self.http.body_temp_dir, workers)
     }
 }
 
 /// The ids the workers run as: `server.user`'s, else this process's own
 /// (`own_groups` are its supplementary groups).
-fn workers_ids<'a>(run_as: Option<&'a RunAs>, own_groups: &'a [Gid]) -> crate::safe_files::Workers<'a> {
+fn workers_ids<'a>(run_as: Option<&'a RunAs>, own_groups: &'a [Gid]) -> crate::base::safe_files::Workers<'a> {
     match run_as {
-        Some(r) => crate::safe_files::Workers { uid: r.uid, gid: r.gid, groups: &r.groups },
+        Some(r) => crate::base::safe_files::Workers { uid: r.uid, gid: r.gid, groups: &r.groups },
         None => {
-            crate::safe_files::Workers { uid: nix::unistd::geteuid(), gid: nix::unistd::getegid(), groups: own_groups }
+            crate::base::safe_files::Workers { uid: nix::unistd::geteuid(), gid: nix::unistd::getegid(), groups: own_groups }
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Gid, Group, Uid, User};
 
 use super::raw::{RawConfig, RawListen};
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
 use crate::keys::read::{ConfigError, Ctx, absolute};

@@ -17,7 +17,7 @@ use crate::kinds::files::Reading;
 use crate::kinds::files::{self, Files};
 use crate::location::{self, Finding, Location, Locations, Pattern};
 use crate::rules::{self, Rules};
-use crate::sys::Symlinks;
+use crate::base::sys::Symlinks;
 
 #[derive(Debug, Clone)]
 pub struct Vhost {

@@ -31,7 +31,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::output::{Fault, Source, poll_ms};
-use crate::sys::{self, ScriptLimits};
+use crate::base::sys::{self, ScriptLimits};
 
 /// Stderr bytes logged per request: a script that floods its stderr gets one line
 /// saying how much more was dropped, not a full disk.
@@ -169,7 +169,7 @@ pub fn spawn(spec: &Spawn<'_>, body: Stdin) -> io::Result<Running> {
         max_output: spec.max_output,
         taken: 0,
         gone: false,
-        watch: super::ClientWatch::default(),
+        watch: super::watch::ClientWatch::default(),
         scratch: Vec::new(),
     })
 }
@@ -202,7 +202,7 @@ pub struct Running {
     taken: u64,
     /// The leader has exited.
     gone: bool,
-    watch: super::ClientWatch,
+    watch: super::watch::ClientWatch,
     scratch: Vec<u8>,
 }
 

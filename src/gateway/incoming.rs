@@ -155,7 +155,7 @@ impl Incoming {
             Framing::Length(n) => Decode::Length(n),
             Framing::Chunked => Decode::Chunked(Chunk::Size),
         };
-        let now = crate::clock::now_ms();
+        let now = crate::base::clock::now_ms();
         let first = match framing {
             Decode::Length(n) => (n as usize).min(keep.memory),
             Decode::Chunked(_) => 4096,
@@ -260,7 +260,7 @@ impl Incoming {
         }
         if used > 0 {
             self.wire_bytes += used as u64;
-            self.last_ms = crate::clock::now_ms();
+            self.last_ms = crate::base::clock::now_ms();
         }
         Ok(used)
     }
@@ -375,7 +375,7 @@ impl Incoming {
         }
     }
 
-    /// For another worker to go on reading the body (`crate::handover`): what is
+    /// For another worker to go on reading the body (`crate::fork::handover`): what is
     /// kept goes to a file (one in memory is written to one), whose descriptor
     /// travels beside the socket; the rest of the state is written to `out`, for
     /// [`Incoming::thaw`]. This reader stays whole: if the connection cannot be
@@ -396,7 +396,7 @@ impl Incoming {
         out.extend_from_slice(&(self.line.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.line);
         out.extend_from_slice(&self.wire_bytes.to_le_bytes());
-        let now = crate::clock::now_ms();
+        let now = crate::base::clock::now_ms();
         out.extend_from_slice(&now.saturating_sub(self.started_ms).to_le_bytes());
         out.extend_from_slice(&now.saturating_sub(self.last_ms).to_le_bytes());
         out.extend_from_slice(&self.len().to_le_bytes());
@@ -426,7 +426,7 @@ impl Incoming {
         std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(kept)).ok()?;
         // Counted here now, whatever the caps: the other worker gives it back.
         keep.disk.force(kept);
-        let now = crate::clock::now_ms();
+        let now = crate::base::clock::now_ms();
         Some(Incoming {
             head,
             framing,
@@ -633,7 +633,7 @@ mod tests {
         let mut state = Vec::new();
         let file = inc.freeze(&mut state).unwrap().try_clone().unwrap();
         let other = Incoming::thaw(&state, file, big).unwrap();
-        let quiet = crate::clock::now_ms() - other.last_ms;
+        let quiet = crate::base::clock::now_ms() - other.last_ms;
         assert!((5000..6000).contains(&quiet), "{quiet}");
     }
 

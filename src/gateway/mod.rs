@@ -13,11 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::sys::ScriptLimits;
-
-/// How long a script may keep its worker before the worker's idle connections are
-/// handed to others.
-pub const WAITING: Duration = Duration::from_secs(1);
+use crate::base::sys::ScriptLimits;
 
 pub mod answer;
 pub mod backend;
@@ -29,47 +25,11 @@ pub mod output;
 pub mod script;
 pub mod spool;
 pub mod upstream;
+pub mod watch;
 
-use std::os::fd::BorrowedFd;
+pub use watch::{ClientWatch, WAITING};
 
-use nix::poll::PollFlags;
-use nix::sys::socket::{MsgFlags, recv};
 
-/// Watches the client's socket while a script runs, to stop the script when the
-/// client hangs up. Readable means either the end of the stream (gone) or bytes
-/// of a pipelined request, after which the socket is not watched any more (they
-/// stay unread for the next request; a hang-up is then seen when the answer is
-/// sent).
-#[derive(Default)]
-pub struct ClientWatch {
-    off: bool,
-}
-
-impl ClientWatch {
-    /// What to poll the client's socket for.
-    pub fn flags(&self) -> PollFlags {
-        if self.off { PollFlags::empty() } else { PollFlags::POLLIN }
-    }
-
-    /// After a poll: `ready` is whether the socket reported anything. True when the
-    /// client is gone.
-    pub fn gone(&mut self, client: BorrowedFd<'_>, ready: bool) -> bool {
-        if self.off || !ready {
-            return false;
-        }
-        let mut byte = [0u8; 1];
-        use std::os::fd::AsRawFd;
-        match recv(client.as_raw_fd(), &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
-            Ok(0) => true,
-            Ok(_) => {
-                self.off = true;
-                false
-            }
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
-            Err(_) => true,
-        }
-    }
-}
 
 /// A CGI location's settings (`cgi = true`, `cgi_interpreters`).
 #[derive(Debug, Clone, PartialEq, Eq)]

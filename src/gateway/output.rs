@@ -91,7 +91,7 @@ pub enum Got<S: Source> {
 }
 
 /// The script's wait, as the worker's: once it has kept the worker
-/// [`super::WAITING`], `waiting` is called (once).
+/// [`super::watch::WAITING`], `waiting` is called (once).
 struct Wait<'w> {
     told: Option<Instant>,
     waiting: &'w dyn Fn(),
@@ -111,7 +111,7 @@ impl Wait<'_> {
 }
 
 /// Reads `src`'s header block (calling `waiting` once it has kept the worker
-/// [`super::WAITING`]), then, with a `spool`, the whole answer into it, else what
+/// [`super::watch::WAITING`]), then, with a `spool`, the whole answer into it, else what
 /// follows at once, up to [`GATHER`].
 pub fn read<S: Source>(
     mut src: S,
@@ -121,7 +121,7 @@ pub fn read<S: Source>(
 ) -> Result<Got<S>, Failed> {
     let mut out = Vec::with_capacity(8192);
     let mut ended = false;
-    let mut wait = Wait { told: Some(Instant::now() + super::WAITING), waiting };
+    let mut wait = Wait { told: Some(Instant::now() + super::watch::WAITING), waiting };
     let (head, start) = loop {
         if let Some(found) = answer::parse(&out, MAX_HEAD, ended).map_err(Failed::Answer)? {
             break found;

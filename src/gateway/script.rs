@@ -17,7 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::sys::{self, Symlinks};
+use crate::base::sys::{self, Symlinks};
 
 /// How a location runs the files it finds.
 #[derive(Debug, Clone, PartialEq, Eq)]

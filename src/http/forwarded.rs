@@ -15,7 +15,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 
 /// Which header names the clients, as `server.forwarded_header` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

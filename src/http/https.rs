@@ -19,7 +19,7 @@ pub fn location(host: Option<&[u8]>, fallback: &str, https_port: u16, target: &[
     out.extend_from_slice(name);
     if https_port != 443 {
         out.push(b':');
-        crate::text::push_int(&mut out, https_port);
+        crate::base::text::push_int(&mut out, https_port);
     }
     if target.first() != Some(&b'/') {
         out.push(b'/');

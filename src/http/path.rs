@@ -442,7 +442,7 @@ mod tests {
         let encoded = encode_path(&all);
         assert!(encoded.is_ascii());
         assert!(!encoded.contains(['&', '\'', '"', '<', '>', ' ', '?', '#']));
-        assert_eq!(crate::text::html_escape(&encoded), encoded);
+        assert_eq!(crate::base::text::html_escape(&encoded), encoded);
     }
 
     /// A tiny LCG (no proptest): random targets must never panic, and

@@ -16,7 +16,7 @@ use std::rc::Rc;
 use memmap2::Mmap;
 
 use super::range::ByteRange;
-use crate::text;
+use crate::base::text;
 
 /// A response body.
 pub enum Body {
@@ -282,7 +282,7 @@ pub fn error_page(status: u16, detail: &str) -> Vec<u8> {
     let reason = reason(status);
     format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{status} {reason}</title></head>\n<body><h1>{status} {reason}</h1>\n<p>{}</p>\n</body></html>\n",
-        crate::text::html_escape(detail)
+        crate::base::text::html_escape(detail)
     )
     .into_bytes()
 }

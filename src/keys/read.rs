@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]

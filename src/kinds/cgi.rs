@@ -27,7 +27,7 @@ use crate::http::response::Reply;
 use crate::keys::read::{ConfigError, Keys};
 use crate::keys::units::{Bytes, Secs};
 use crate::keys::write::{Toml, duration, path, size};
-use crate::sys::{ScriptLimits, Symlinks};
+use crate::base::sys::{ScriptLimits, Symlinks};
 
 /// The keys that choose it.
 pub const CHOOSING: &[&str] = &["cgi", "cgi_interpreters"];

@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 use crate::exchange::{Ask, Methods};
 use crate::http::mime::MimeTypes;
 use crate::http::pattern::Pattern;
@@ -85,7 +85,7 @@ pub struct Build<'c, 'o> {
     /// share.
     pub status: StatusPage<'c>,
     pub serve_hidden: bool,
-    pub symlinks: crate::sys::Symlinks,
+    pub symlinks: crate::base::sys::Symlinks,
     pub server_name: &'c str,
     pub mime: &'c MimeTypes,
     pub max_ranges: usize,

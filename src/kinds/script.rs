@@ -14,7 +14,7 @@ use crate::gateway::{env, incoming};
 use crate::http::pattern::Pattern;
 use crate::http::request::Method;
 use crate::http::response::{Body, Internal, Reply, Streamed};
-use crate::sys::Symlinks;
+use crate::base::sys::Symlinks;
 
 use crate::exchange::Ask;
 
@@ -200,7 +200,7 @@ pub fn answered<S: Source + 'static>(
             // The script's time bounds the stream while it waits for room in its
             // socket too.
             let left = stream.deadline().saturating_duration_since(std::time::Instant::now());
-            let until_ms = Some(crate::clock::ms_after(left));
+            let until_ms = Some(crate::base::clock::ms_after(left));
             (head, Body::Stream(Box::new(Streamed { from: Box::new(stream), len, sent: 0, until_ms })))
         }
         Err(Failed::Answer(e)) => {

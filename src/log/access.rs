@@ -14,14 +14,15 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use super::filter::{Facts, Filter};
 use super::format::LogFormat;
 use super::held::{self, Held, Shelf};
+use super::rotate::Rotate;
 use super::record::Record;
-use crate::config::AccessLog;
 
 /// No record is longer than this: the client's fields are cut to fit (see
 /// `LogFormat::render_within`), so one `write()` of at most `PIPE_BUF` bytes stays
@@ -56,7 +57,7 @@ impl AccessLogs {
     pub fn open(configs: &[AccessLog]) -> std::io::Result<AccessLogs> {
         let mut logs = Vec::new();
         for c in configs {
-            let file = super::open_append(&c.path)
+            let file = super::files::open_append(&c.path)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("access log {}: {e}", c.path.display())))?;
             logs.push(OpenLog {
                 path: c.path.clone(),
@@ -105,7 +106,7 @@ impl AccessLogs {
         if now != seen {
             self.epoch = Some((epoch, now));
             self.reopen();
-            super::reopen_error_log();
+            super::error::reopen_error_log();
         }
     }
 
@@ -153,7 +154,7 @@ impl AccessLogs {
             let opened;
             let fd = match self.logs.iter().find(|l| l.path == *path) {
                 Some(log) => log.file.as_raw_fd(),
-                None => match super::open_append(path) {
+                None => match super::files::open_append(path) {
                     Ok(f) => {
                         opened = f;
                         opened.as_raw_fd()
@@ -261,7 +262,7 @@ impl AccessLogs {
     /// Reopens every log by its path (after a rotation renamed the old files).
     pub fn reopen(&mut self) {
         for log in &mut self.logs {
-            match super::open_append(&log.path) {
+            match super::files::open_append(&log.path) {
                 Ok(f) => {
                     if let Some(h) = &log.held {
                         h.set_fd(f.as_raw_fd());
@@ -347,12 +348,33 @@ impl ClfClock {
         if secs != self.second || self.text.is_empty() {
             self.second = secs;
             let ts = jiff::Timestamp::from_second(secs as i64).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-            let z = ts.to_zoned_datetime(super::local_zone().clone());
+            let z = ts.to_zoned_datetime(super::files::local_zone().clone());
             self.text = z.strftime("[%d/%b/%Y:%H:%M:%S %z]").to_string();
         }
         &self.text
     }
 }
+
+#[derive(Debug, Clone)]
+pub struct AccessLog {
+    pub path: PathBuf,
+    pub format: LogFormat,
+    pub filter: Filter,
+    pub rotate: Option<Rotate>,
+    /// Set for a log declared inside a `[[vhost]]`: only that vhost's requests.
+    pub vhost: Option<usize>,
+    /// Bytes of records a worker holds back for one write (0: each record at once),
+    /// and the longest a record waits while the worker is busy.
+    pub buffer: usize,
+    pub flush: Duration,
+    /// The included file that declares it (`None`: the main file).
+    pub source: Option<PathBuf>,
+}
+
+/// `[[access_log]] buffer` unless set: lighttpd's 8 KiB, ~40 combined records.
+pub const DEFAULT_LOG_BUFFER: usize = 8192;
+/// `[[access_log]] flush` unless set.
+pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

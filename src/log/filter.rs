@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use regex_lite::Regex;
 
 use super::record::Record;
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 
 /// One condition; every key that is set must match.
 #[derive(Debug, Clone, Default)]

@@ -9,7 +9,7 @@
 use std::time::SystemTime;
 
 use super::record::Record;
-use crate::text;
+use crate::base::text;
 
 /// The named formats, as Apache ships them.
 const COMMON: &str = "%h %l %u %t \"%r\" %>s %b";
@@ -337,7 +337,7 @@ fn render_time(f: &TimeFmt, t: SystemTime, out: &mut Vec<u8>) {
         TimeFmt::UsecFrac => push_display(out, format_args!("{:06}", since.subsec_micros())),
         TimeFmt::Strftime(s) => {
             let ts = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-            let zoned = ts.to_zoned_datetime(super::local_zone().clone());
+            let zoned = ts.to_zoned_datetime(super::files::local_zone().clone());
             push_display(out, zoned.strftime(s));
         }
     }

@@ -28,7 +28,7 @@
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Acquire, Release};
 
-use crate::sys::{self, AlarmBlocked, LastWrite, SharedBytes};
+use crate::base::sys::{self, AlarmBlocked, LastWrite, SharedBytes};
 
 /// An area's word: the bytes of whole records it holds.
 const WORD: usize = std::mem::size_of::<AtomicUsize>();

@@ -17,7 +17,7 @@
 use std::time::SystemTime;
 
 use super::record::Record;
-use crate::text;
+use crate::base::text;
 
 /// Appends the record's JSON object (no newline). `escape` writes a client field's
 /// escaped text (capped by the caller).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::unistd::{Gid, Uid};
 
-use crate::sys::{self, Forked};
+use crate::base::sys::{self, Forked};
 
 /// How a log is rotated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub fn offset_at(now: i64, local: bool) -> i64 {
         return 0;
     }
     let ts = jiff::Timestamp::from_second(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    i64::from(super::local_zone().to_offset(ts).seconds())
+    i64::from(super::files::local_zone().to_offset(ts).seconds())
 }
 
 /// Renames `path` to its rotated name and removes files beyond `keep`. Returns the
@@ -88,7 +88,7 @@ pub fn rotate(path: &Path, r: &Rotate, period: i64) -> std::io::Result<PathBuf> 
         Naming::Numbered => rotate_numbered(path, r.keep),
         Naming::Pattern(p) => {
             let ts = jiff::Timestamp::from_second(period).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-            let tz = if r.local_time { super::local_zone().clone() } else { jiff::tz::TimeZone::UTC };
+            let tz = if r.local_time { super::files::local_zone().clone() } else { jiff::tz::TimeZone::UTC };
             let stamp = ts.to_zoned_datetime(tz).strftime(p).to_string();
             let mut target = PathBuf::from(format!("{}.{stamp}", path.display()));
             // Two rotations in one period (by size): keep both.
@@ -233,7 +233,7 @@ fn compress_as(file: &Path, (uid, gid): (Uid, Gid)) -> std::io::Result<()> {
             // error log.
             use std::os::fd::AsRawFd;
             let mut keep = vec![src.as_raw_fd(), dst.as_raw_fd()];
-            keep.extend(crate::log::error_log_fd());
+            keep.extend(super::error::error_log_fd());
             if let Err(e) = sys::close_descriptors_except(&keep) {
                 log::error!("compressing {}: {e}", file.display());
                 sys::exit_now(1)
@@ -330,7 +330,7 @@ impl Schedule {
             };
             match rotate(&r.path, &r.rotate, period) {
                 Ok(old) => {
-                    if let Err(e) = super::prepare_for_workers(&r.path, owner) {
+                    if let Err(e) = super::files::prepare_for_workers(&r.path, owner) {
                         log::error!("cannot create {} after rotation: {e}", r.path.display());
                     }
                     if r.rotate.compress {

@@ -9,72 +9,24 @@
 //! [`LATE_GRACE`]) is killed and its jobs fail (tried again after the back-off), and
 //! an operator's reload (HUP) replaces a running child with one of the new config.
 
-use std::collections::HashMap;
 use std::io::Read;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::maintenance::Exit;
-use super::{Master, unix_now};
+use super::state::{Ending, Master, Running, unix_now};
 use crate::acme::child::{self, Plan, Report};
 use crate::acme::schedule::{self, Life};
 use crate::acme::store;
 use crate::acme::{Challenge, Settings};
-
-/// The ACME side of the master's state.
-#[derive(Default)]
-pub(super) struct Acme {
-    running: Option<Running>,
-    /// Per certificate (its names): failures, back-off, when obtained.
-    lives: HashMap<Vec<String>, Life>,
-    /// New certificates are stored: reload once the child is done.
-    install: bool,
-}
 
 /// Past `acme.order_timeout` with no word of a job, how long the master still waits
 /// before it kills the child. The child gives up an order at its deadline by itself
 /// (every request to the CA ends by then) and reports at once; this covers what it
 /// cannot bound itself (a name lookup that hangs) on a loaded machine.
 pub(super) const LATE_GRACE: Duration = Duration::from_secs(5);
-
-struct Running {
-    pid: Pid,
-    /// `None` once it read end of file.
-    pipe: Option<std::fs::File>,
-    buf: Vec<u8>,
-    /// The certificates it was sent for, and not yet reported on.
-    waiting: Vec<Vec<String>>,
-    /// Its start, or its last report on a job (each job has its own order_timeout).
-    since: Instant,
-    /// Why the master ended it, once it did.
-    ending: Option<Ending>,
-}
-
-/// Why the master ended the ACME child.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
-    /// The server stops.
-    Stopping,
-    /// An operator's reload: a child of the new config takes its jobs.
-    Replaced,
-    /// It reported nothing for longer than an order may take.
-    Late,
-}
-
-impl Acme {
-    /// The pipe the master polls while the child runs.
-    pub(super) fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.running.as_ref()?.pipe.as_ref().map(|p| p.as_fd())
-    }
-
-    /// When each certificate is next tried and how many tries failed in a row.
-    pub(super) fn life(&self, names: &[String]) -> Life {
-        self.lives.get(names).copied().unwrap_or_default()
-    }
-}
 
 impl Master {
     /// On the tick: install what came, stop the child when the server stops, start

@@ -25,16 +25,20 @@
 mod acme;
 mod life;
 pub mod maintenance;
+pub mod notify;
+pub mod pidfile;
 mod pool;
 pub mod ready;
 mod reload;
 mod report;
 mod retire;
+mod state;
+mod stops;
 pub mod signals;
+pub mod statusfile;
 mod upgrade;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
@@ -44,101 +48,26 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::config::Config;
-use crate::handover::Handover;
-use crate::listen::{self, Listeners};
+use crate::fork::handover::Handover;
+use crate::fork::listen::{self, Listeners};
 use crate::log::access::AccessLogs;
-use crate::log::held::{Area, Region};
+use crate::log::held::Region;
 use crate::log::rotate::Schedule;
-use crate::pod::{self, Doorbell, Pod};
+use crate::fork::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
-use crate::sys::{self, Forked};
+use crate::base::sys::{self, Forked};
 use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, WorkerCtx};
 use life::Life;
+pub use state::Master;
+use state::{Acme, Child, Fate, Pool, Report, Upgrades, unix_now};
 use maintenance::{Band, Exit, Then};
-use pool::Pool;
 use ready::Ready;
 use reload::prepare_log_files;
-use report::Report;
 use signals::{Control, Signals};
-use upgrade::Upgrades;
 
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);
-/// How long a fast stop, or the stuck-worker watchdog, waits after TERM before KILL.
-/// A worker told to stop logs the answers it was writing and writes the records it
-/// holds, then dies: milliseconds, and never more than its own alarm
-/// (`sys::STOP_ALARM_SECS`) unless the log's disk hangs. What a KILLed worker held,
-/// the master writes.
-const STOP_GRACE: Duration = Duration::from_secs(3);
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
-
-struct Child {
-    slot: usize,
-    generation: u32,
-    born: Instant,
-    fate: Fate,
-    /// Where its buffered logs hold records on its slot's shelf, by path, as its
-    /// config laid them out: what the master writes out if it dies holding some.
-    held: Vec<(PathBuf, Area)>,
-}
-
-/// What the master decided about a worker, if anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    /// Nothing: its death is news (a crash is said and the worker replaced).
-    Own,
-    /// Sent away by a stop (TERM, KILL): its death by signal is no news.
-    Stopped,
-    /// Stopped by the watchdog (the metrics count its end as `stuck`): TERM was sent;
-    /// KILL at `kill_at` if it is still there (`None` once sent).
-    Stuck { kill_at: Option<Instant> },
-}
-
-impl Fate {
-    /// The master already decided this one's fate: don't log its death.
-    fn decided(self) -> bool {
-        self != Fate::Own
-    }
-}
-
-pub struct Master {
-    config: Config,
-    listeners: Listeners,
-    scoreboard: Scoreboard,
-    pod: Pod,
-    doorbell: Doorbell,
-    handover: Handover,
-    token: String,
-    /// The session-ticket key chain, made before the first fork and stepped on the
-    /// tick; every worker copies it and steps its copy itself ([`crate::tls::tickets`]).
-    tickets: TicketKeys,
-    /// When the certificates are next looked at for expiry (Unix seconds).
-    next_cert_check: i64,
-    /// The htpasswd files the config read: one that changes is a reason to read the
-    /// config again (as HUP does).
-    auth_files: crate::keys::watch::Watch,
-    signals: Signals,
-    logs: AccessLogs,
-    /// Every slot's shelf of held access-log records (`log::held`), made before the
-    /// first fork.
-    held: Region,
-    rotations: Schedule,
-    /// The pid table: the only pids the master ever signals.
-    children: HashMap<Pid, Child>,
-    generation: u32,
-    /// Serving, paused, draining, stopping, or superseded by an upgrade.
-    life: Life,
-    pool: Pool,
-    upgrade: Upgrades,
-    report: Report,
-    /// Certificates from ACME: the child, and each certificate's tries (`acme.rs`).
-    acme: acme::Acme,
-}
-
 impl Master {
     /// Everything that can fail at start, before the first fork: bind, map the
     /// scoreboard, open the logs.
@@ -146,7 +75,7 @@ impl Master {
     /// `inherited`: sockets given by an old master (binary upgrade) or by systemd;
     /// each `listen` entry takes its own if there is one, and only the others are
     /// bound here.
-    pub fn new(config: Config, inherited: &mut crate::inherit::Inherited) -> Result<Master, String> {
+    pub fn new(config: Config, inherited: &mut crate::fork::inherit::Inherited) -> Result<Master, String> {
         let mut listeners = Vec::new();
         for entry in &config.listen {
             let l = match inherited.take_listener(entry) {
@@ -198,7 +127,7 @@ impl Master {
             report: Report::new(),
             pool: Pool::new(Band::of(&config)),
             life: Life::Serving,
-            acme: acme::Acme::default(),
+            acme: Acme::default(),
             config,
             listeners,
             scoreboard,
@@ -338,8 +267,8 @@ impl Master {
     fn check_certificates(&mut self) {
         let now = unix_now();
         if now >= self.next_cert_check {
-            crate::tls::expiry::log_warnings(&self.config.certificate_expiries(now), now);
-            self.next_cert_check = now + crate::tls::expiry::CHECK_EVERY.as_secs() as i64;
+            crate::acme::expiry::log_warnings(&self.config.certificate_expiries(now), now);
+            self.next_cert_check = now + crate::acme::expiry::CHECK_EVERY.as_secs() as i64;
         }
     }
 

@@ -5,30 +5,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::Master;
+use super::state::{Master, Pool};
 use super::maintenance::{self, Band, Counts, Decision};
-
-/// The pool's own state between looks.
-pub(super) struct Pool {
-    /// The spare band and the ceiling (the config's, moved by TTIN and TTOU).
-    pub(super) band: Band,
-    /// Workers forked at the next shortage, doubling while it lasts.
-    spawn_rate: u32,
-    /// The last look found the pool short of idle workers: look again before the
-    /// tick.
-    pub(super) short: bool,
-    /// "workers.max reached" was said: the error log says it once, not every tick,
-    /// until a reload.
-    full_reported: bool,
-}
-
-impl Pool {
-    pub(super) fn new(band: Band) -> Pool {
-        // The first look comes soon after start (or a reload): a burst may be
-        // waiting already.
-        Pool { band, spawn_rate: 1, short: true, full_reported: false }
-    }
-}
 
 impl Master {
     /// A pool anew (start, reload): the config's band, told to the workers through

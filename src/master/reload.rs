@@ -3,9 +3,9 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use super::{Master, unix_now};
+use super::state::{Master, unix_now};
 use crate::config::{self, Config};
-use crate::listen::Listeners;
+use crate::fork::listen::Listeners;
 use crate::log::access::AccessLogs;
 use crate::log::rotate::Schedule;
 

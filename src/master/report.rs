@@ -1,47 +1,18 @@
 //! What the master tells others about itself, all from here: the launching command
-//! (the ready pipe, [`super::ready`]), systemd ([`crate::notify`]: `READY=1`,
+//! (the ready pipe, [`super::ready`]), systemd ([`crate::master::notify`]: `READY=1`,
 //! `RELOADING=1`, `STOPPING=1`, `STATUS=`, `MAINPID=`), and the status file beside
-//! the pid file ([`crate::statusfile`], for `pika -k status` and `-k reload`).
+//! the pid file ([`crate::master::statusfile`], for `pika -k status` and `-k reload`).
 //!
 //! A superseded master (an upgrade's new master serves) says nothing more to
 //! systemd: the new master is the service.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::Master;
+use super::state::{Awaited, Master};
 use super::ready::Ready;
-use crate::notify;
+use crate::master::notify;
 use crate::scoreboard::State;
 use crate::status::Snapshot;
-
-/// What has been said, so each thing is said once.
-pub(super) struct Report {
-    /// The `READY=1` systemd still waits for.
-    awaited: Awaited,
-    /// The last `STATUS=` sent, sent again only when it changes.
-    status: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Awaited {
-    /// The start's: once the first workers serve (or, if one cannot start, the
-    /// launching command hears why).
-    Start,
-    /// A reload's, after `RELOADING=1`: once a worker of the new generation serves.
-    Reload,
-    Nothing,
-}
-
-impl Report {
-    pub(super) fn new() -> Report {
-        Report { awaited: Awaited::Start, status: String::new() }
-    }
-
-    /// The start is not told yet: the loop looks again within milliseconds.
-    pub(super) fn start_pending(&self) -> bool {
-        self.awaited == Awaited::Start
-    }
-}
 
 impl Master {
     /// Ready when every first-generation worker has left `Starting` (or none was
@@ -148,6 +119,6 @@ impl Master {
     pub(super) fn write_status_file(&self) {
         let mut text = Snapshot::take(&self.scoreboard, std::process::id() as i32).summary();
         text.push_str(&format!("upgrades_failed: {}\n", self.upgrade.failed));
-        let _ = crate::statusfile::write(&self.upgrade.pid_path, &text);
+        let _ = crate::master::statusfile::write(&self.upgrade.pid_path, &text);
     }
 }

@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use nix::sys::signal::{Signal, kill};
 
-use super::{Fate, Master, STOP_GRACE};
-use crate::pod;
+use super::life::STOP_GRACE;
+use super::state::{Fate, Master};
+use crate::fork::pod;
 use crate::scoreboard::State;
 
 impl Master {

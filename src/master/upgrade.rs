@@ -5,7 +5,7 @@
 //!    again (the file as found at start, so a package's new version) as
 //!    `pika -F -f CONFIG`, with the listening sockets, the handover socket pair, the
 //!    per-boot token and a pipe left open and named in the environment
-//!    (`crate::inherit`).
+//!    (`crate::fork::inherit`).
 //! 2. The new master reads and checks its config, takes the listeners it was given
 //!    (binding only addresses the old one did not have), writes the pid file, starts
 //!    its workers, and writes `ok` on the pipe once they serve.
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::Master;
+use super::state::{Master, Upgrade};
 use super::maintenance::Exit;
-use crate::sys;
+use crate::base::sys;
 
 /// How long the new master has to serve. It reads its config, maybe checks
 /// certificates, and forks `workers.start` workers: seconds at most; a binary that
@@ -46,40 +46,6 @@ pub fn oldbin_path(pid_file: &Path) -> PathBuf {
     p.push(".");
     p.push(OLDBIN);
     p.into()
-}
-
-/// What the master keeps for upgrades.
-pub(super) struct Upgrades {
-    /// This binary, as it was found at start: what an upgrade execs, so a package
-    /// that replaced the file brings in the new version.
-    exe: Option<PathBuf>,
-    /// The pid file this master owns: the config's, or `<pid_file>.oldbin` while a
-    /// new master takes over (and after it did). The status file lies beside it.
-    pub(super) pid_path: PathBuf,
-    /// The upgrade under way.
-    pub(super) under_way: Option<Upgrade>,
-    /// Upgrades that failed (the status file says, for `pika -k upgrade`).
-    pub(super) failed: u32,
-}
-
-impl Upgrades {
-    pub(super) fn new(pid_file: &Path) -> Upgrades {
-        Upgrades { exe: std::env::current_exe().ok(), pid_path: pid_file.to_path_buf(), under_way: None, failed: 0 }
-    }
-}
-
-/// An upgrade under way: the new master and the pipe it answers on.
-pub(super) struct Upgrade {
-    child: Pid,
-    pipe: File,
-    said: Vec<u8>,
-    deadline: Instant,
-}
-
-impl Upgrade {
-    pub(super) fn fd(&self) -> BorrowedFd<'_> {
-        self.pipe.as_fd()
-    }
 }
 
 impl Master {
@@ -102,7 +68,7 @@ impl Master {
             );
             return;
         }
-        crate::statusfile::remove(&self.upgrade.pid_path);
+        crate::master::statusfile::remove(&self.upgrade.pid_path);
         self.upgrade.pid_path = oldbin;
         match self.spawn_new_master(&exe) {
             Ok((child, pipe)) => {
@@ -122,7 +88,7 @@ impl Master {
         let (read, write): (OwnedFd, OwnedFd) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let listeners: Vec<(i32, std::net::SocketAddr)> =
             self.listeners.list.iter().map(|l| (l.socket.as_raw_fd(), l.configured)).collect();
-        let env = crate::inherit::upgrade_env(&listeners, self.handover.fds(), &self.token, &write);
+        let env = crate::fork::inherit::upgrade_env(&listeners, self.handover.fds(), &self.token, &write);
         let mut shared: Vec<BorrowedFd<'_>> = self.listeners.list.iter().map(|l| l.socket.as_fd()).collect();
         shared.extend(self.handover.borrowed());
         shared.push(write.as_fd());
@@ -207,7 +173,7 @@ impl Master {
             let _ = kill(u.child, Signal::SIGTERM);
         }
         let oldbin = oldbin_path(&self.config.pid_file);
-        crate::statusfile::remove(&self.upgrade.pid_path);
+        crate::master::statusfile::remove(&self.upgrade.pid_path);
         if let Err(e) = std::fs::rename(&oldbin, &self.config.pid_file) {
             log::error!("upgrade: cannot rename {} back: {e}", oldbin.display());
         }

@@ -12,7 +12,7 @@
 
 use std::net::IpAddr;
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 use crate::keys::read::{ConfigError, Ctx, Keys};
 use crate::keys::write::{Toml, string};
 

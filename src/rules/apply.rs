@@ -41,7 +41,7 @@ pub struct Gate {
     /// Only internal redirects reach the location.
     pub internal: bool,
     /// The names a request's Host must be (else an IP literal or `localhost`, see
-    /// [`crate::vhost::names_this_server`]); `None`: any Host.
+    /// [`crate::http::host::names_this_server`]); `None`: any Host.
     pub(super) host_names: Option<Vec<String>>,
 }
 
@@ -60,7 +60,7 @@ impl Gate {
     #[inline]
     pub fn admit(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
         if let (Some(names), Some(host)) = (&self.host_names, ask.req.host)
-            && !crate::vhost::names_this_server(names, host)
+            && !crate::http::host::names_this_server(names, host)
         {
             reply.error(421, "This server does not answer this page for that host name; use one of its names.");
             return false;
@@ -191,7 +191,7 @@ fn password(auth: &Auth, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
         return true;
     }
     let failing = failures();
-    let now_ms = crate::clock::now_ms();
+    let now_ms = crate::base::clock::now_ms();
     if let Some(wait) = failing.and_then(|f| f.wait(ask.client, now_ms)) {
         reply.error(429, "Too many failed logins; try again later.");
         reply.header("Retry-After", (wait.as_secs() + 1).to_string());

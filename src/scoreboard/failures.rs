@@ -9,7 +9,7 @@
 //! Each client is one word, changed by compare-and-swap alone: a 16-bit tag of its
 //! key, its failures in a row (8 bits, saturating) and the monotonic millisecond of
 //! the last one (40 bits: 34 years of uptime; the monotonic clock is the same in every
-//! process, [`crate::clock`]). A key picks a set of [`WAYS`] words by a hash seeded
+//! process, [`crate::base::clock`]). A key picks a set of [`WAYS`] words by a hash seeded
 //! with random bytes the master draws when it maps the table, so no one can choose
 //! addresses that fall on another client's set. A new client takes a free word of
 //! its set, else one whose failures are forgotten, else the one whose last failure
@@ -21,7 +21,7 @@ use std::hash::Hasher;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::sys;
+use crate::base::sys;
 
 /// Words in the table: as many clients failing at once (within the time their
 /// failures are remembered) as it remembers, 128 KiB of shared memory whatever

@@ -23,7 +23,7 @@ use crate::http::date::DateCache;
 use crate::http::request::{self, HttpError, Limits};
 use crate::log::access::AccessLogs;
 use crate::site::Site;
-use crate::tls::stream::{Opening, TlsStream};
+use crate::serve::tls::{Opening, TlsStream};
 
 use super::body::{self, Bodies};
 use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase, Unsent, Wait};
@@ -354,13 +354,13 @@ impl<'c> Server<'c> {
         match &h.wait.phase {
             Phase::Idle | Phase::Lingering { .. } => return Next::Close,
             Phase::Writing(_) => {
-                let why = if h.source_late(crate::clock::now_ms()) { "script_timeout" } else { "send_timeout" };
+                let why = if h.source_late(crate::base::clock::now_ms()) { "script_timeout" } else { "send_timeout" };
                 let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, why);
                 return self.finish_answer(h, Err(timeout), hooks.obs);
             }
             Phase::Body(incoming) => {
                 // A body that did not come in time: 408, as for a head.
-                let why = incoming.late_why(&body::pace(&self.config.http), crate::clock::now_ms());
+                let why = incoming.late_why(&body::pace(&self.config.http), crate::base::clock::now_ms());
                 log::info!("{}: the request body timed out (408): {why}", h.conn.peer);
                 let line = request::request_line(&incoming.head).to_vec();
                 h.wait.enter(Phase::Head(Buffer::holding(line)));

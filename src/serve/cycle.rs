@@ -39,7 +39,7 @@ use super::observer::{ConnState, Hooks, Observer, Relief};
 use super::output::{Answer, Asked, Delivery, Kind};
 use super::transport::{self, Transport};
 use crate::config::{Config, Http};
-use crate::dummy;
+use crate::base::dummy;
 use crate::exchange::{self, Ask, Link};
 use crate::http::forwarded;
 use crate::http::path::{self, CleanPath, PathError};

@@ -20,12 +20,12 @@ use std::time::SystemTime;
 
 use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
-use crate::clock::now_ms;
+use crate::base::clock::now_ms;
 use crate::config::Http as HttpConfig;
 use crate::gateway::incoming::Incoming;
 use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
-use crate::tls::stream::Session;
+use crate::serve::tls::Session;
 
 /// What is known of one connection between its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,7 @@ const LINGER_MS: u64 = 2000;
 pub const LEAVING_STALL_MS: u64 = 5000;
 
 /// The reader of a request body another worker was reading (`state` and the `file`
-/// of what it kept: `crate::handover`), to go on under this worker's `http` limits,
+/// of what it kept: `crate::fork::handover`), to go on under this worker's `http` limits,
 /// its file counted in this worker's `disk`.
 pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig, disk: Disk) -> Option<Incoming> {
     Incoming::thaw(state, file, super::body::keep(http, disk))

@@ -18,7 +18,7 @@ use std::io;
 use super::transport::Transport;
 use crate::http::body;
 use crate::http::request::{self, Framing, HttpError, Limits, Request};
-use crate::proxy_protocol;
+use crate::http::proxy_protocol;
 
 /// The buffer's first size: more than nearly every request head.
 const INPUT_START: usize = 4096;
@@ -462,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_proxy_header_in_pieces_then_the_request() {
-        use crate::proxy_protocol::{ProxyError, v2_header};
+        use crate::http::proxy_protocol::{ProxyError, v2_header};
         let peer = "192.0.2.7:40000".parse().unwrap();
         let header = v2_header(peer, "198.51.100.1:80".parse().unwrap(), &[4, 0, 2, 0, 0]);
         for piece in [1, 5, 17, 4096] {

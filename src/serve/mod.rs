@@ -22,4 +22,5 @@ pub mod input;
 pub mod observer;
 mod output;
 pub mod transport;
+pub mod tls;
 mod unsent;

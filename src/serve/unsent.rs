@@ -22,7 +22,7 @@ use super::observer::{ConnState, Observer};
 use super::output::{Answer, Asked, Kind};
 use super::transport::{self, Transport};
 use crate::http::request;
-use crate::tls::stream::TlsStream;
+use crate::serve::tls::TlsStream;
 
 impl Unsent {
     /// The rest of `answer` (whose [`Answer::rest`] is some), for the request `asked`

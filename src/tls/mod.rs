@@ -15,8 +15,6 @@
 //! alone (no cmake, no bindgen); it also offers the X25519MLKEM768 key exchange.
 
 pub mod check;
-pub mod expiry;
-pub mod stream;
 #[cfg(test)]
 pub(crate) mod test_certs;
 pub mod tickets;
@@ -92,7 +90,7 @@ pub fn load(cert_file: &Path, key_file: &Path, names: &[String], now: i64) -> Re
 }
 
 /// The certificate for each handshake: the one of the vhost the SNI name selects
-/// (matched as the Host header is, [`crate::vhost`]); the default certificate (the
+/// (matched as the Host header is, [`crate::http::host`]); the default certificate (the
 /// first vhost's that has one) for a client without SNI, for a name no vhost has, or
 /// for a vhost without a certificate.
 #[derive(Debug)]
@@ -116,32 +114,57 @@ impl Certificates {
     /// The certificate for an SNI name.
     pub fn for_name(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
         let Some(name) = sni else { return &self.default };
-        let i = crate::vhost::select(&self.names, |names| names, Some(name.as_bytes()));
+        let i = crate::http::host::select(&self.names, |names| names, Some(name.as_bytes()));
         self.keys.get(i).and_then(Option::as_ref).unwrap_or(&self.default)
     }
 }
 
-impl ResolvesServerCert for Certificates {
+/// The ALPN protocol of an ACME CA's TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_1: &[u8] = b"acme-tls/1";
+
+/// Whether a client's offered protocols make its handshake an ACME validation.
+pub fn is_validation<'a>(mut offered: impl Iterator<Item = &'a [u8]>) -> bool {
+    offered.any(|p| p == ACME_TLS_1)
+}
+
+/// The certificate an ACME validation handshake for a name gets, if a challenge for
+/// it is under way (the workers read it from the master's shared table:
+/// `crate::acme::alpn::certificate`).
+pub type Validation = fn(Option<&str>) -> Option<Arc<CertifiedKey>>;
+
+/// The vhosts' certificates by SNI, and the validation certificates of ACME's
+/// TLS-ALPN-01 challenges.
+#[derive(Debug)]
+struct Resolver {
+    certs: Arc<Certificates>,
+    validation: Validation,
+}
+
+impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        if hello.alpn().is_some_and(crate::acme::alpn::is_validation) {
+        if hello.alpn().is_some_and(is_validation) {
             // An ACME CA checking a TLS-ALPN-01 challenge: its validation certificate
             // or none (the handshake fails, as RFC 8737 wants for unknown names).
-            return crate::acme::alpn::certificate(hello.server_name());
+            return (self.validation)(hello.server_name());
         }
-        Some(self.for_name(hello.server_name()).clone())
+        Some(self.certs.for_name(hello.server_name()).clone())
     }
 }
 
 /// The rustls server setup a worker uses: TLS 1.3 and 1.2, ALPN `http/1.1`, the
 /// certificate by SNI, session tickets sealed with the shared [`TicketKeys`], and no
 /// per-process session cache (it would resume on one worker in N).
-pub fn server_config(certs: Arc<Certificates>, tickets: TicketKeys) -> Result<Arc<ServerConfig>, rustls::Error> {
+pub fn server_config(
+    certs: Arc<Certificates>,
+    tickets: TicketKeys,
+    validation: Validation,
+) -> Result<Arc<ServerConfig>, rustls::Error> {
     let mut c = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
-        .with_cert_resolver(certs);
+        .with_cert_resolver(Arc::new(Resolver { certs, validation }));
     // `acme-tls/1` only ever goes with the validation certificate (see `resolve`).
-    c.alpn_protocols = vec![ALPN_HTTP11.to_vec(), crate::acme::alpn::PROTOCOL.to_vec()];
+    c.alpn_protocols = vec![ALPN_HTTP11.to_vec(), ACME_TLS_1.to_vec()];
     c.ticketer = Arc::new(Ticketer::new(tickets));
     c.session_storage = Arc::new(NoServerSessionStorage {});
     Ok(Arc::new(c))
@@ -243,7 +266,7 @@ mod tests {
     fn sni_picks_the_certificate_and_alpn_says_http11_in_both_versions() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b, certs) = certificates(dir.path());
-        let server = server_config(certs, TicketKeys::new(now() as u64).unwrap()).unwrap();
+        let server = server_config(certs, TicketKeys::new(now() as u64).unwrap(), |_| None).unwrap();
         for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
             for (trust, name) in [(&b, "b.example"), (&a, "a.example")] {
                 let mut c = ClientConnection::new(client(trust, version, true), name.try_into().unwrap()).unwrap();
@@ -270,9 +293,9 @@ mod tests {
         let (a, _, certs) = certificates(dir.path());
         let keys = TicketKeys::new(now() as u64).unwrap();
         // Two workers: each builds its own setup from the master's keys.
-        let one = server_config(certs.clone(), keys.clone()).unwrap();
-        let two = server_config(certs.clone(), keys).unwrap();
-        let stranger = server_config(certs, TicketKeys::new(now() as u64).unwrap()).unwrap();
+        let one = server_config(certs.clone(), keys.clone(), |_| None).unwrap();
+        let two = server_config(certs.clone(), keys, |_| None).unwrap();
+        let stranger = server_config(certs, TicketKeys::new(now() as u64).unwrap(), |_| None).unwrap();
         for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
             let config = client(&a, version, true);
             let connect = |server: &Arc<ServerConfig>| {

@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use nix::unistd::Pid;
 
 use crate::config::Config;
-use crate::handover::Handover;
-use crate::listen::Listeners;
+use crate::fork::handover::Handover;
+use crate::fork::listen::Listeners;
 use crate::log::access::AccessLogs;
 use crate::log::held::Shelf;
-use crate::pod::{Doorbell, Pod};
+use crate::fork::pod::{Doorbell, Pod};
 use crate::scoreboard::counters::{Outcome, add};
 use crate::scoreboard::{Scoreboard, Slot, State};
 use crate::serve::observer::{ConnState, Observer};
@@ -110,7 +110,7 @@ impl Observer for SlotObserver<'_> {
         if self.client != Some(client) {
             self.client = Some(client);
             self.scratch.clear();
-            crate::text::push_socket_addr(&mut self.scratch, client);
+            crate::base::text::push_socket_addr(&mut self.scratch, client);
             self.slot.set_client(&self.scratch);
         }
     }

@@ -32,7 +32,7 @@
 //!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
 //! stops taking connections and hands every idle plain connection, and every one
-//! in the middle of a request body, to a worker that stays ([`crate::handover`]); what cannot be handed over (a TLS session's state is
+//! in the middle of a request body, to a worker that stays ([`crate::fork::handover`]); what cannot be handed over (a TLS session's state is
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
@@ -53,7 +53,7 @@ use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next, thaw_body};
 use crate::serve::observer::{Hooks, Relief};
-use crate::sys;
+use crate::base::sys;
 
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written (one the master's pipe of death had better retire).

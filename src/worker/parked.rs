@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
 
 use super::ctx::WorkerCtx;
-use crate::handover::{self, Handover};
+use crate::fork::handover::{self, Handover};
 use crate::serve::held::{Held, Watch};
 use crate::serve::observer::Relief;
 

@@ -13,7 +13,7 @@ use crate::http::pattern::Pattern;
 use crate::keys::read::{ConfigError, Keys};
 use crate::keys::write::{Toml, duration, path, string, strings};
 use crate::kinds::script::Scripts;
-use crate::sys::Symlinks;
+use crate::base::sys::Symlinks;
 use app::FastCgi;
 
 /// The key that chooses it.

@@ -100,7 +100,7 @@ impl Entry {
         let mtime = meta.mtime().max(0) as u64;
         let (map, file) = match len {
             0 => (None, None),
-            n if n < SENDFILE_MIN => (Some(Rc::new(crate::sys::map_file(&file, len)?)), None),
+            n if n < SENDFILE_MIN => (Some(Rc::new(crate::base::sys::map_file(&file, len)?)), None),
             _ => (None, Some(Rc::new(file))),
         };
         Ok(Entry {
@@ -158,7 +158,7 @@ impl Entry {
     pub fn whole_mapping(&self) -> io::Result<Rc<Mmap>> {
         match (&self.map, &self.file) {
             (Some(map), _) => Ok(map.clone()),
-            (None, Some(file)) => Ok(Rc::new(crate::sys::map_file(file, self.len)?)),
+            (None, Some(file)) => Ok(Rc::new(crate::base::sys::map_file(file, self.len)?)),
             (None, None) => Err(io::Error::other("an empty file has no ranges")),
         }
     }

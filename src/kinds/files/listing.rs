@@ -18,7 +18,7 @@ use nix::sys::stat::{SFlag, fstatat};
 use crate::http::path::{CleanPath, encode_path};
 use crate::http::request::Request;
 use crate::http::response::{Body, Reply};
-use crate::text::{html_escape, json_string};
+use crate::base::text::{html_escape, json_string};
 
 /// How a listing's HTML shows sizes and times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

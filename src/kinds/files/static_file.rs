@@ -31,7 +31,7 @@ use crate::http::response::{Body, Internal, Reply};
 use crate::rules::FileRules;
 use crate::rules::compress::{self, Kept};
 use crate::rules::encoding::{self, Coding};
-use crate::sys::{self, Symlinks};
+use crate::base::sys::{self, Symlinks};
 
 /// A directory files are served from: an open descriptor on it, and the files
 /// recently served from it. One per directory in a worker, shared by every vhost and

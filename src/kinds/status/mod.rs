@@ -5,7 +5,7 @@
 
 pub mod page;
 
-use crate::cidr::Cidr;
+use crate::base::cidr::Cidr;
 use crate::keys::write::Toml;
 use crate::rules::Rules;
 use crate::rules::access::{Access, Who};

@@ -5,7 +5,7 @@ use crate::exchange::Ask;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
 use crate::status::Snapshot;
-use crate::tls::expiry::Expiry;
+use crate::acme::expiry::Expiry;
 
 /// The live view's script (`?js`): it redraws the page's charts from `?json`.
 pub const LIVE_JS: &str = include_str!("live.js");

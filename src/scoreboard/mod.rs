@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Rel
 pub mod counters;
 pub mod failures;
 
-use crate::sys;
+use crate::base::sys;
 pub use counters::add;
 use counters::{PoolEvents, Traffic};
 use failures::FailureTable;
@@ -189,7 +189,7 @@ pub struct Slot {
 #[allow(unsafe_code)]
 unsafe impl sys::SharedAtomic for Slot {}
 
-pub use crate::clock::now_ms;
+pub use crate::base::clock::now_ms;
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
     let mut chunks = text.chunks(8);

@@ -25,7 +25,7 @@ use crate::log::access::AccessLogs;
 use crate::log::held::Shelf;
 use crate::serve::connection::Server;
 use crate::site::Site;
-use crate::sys;
+use crate::base::sys;
 
 /// The worker's life after `fork()`. Never returns.
 pub fn child_main(ctx: WorkerCtx<'_>) -> ! {
@@ -85,7 +85,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     // and the ticket keys it made, so a session resumes on any worker.
     let tls = match &ctx.config.tls {
         Some(certs) if ctx.listeners.list.iter().any(|l| l.tls) => {
-            match crate::tls::server_config(certs.clone(), ctx.tickets.clone()) {
+            match crate::tls::server_config(certs.clone(), ctx.tickets.clone(), crate::acme::alpn::certificate) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     log::error!("worker cannot set up TLS: {e}");

@@ -457,8 +457,8 @@ impl Transport for TlsStream<'_> {
 
     fn tls(&self) -> Option<TlsFields<'_>> {
         Some(TlsFields {
-            protocol: self.conn.protocol_version().map_or("-", super::protocol_name),
-            cipher: self.conn.negotiated_cipher_suite().map_or("-", |s| super::cipher_name(s.suite())),
+            protocol: self.conn.protocol_version().map_or("-", crate::tls::protocol_name),
+            cipher: self.conn.negotiated_cipher_suite().map_or("-", |s| crate::tls::cipher_name(s.suite())),
             sni: self.conn.server_name(),
         })
     }
@@ -550,7 +550,7 @@ mod tests {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&p, &data).unwrap();
         let file = File::open(&p).unwrap();
-        let map = Rc::new(crate::sys::map_file(&file, data.len() as u64).unwrap());
+        let map = Rc::new(crate::base::sys::map_file(&file, data.len() as u64).unwrap());
         let file = Rc::new(file);
         let parts = vec![
             (b"<a>".to_vec(), ByteRange { start: 5, end: 9 }),
@@ -701,7 +701,7 @@ mod tests {
         let p = dir.path().join("f");
         std::fs::write(&p, vec![7u8; 3 * 4096]).unwrap();
         let file = File::open(&p).unwrap();
-        let map = crate::sys::map_file(&file, 3 * 4096).unwrap();
+        let map = crate::base::sys::map_file(&file, 3 * 4096).unwrap();
         let mut dst = vec![0u8; 3 * 4096];
         copy_from_mapping(&map[..], &mut dst).unwrap();
         assert!(dst.iter().all(|&b| b == 7));

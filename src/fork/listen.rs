@@ -37,7 +37,7 @@ pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>)
     socket.bind(&addr.into())?;
     if let Some(d) = defer {
         let secs = i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX);
-        crate::sys::set_int_sockopt(socket.as_fd(), libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)?;
+        crate::base::sys::set_int_sockopt(socket.as_fd(), libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, secs)?;
     }
     // The kernel clamps the backlog to net.core.somaxconn.
     socket.listen(backlog.min(i32::MAX as u32) as i32)?;
@@ -48,7 +48,7 @@ pub fn bind(entry: crate::config::Listen, backlog: u32, defer: Option<Duration>)
 
 /// A listener given to this process (binary upgrade, socket activation) for `entry`:
 /// used as it is, never bound again, so no connection waiting in it is lost.
-pub fn adopt(entry: crate::config::Listen, given: crate::inherit::Given) -> io::Result<Listener> {
+pub fn adopt(entry: crate::config::Listen, given: crate::fork::inherit::Given) -> io::Result<Listener> {
     let bound = given.socket.local_addr()?;
     Ok(Listener {
         configured: entry.addr,
@@ -122,7 +122,7 @@ impl Listeners {
     /// Connections accepted by the kernel and waiting for a worker, over every
     /// listener (0 where the kernel does not say).
     pub fn queued(&self) -> u32 {
-        self.list.iter().map(|l| crate::sys::accept_queue_len(l.socket.as_fd()).unwrap_or(0)).sum()
+        self.list.iter().map(|l| crate::base::sys::accept_queue_len(l.socket.as_fd()).unwrap_or(0)).sum()
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use super::VhostCert;
+use crate::tls::VhostCert;
 
 /// Warn when fewer days than this are left.
 pub const WARN_DAYS: i64 = 14;
@@ -53,7 +53,7 @@ pub fn list<'a>(certs: impl IntoIterator<Item = (&'a [String], &'a VhostCert, bo
 /// [`WARN_DAYS`], an error once expired (a reload would now refuse it). ACME's
 /// placeholders are said by ACME itself.
 pub fn warning(e: &Expiry, now: i64) -> Option<(log::Level, String)> {
-    let when = super::check::date(e.not_after);
+    let when = crate::tls::check::date(e.not_after);
     let file = e.file.display();
     let what_to_do =
         if e.acme { "ACME has not renewed it yet: see the acme lines above" } else { "renew it and reload" };

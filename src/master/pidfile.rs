@@ -22,11 +22,11 @@ impl PidFile {
     pub fn acquire(path: &Path) -> Result<PidFile, String> {
         // As root: not in a folder others may write, not through a link, not a file
         // with other names (it is truncated below).
-        crate::safe_files::check_folder(path)?;
+        crate::base::safe_files::check_folder(path)?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        let file = crate::safe_files::open_rewrite(path, 0o644)
+        let file = crate::base::safe_files::open_rewrite(path, 0o644)
             .map_err(|e| format!("cannot open pid file {}: {e}", path.display()))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,

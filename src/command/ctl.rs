@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::cli::fail;
+use crate::command::cli::fail;
 use crate::config::{self, Config};
-use crate::{pidfile, statusfile};
+use crate::master::{pidfile, statusfile};
 
 /// How long `stop` waits beyond the graceful timeout before giving up.
 const STOP_SLACK: Duration = Duration::from_secs(10);
@@ -94,7 +94,7 @@ fn start(config: Config) -> ExitCode {
         println!("pika is already running (pid {pid})");
         return ExitCode::SUCCESS;
     }
-    crate::daemon::start_daemon(config)
+    crate::command::daemon::start_daemon(config)
 }
 
 fn master_pid(t: &Target) -> Option<Pid> {

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use crate::config::Config;
 use crate::master::Master;
 use crate::master::ready::{self, Ready};
-use crate::pidfile::PidFile;
-use crate::sys::{self, Forked};
+use crate::master::pidfile::PidFile;
+use crate::base::sys::{self, Forked};
 
 /// Runs the master in this process until it stops.
 pub fn run_foreground(config: Config) -> ExitCode {
@@ -26,14 +26,14 @@ pub fn run_single(config: Config) -> ExitCode {
     raise_nofile(config.max_open_files);
     let mut listeners = Vec::new();
     for entry in &config.listen {
-        match crate::listen::bind(*entry, config.backlog, crate::listen::defer(&config)) {
+        match crate::fork::listen::bind(*entry, config.backlog, crate::fork::listen::defer(&config)) {
             Ok(l) => listeners.push(l),
-            Err(e) => return crate::cli::fail(format!("cannot listen on {}: {e}", entry.addr)),
+            Err(e) => return crate::command::cli::fail(format!("cannot listen on {}: {e}", entry.addr)),
         }
     }
-    let listeners = match crate::listen::Listeners::new(listeners) {
+    let listeners = match crate::fork::listen::Listeners::new(listeners) {
         Ok(l) => l,
-        Err(e) => return crate::cli::fail(e),
+        Err(e) => return crate::command::cli::fail(e),
     };
     let setup = || -> Result<_, String> {
         config.make_body_dir()?;
@@ -42,17 +42,17 @@ pub fn run_single(config: Config) -> ExitCode {
         sb.header.min_spare.store(config.workers.min_spare, std::sync::atomic::Ordering::Relaxed);
         sb.header.max_spare.store(config.workers.max_spare, std::sync::atomic::Ordering::Relaxed);
         let logs = crate::log::access::AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
-        let token = crate::pod::make_token().map_err(|e| e.to_string())?;
+        let token = crate::fork::pod::make_token().map_err(|e| e.to_string())?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let tickets = crate::tls::tickets::TicketKeys::new(now).map_err(|e| format!("ticket keys: {e}"))?;
         Ok((sb, logs, token, tickets))
     };
     let (scoreboard, logs, token, tickets) = match setup() {
         Ok(s) => s,
-        Err(e) => return crate::cli::fail(e),
+        Err(e) => return crate::command::cli::fail(e),
     };
     if let Err(e) = crate::log::set_target(&config.error_log, config.log_level) {
-        return crate::cli::fail(format!("cannot open the error log: {e}"));
+        return crate::command::cli::fail(format!("cannot open the error log: {e}"));
     }
     for l in &listeners.list {
         log::info!("listening on {} (single process)", l.bound);
@@ -87,16 +87,16 @@ pub fn run_single(config: Config) -> ExitCode {
 pub fn start_daemon(config: Config) -> ExitCode {
     let (read, write): (OwnedFd, OwnedFd) = match nix::unistd::pipe() {
         Ok(p) => p,
-        Err(e) => return crate::cli::fail(format!("pipe: {e}")),
+        Err(e) => return crate::command::cli::fail(format!("pipe: {e}")),
     };
     match sys::fork() {
-        Err(e) => crate::cli::fail(format!("fork: {e}")),
+        Err(e) => crate::command::cli::fail(format!("fork: {e}")),
         Ok(Forked::Parent(child)) => {
             drop(write);
             let _ = nix::sys::wait::waitpid(child, None);
             match ready::wait(File::from(read)) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(why) => crate::cli::fail(why),
+                Err(why) => crate::command::cli::fail(why),
             }
         }
         Ok(Forked::Child) => {
@@ -124,7 +124,7 @@ fn boot(config: Config, ready: Option<File>) -> ExitCode {
     let daemon = ready.is_some();
     // Sockets from an old master (binary upgrade) or from systemd, and the pipe an
     // old master waits on.
-    let mut inherited = crate::inherit::take();
+    let mut inherited = crate::fork::inherit::take();
     let mut ready = Ready::new(ready.or(inherited.ready.take()));
     let fail = |ready: &mut Ready, msg: String| {
         ready.fail(&msg);

@@ -226,7 +226,7 @@ impl Handover {
             for c in msg.cmsgs()? {
                 if let ControlMessageOwned::ScmRights(raw) = c {
                     // Every descriptor received is ours to close.
-                    fds.extend(raw.into_iter().map(crate::sys::own_fd));
+                    fds.extend(raw.into_iter().map(crate::base::sys::own_fd));
                 }
             }
             let mut fds = fds.into_iter();

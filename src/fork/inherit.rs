@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use crate::config::Listen;
-use crate::sys;
+use crate::base::sys;
 
 /// `fd=address,fd=address`: the listeners an upgrade passes, by configured address.
 pub const LISTENERS_ENV: &str = "PIKA_INHERIT_LISTENERS";
@@ -114,7 +114,7 @@ impl Inherited {
         }
         if let Some(h) = handover {
             match parse_handover(&h) {
-                Some((crate::handover::VERSION, send, recv)) => {
+                Some((crate::fork::handover::VERSION, send, recv)) => {
                     match (sys::adopt_inherited_fd(send), sys::adopt_inherited_fd(recv)) {
                         (Ok(s), Ok(r)) => got.handover = Some((s, r)),
                         _ => got.notes.push("the inherited handover socket is not open; making a new one".into()),
@@ -220,7 +220,7 @@ pub fn upgrade_env(
     let pairs: Vec<String> = listeners.iter().map(|(fd, addr)| format!("{fd}={addr}")).collect();
     vec![
         (LISTENERS_ENV, pairs.join(",")),
-        (HANDOVER_ENV, format!("{}:{},{}", crate::handover::VERSION, handover[0], handover[1])),
+        (HANDOVER_ENV, format!("{}:{},{}", crate::fork::handover::VERSION, handover[0], handover[1])),
         (TOKEN_ENV, token.to_string()),
         (READY_ENV, ready.as_raw_fd().to_string()),
         (FROM_ENV, std::process::id().to_string()),
@@ -238,7 +238,7 @@ mod tests {
         let env = upgrade_env(&l, [7, 8], "tok", &r);
         let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(parse_pairs(&get(LISTENERS_ENV)), l);
-        assert_eq!(parse_handover(&get(HANDOVER_ENV)), Some((crate::handover::VERSION, 7, 8)));
+        assert_eq!(parse_handover(&get(HANDOVER_ENV)), Some((crate::fork::handover::VERSION, 7, 8)));
         assert_eq!(parse_pairs("x=1,3=nope,4=127.0.0.1:1"), vec![(4, "127.0.0.1:1".parse().unwrap())]);
         assert_eq!(parse_handover("1:2"), None);
     }

@@ -147,9 +147,9 @@ pub fn dummy_connection(target: SocketAddr, token: &str, proxy_protocol: bool) -
     let req = format!(
         "OPTIONS * HTTP/1.0\r\nUser-Agent: pika/{} (internal dummy connection)\r\n{}: {token}\r\n\r\n",
         env!("CARGO_PKG_VERSION"),
-        crate::dummy::INTERNAL_HEADER
+        crate::base::dummy::INTERNAL_HEADER
     );
-    let local: &[u8] = if proxy_protocol { &crate::proxy_protocol::V2_LOCAL } else { b"" };
+    let local: &[u8] = if proxy_protocol { &crate::http::proxy_protocol::V2_LOCAL } else { b"" };
     s.write_all(&[local, req.as_bytes()].concat())
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
+use crate::config::{AccessLog, Config, ErrorLogTarget, MIME_BUILTIN, ServerTokens, Symlinks};
 use crate::keys::write::{Inline, Toml, duration, int, path, size, string, strings};
 use crate::log::filter::Condition;
 use crate::log::rotate::{Interval, Naming, Rotate};
@@ -123,7 +123,7 @@ fn acme(t: &mut Toml, c: &Config) {
 }
 
 /// One `[[vhost]]`: its keys, error pages, access logs and locations.
-fn vhost(t: &mut Toml, c: &Config, i: usize, v: &super::Vhost) {
+fn vhost(t: &mut Toml, c: &Config, i: usize, v: &crate::config::Vhost) {
     t.blank();
     from(t, v.source.as_deref());
     t.array_table("vhost");
@@ -195,7 +195,7 @@ fn server(t: &mut Toml, c: &Config) {
         ErrorLogTarget::File(p) => t.key("error_log", path(p)),
         ErrorLogTarget::Stderr => t.key("error_log", string("stderr")),
         ErrorLogTarget::Syslog(facility, socket) => {
-            let name = super::FACILITIES.iter().find(|(_, f)| *f as u32 == *facility as u32).map_or("daemon", |f| f.0);
+            let name = crate::config::FACILITIES.iter().find(|(_, f)| *f as u32 == *facility as u32).map_or("daemon", |f| f.0);
             t.key("error_log", string(&format!("syslog:{name}")));
             if let Some(s) = socket {
                 t.key("syslog_socket", path(s));
@@ -421,8 +421,8 @@ exclude = []
 rotate = { interval = "30m", size = 1000, keep = 2 }
 "#;
         let file = d.join("conf/pika.toml");
-        let first = show(&super::super::parse(text, &file).unwrap());
-        let again = show(&super::super::parse(&first, &file).unwrap());
+        let first = show(&crate::config::parse(text, &file).unwrap());
+        let again = show(&crate::config::parse(&first, &file).unwrap());
         assert_eq!(first, again);
         for want in [
             "error_log = \"syslog:local3\"\nsyslog_socket = \"/dev/log2\"",
@@ -457,8 +457,8 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
 
         let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/pika.toml");
         let text = std::fs::read_to_string(&shipped).unwrap();
-        let first = show(&super::super::parse(&text, &shipped).unwrap());
-        assert_eq!(first, show(&super::super::parse(&first, &shipped).unwrap()));
+        let first = show(&crate::config::parse(&text, &shipped).unwrap());
+        assert_eq!(first, show(&crate::config::parse(&first, &shipped).unwrap()));
     }
 
     /// `(table, key)` of every `key = value` line of a TOML text, commented out or not.
@@ -604,7 +604,7 @@ rotate = { size = 1000 }
                     ca_roots = \"conf/c.pem\"\neab_kid = \"k\"\neab_hmac_key = \"c2VjcmV0\"\n\
                     [[vhost]]\nroot = \"htdocs\"\nserver_names = [\"a.example\"]\nacme = true\n";
         let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n"), acme]
-            .map(|t| show(&super::super::parse(t, &file).unwrap()))
+            .map(|t| show(&crate::config::parse(t, &file).unwrap()))
             .join("\n");
         let shipped = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/pika.toml"));
         let missing: Vec<_> = keys(&shipped.unwrap())
@@ -620,7 +620,7 @@ rotate = { size = 1000 }
     /// structs' fields, and the keys the location kinds and the rules take from the
     /// tables they share.
     fn accepted() -> Vec<(&'static str, Vec<&'static str>)> {
-        use super::super::raw::{RawAccessLog, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
+        use crate::config::raw::{RawAccessLog, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
         use crate::keys::read::fields;
         use crate::kinds::{self, files};
         let rules = crate::rules::KEYS.iter().copied();
@@ -628,7 +628,7 @@ rotate = { size = 1000 }
         let retired = ["body_timeout", "body_min_rate"];
         let http = fields::<RawHttp>().iter().copied().filter(|k| !retired.contains(k)).collect();
         let vhost = fields::<RawVhost>().iter().chain(files::VHOST_KEYS).copied().chain(rules.clone()).collect();
-        let location = super::super::vhost::PATTERN_KEYS
+        let location = crate::config::vhost::PATTERN_KEYS
             .into_iter()
             .chain(crate::rules::LOCATION_KEYS.iter().copied())
             .chain(kinds::keys())
@@ -722,10 +722,10 @@ rotate = { size = 1000 }
         .unwrap();
         let main = d.join("conf/pika.toml");
         let base = "[server]\nlisten = [\"127.0.0.1:8080\"]\nmime_types = \"builtin\"\n[[vhost]]\nroot = \"htdocs\"\n";
-        let plain = show(&super::super::parse(base, &main).unwrap());
+        let plain = show(&crate::config::parse(base, &main).unwrap());
         assert!(!plain.contains("files it includes") && !plain.contains("# from "), "{plain}");
         let text = format!("include = [\"conf.d/*.toml\"]\n{base}");
-        let shown = show(&super::super::parse(&text, &main).unwrap());
+        let shown = show(&crate::config::parse(&text, &main).unwrap());
         let file = included.display();
         assert!(shown.contains(&format!("includes are in place below:\n#   {file}\n")), "{shown}");
         // Each right above its table, after a blank line.
