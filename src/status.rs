@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::scoreboard::{Scoreboard, State, now_ms};
-use crate::base::text::{html_escape, json_string};
 use crate::acme::expiry::Expiry;
+use crate::base::text::{html_escape, json_string};
+use crate::scoreboard::{Scoreboard, State, now_ms};
 
 /// A Unix time as `2027-03-01T12:00:00Z`.
 fn iso_date(unix: i64) -> String {

@@ -137,7 +137,10 @@ fn socket_activation_and_notify_messages_in_order() {
         let reloading = notes.next(ready + 1, "RELOADING=1");
         assert_eq!(notes.sender(reloading), first);
         let usec: u64 = field(notes.text(reloading), "MONOTONIC_USEC").expect("MONOTONIC_USEC").parse().unwrap();
-        assert!(before <= usec && usec <= pika::master::notify::monotonic_usec(), "{usec} not between {before} and now");
+        assert!(
+            before <= usec && usec <= pika::master::notify::monotonic_usec(),
+            "{usec} not between {before} and now"
+        );
         let reloaded = notes.next(reloading + 1, "READY=1");
         assert_eq!(notes.sender(reloaded), first);
         assert_eq!(generation_in_status(notes.text(reloaded)), generation + 1);

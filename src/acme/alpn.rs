@@ -53,9 +53,6 @@ fn parse(entry: &[u8]) -> Option<Arc<CertifiedKey>> {
     Some(Arc::new(CertifiedKey::new(vec![cert], signer)))
 }
 
-/// Whether a ClientHello is a TLS-ALPN-01 validation: it offers `acme-tls/1` (and
-/// RFC 8737 §3: nothing else).
-
 #[cfg(test)]
 mod tests {
     use super::*;

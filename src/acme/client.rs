@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::b64;
 use super::challenges::{Board, Kind};
 use super::https::{Deadline, Https, Response};
 use super::jws::{AccountKey, Signer};
-use super::b64;
 use super::settings::{Challenge, Settings};
 
 /// How often a `badNonce` answer is retried before the request fails.

@@ -10,11 +10,11 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 
+use crate::base::sys::{self, Forked};
 use crate::config::Config;
 use crate::master::Master;
-use crate::master::ready::{self, Ready};
 use crate::master::pidfile::PidFile;
-use crate::base::sys::{self, Forked};
+use crate::master::ready::{self, Ready};
 
 /// Runs the master in this process until it stops.
 pub fn run_foreground(config: Config) -> ExitCode {

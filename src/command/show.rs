@@ -195,7 +195,8 @@ fn server(t: &mut Toml, c: &Config) {
         ErrorLogTarget::File(p) => t.key("error_log", path(p)),
         ErrorLogTarget::Stderr => t.key("error_log", string("stderr")),
         ErrorLogTarget::Syslog(facility, socket) => {
-            let name = crate::config::FACILITIES.iter().find(|(_, f)| *f as u32 == *facility as u32).map_or("daemon", |f| f.0);
+            let name =
+                crate::config::FACILITIES.iter().find(|(_, f)| *f as u32 == *facility as u32).map_or("daemon", |f| f.0);
             t.key("error_log", string(&format!("syslog:{name}")));
             if let Some(s) = socket {
                 t.key("syslog_socket", path(s));

@@ -8,10 +8,10 @@ use toml::Spanned;
 use super::raw::{RawAccessLog, RawCondition, RawRotate, StatusSpec};
 use crate::base::cidr::Cidr;
 use crate::keys::read::{ConfigError, Ctx, absolute};
+pub use crate::log::access::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 use crate::log::filter::{self, Condition, Filter};
 use crate::log::format::LogFormat;
 use crate::log::rotate::{Interval, Naming, Rotate};
-pub use crate::log::access::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 
 /// The largest `buffer` accepted.
 const MAX_LOG_BUFFER: u64 = 1 << 20;

@@ -30,11 +30,11 @@ use nix::unistd::Gid;
 use raw::{RawAccessLog, RawConfig, RawInclude, RawVhost};
 
 use crate::base::cidr::Cidr;
+pub use crate::base::sys::Symlinks;
 pub use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
 pub use crate::log::ErrorLogTarget;
 use crate::log::rotate::Rotate;
-pub use crate::base::sys::Symlinks;
 pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
 pub use server::{Listen, MIME_BUILTIN, RunAs, ServerTokens, Status, Workers};
@@ -558,9 +558,11 @@ impl Config {
 fn workers_ids<'a>(run_as: Option<&'a RunAs>, own_groups: &'a [Gid]) -> crate::base::safe_files::Workers<'a> {
     match run_as {
         Some(r) => crate::base::safe_files::Workers { uid: r.uid, gid: r.gid, groups: &r.groups },
-        None => {
-            crate::base::safe_files::Workers { uid: nix::unistd::geteuid(), gid: nix::unistd::getegid(), groups: own_groups }
-        }
+        None => crate::base::safe_files::Workers {
+            uid: nix::unistd::geteuid(),
+            gid: nix::unistd::getegid(),
+            groups: own_groups,
+        },
     }
 }
 

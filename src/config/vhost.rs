@@ -10,6 +10,7 @@ use toml::Spanned;
 
 use super::raw::RawVhost;
 use super::server::Status;
+use crate::base::sys::Symlinks;
 use crate::keys::read::{ConfigError, Ctx};
 use crate::keys::read::{Keys, Split, absolute};
 use crate::kinds::Kind;
@@ -17,7 +18,6 @@ use crate::kinds::files::Reading;
 use crate::kinds::files::{self, Files};
 use crate::location::{self, Finding, Location, Locations, Pattern};
 use crate::rules::{self, Rules};
-use crate::base::sys::Symlinks;
 
 #[derive(Debug, Clone)]
 pub struct Vhost {

@@ -22,8 +22,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
-use crate::config::Listen;
 use crate::base::sys;
+use crate::config::Listen;
 
 /// `fd=address,fd=address`: the listeners an upgrade passes, by configured address.
 pub const LISTENERS_ENV: &str = "PIKA_INHERIT_LISTENERS";

@@ -29,8 +29,6 @@ pub mod watch;
 
 pub use watch::{ClientWatch, WAITING};
 
-
-
 /// A CGI location's settings (`cgi = true`, `cgi_interpreters`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgiConfig {

@@ -6,7 +6,7 @@
 //! hands head and body to a plain stream in one `writev`, or, for a large file, the
 //! head with `MSG_MORE` and the body with `sendfile`: a file's bytes are never read by
 //! our code (a file truncated under a mapping fails one response, not the worker).
-//! A TLS session sends through its own writer (`tls::stream`), which reads file
+//! A TLS session sends through its own writer (`serve::tls`), which reads file
 //! bytes with `pread` or a kernel copy, never by touching a mapping.
 
 use std::any::Any;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::files::{self, Reading};
 use super::script::{self, Scripts};
+use crate::base::sys::{ScriptLimits, Symlinks};
 use crate::exchange::Ask;
 use crate::gateway::CgiConfig;
 use crate::gateway::child::{self, Spawn};
@@ -27,7 +28,6 @@ use crate::http::response::Reply;
 use crate::keys::read::{ConfigError, Keys};
 use crate::keys::units::{Bytes, Secs};
 use crate::keys::write::{Toml, duration, path, size};
-use crate::base::sys::{ScriptLimits, Symlinks};
 
 /// The keys that choose it.
 pub const CHOOSING: &[&str] = &["cgi", "cgi_interpreters"];

@@ -1,15 +1,17 @@
 //! Location kinds: what answers at a `[[vhost.location]]` (files, the status page,
-//! the health check, the metrics, CGI scripts, a FastCGI application, an upstream HTTP server, the echo). Each kind is one module that owns its keys: it
-//! reads and checks them from the location's table, shows them (`pika -T`), and
-//! builds its handler when a worker opens its sites. `config/vhost.rs`,
-//! `config/show.rs` and `site.rs` only call [`Kind::read`], [`Kind::show`] and
-//! [`Kind::build`], which dispatch here.
+//! the health check, the metrics, CGI scripts, a FastCGI application, an upstream
+//! HTTP server, the echo). Each kind is one room (a module or a folder) that owns its
+//! keys and its handler: it reads and checks its keys from the location's table,
+//! shows them (`pika -T`), and builds its handler when a worker opens its sites.
+//! `config/vhost.rs`, `command/show.rs` and `site.rs` only call [`Kind::read`],
+//! [`Kind::show`] and [`Kind::build`], and a worker only [`Handler`]'s methods,
+//! which dispatch here: no other module matches on a kind.
 //!
 //! A location is files unless one kind's key chooses another (`status = true`, …).
-//! A new kind is a module here, a variant of [`Kind`] with its line in each `match`
-//! below and in [`CHOSEN`], and its handler (`crate::handlers`). A new key of a kind
-//! is that kind's module alone (and its documentation: `conf/pika.toml`, the README;
-//! a test checks both have every key).
+//! A new kind is a room here, a variant of [`Kind`] and of [`Handler`] with its line
+//! in each `match` below and in [`CHOSEN`]. A new key of a kind is that kind's room
+//! alone (and its documentation: `conf/pika.toml`, the README; a test checks both
+//! have every key).
 
 pub mod cgi;
 pub mod echo;

@@ -8,13 +8,13 @@ use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::base::sys::Symlinks;
 use crate::gateway::output::{Failed, Fault, Got, Source};
 use crate::gateway::script::{self, Missing, Policy};
 use crate::gateway::{env, incoming};
 use crate::http::pattern::Pattern;
 use crate::http::request::Method;
 use crate::http::response::{Body, Internal, Reply, Streamed};
-use crate::base::sys::Symlinks;
 
 use crate::exchange::Ask;
 

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use super::filter::{Facts, Filter};
 use super::format::LogFormat;
 use super::held::{self, Held, Shelf};
-use super::rotate::Rotate;
 use super::record::Record;
+use super::rotate::Rotate;
 
 /// No record is longer than this: the client's fields are cut to fit (see
 /// `LogFormat::render_within`), so one `write()` of at most `PIPE_BUF` bytes stays

@@ -6,8 +6,8 @@ use super::files::{local_zone, open_append};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 

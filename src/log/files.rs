@@ -29,4 +29,3 @@ pub fn prepare_for_workers(path: &Path, owner: Option<(nix::unistd::Uid, nix::un
 pub fn open_append(path: &Path) -> std::io::Result<File> {
     crate::base::safe_files::open_append(path).map(|o| o.file)
 }
-

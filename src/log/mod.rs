@@ -8,8 +8,8 @@
 
 pub mod access;
 pub mod error;
-pub mod filter;
 pub mod files;
+pub mod filter;
 pub mod format;
 pub mod held;
 mod json;

@@ -6,15 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-
-
 /// How long a fast stop, or the stuck-worker watchdog, waits after TERM before KILL.
 /// A worker told to stop logs the answers it was writing and writes the records it
 /// holds, then dies: milliseconds, and never more than its own alarm
 /// (`sys::STOP_ALARM_SECS`) unless the log's disk hangs. What a KILLed worker held,
 /// the master writes.
 pub(super) const STOP_GRACE: Duration = Duration::from_secs(3);
-
 
 /// Where the master is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,10 +32,10 @@ pub mod ready;
 mod reload;
 mod report;
 mod retire;
-mod state;
-mod stops;
 pub mod signals;
+mod state;
 pub mod statusfile;
+mod stops;
 mod upgrade;
 
 use std::collections::HashMap;
@@ -47,24 +47,24 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use crate::base::sys::{self, Forked};
 use crate::config::Config;
 use crate::fork::handover::Handover;
 use crate::fork::listen::{self, Listeners};
+use crate::fork::pod::{self, Doorbell, Pod};
 use crate::log::access::AccessLogs;
 use crate::log::held::Region;
 use crate::log::rotate::Schedule;
-use crate::fork::pod::{self, Doorbell, Pod};
 use crate::scoreboard::{Scoreboard, State};
-use crate::base::sys::{self, Forked};
 use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, WorkerCtx};
 use life::Life;
-pub use state::Master;
-use state::{Acme, Child, Fate, Pool, Report, Upgrades, unix_now};
 use maintenance::{Band, Exit, Then};
 use ready::Ready;
 use reload::prepare_log_files;
 use signals::{Control, Signals};
+pub use state::Master;
+use state::{Acme, Child, Fate, Pool, Report, Upgrades, unix_now};
 
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);

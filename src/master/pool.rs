@@ -5,8 +5,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::state::{Master, Pool};
 use super::maintenance::{self, Band, Counts, Decision};
+use super::state::{Master, Pool};
 
 impl Master {
     /// A pool anew (start, reload): the config's band, told to the workers through

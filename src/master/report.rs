@@ -8,8 +8,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::state::{Awaited, Master};
 use super::ready::Ready;
+use super::state::{Awaited, Master};
 use crate::master::notify;
 use crate::scoreboard::State;
 use crate::status::Snapshot;

@@ -18,10 +18,10 @@ use crate::acme::schedule;
 use crate::config::Config;
 use crate::fork::handover::Handover;
 use crate::fork::listen::Listeners;
+use crate::fork::pod::{Doorbell, Pod};
 use crate::log::access::AccessLogs;
 use crate::log::held::{Area, Region};
 use crate::log::rotate::Schedule;
-use crate::fork::pod::{Doorbell, Pod};
 use crate::scoreboard::Scoreboard;
 use crate::tls::tickets::TicketKeys;
 
@@ -222,4 +222,3 @@ impl Acme {
         self.lives.get(names).copied().unwrap_or_default()
     }
 }
-

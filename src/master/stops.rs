@@ -127,4 +127,3 @@ impl Master {
         if self.life.failed() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
     }
 }
-

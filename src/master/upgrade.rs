@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::state::{Master, Upgrade};
 use super::maintenance::Exit;
+use super::state::{Master, Upgrade};
 use crate::base::sys;
 
 /// How long the new master has to serve. It reads its config, maybe checks

@@ -22,8 +22,8 @@ use crate::gateway::spool::{self, Disk, Place};
 use crate::http::date::DateCache;
 use crate::http::request::{self, HttpError, Limits};
 use crate::log::access::AccessLogs;
-use crate::site::Site;
 use crate::serve::tls::{Opening, TlsStream};
+use crate::site::Site;
 
 use super::body::{self, Bodies};
 use super::held::{Conn, Held, Layer, Next, PLAIN_ON_TLS_PORT, Phase, Unsent, Wait};

@@ -17,8 +17,8 @@ use std::io;
 
 use super::transport::Transport;
 use crate::http::body;
-use crate::http::request::{self, Framing, HttpError, Limits, Request};
 use crate::http::proxy_protocol;
+use crate::http::request::{self, Framing, HttpError, Limits, Request};
 
 /// The buffer's first size: more than nearly every request head.
 const INPUT_START: usize = 4096;

@@ -10,7 +10,7 @@
 //!
 //! The protocol's own rules (parsing, paths, ranges, preconditions, the response
 //! head) live in [`crate::http`], which knows nothing of connections; what answers a
-//! request lives in [`crate::handlers`]. This code knows nothing about processes:
+//! request lives in [`crate::kinds`]. This code knows nothing about processes:
 //! what the worker needs to see goes through the [`observer::Observer`] it is given.
 
 mod body;
@@ -21,6 +21,6 @@ pub mod held;
 pub mod input;
 pub mod observer;
 mod output;
-pub mod transport;
 pub mod tls;
+pub mod transport;
 mod unsent;

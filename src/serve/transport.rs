@@ -5,7 +5,7 @@
 //! the socket does not take now is the answer's [`Rest`] ([`Sent::Parked`]), which
 //! the connection keeps and [`Transport::resume`] writes as the socket drains. Plain
 //! TCP ([`TcpStream`]) writes heads and bodies with `writev`, and large files with
-//! `sendfile` ([`Stream`], through [`send`]); a TLS session (`tls::stream`) encrypts
+//! `sendfile` ([`Stream`], through [`send`]); a TLS session (`serve::tls`) encrypts
 //! what it sends, so it reads a file's bytes itself, never through a mapping that a
 //! shrinking file would turn into `SIGBUS`. [`Memory`] serves unit tests and the
 //! fuzz targets: the read side and the chunked decoder run on bytes in memory, cut

@@ -122,7 +122,8 @@ impl Certificates {
 /// The ALPN protocol of an ACME CA's TLS-ALPN-01 validation (RFC 8737).
 pub const ACME_TLS_1: &[u8] = b"acme-tls/1";
 
-/// Whether a client's offered protocols make its handshake an ACME validation.
+/// Whether a ClientHello is a TLS-ALPN-01 validation: it offers `acme-tls/1` (and,
+/// RFC 8737 §3, nothing else).
 pub fn is_validation<'a>(mut offered: impl Iterator<Item = &'a [u8]>) -> bool {
     offered.any(|p| p == ACME_TLS_1)
 }

@@ -16,7 +16,7 @@
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
 //! trickling client holds no worker. A connection on a TLS listener carries its
 //! rustls session: its handshake advances a turn of this loop at a time as records
-//! arrive, under the same `header_timeout` (`tls::stream`). Request bodies are never
+//! arrive, under the same `header_timeout` (`serve::tls`). Request bodies are never
 //! waited for (`http::body`). Nor are writes: sockets are non-blocking from the
 //! accept, and an answer the socket does not take whole waits in the set, watched
 //! for room (`EPOLLOUT`) instead of input, and is written as the client reads,
@@ -49,11 +49,11 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use super::parked::{Parked, Table, handover_open, interest, publish_counts};
+use crate::base::sys;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next, thaw_body};
 use crate::serve::observer::{Hooks, Relief};
-use crate::base::sys;
 
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written (one the master's pipe of death had better retire).

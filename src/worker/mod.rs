@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use nix::sys::signal::Signal;
 
+use crate::base::sys;
 use crate::config::RunAs;
 use crate::gateway::spool::Disk;
 use crate::kinds::status::page::{StatusPage, View};
@@ -25,7 +26,6 @@ use crate::log::access::AccessLogs;
 use crate::log::held::Shelf;
 use crate::serve::connection::Server;
 use crate::site::Site;
-use crate::base::sys;
 
 /// The worker's life after `fork()`. Never returns.
 pub fn child_main(ctx: WorkerCtx<'_>) -> ! {

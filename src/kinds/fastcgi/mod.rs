@@ -7,13 +7,13 @@ pub mod app;
 
 use super::cgi;
 use super::files::{self, Reading};
+use crate::base::sys::Symlinks;
 use crate::gateway::script::Policy;
 use crate::gateway::{AppAddr, FastCgiConfig};
 use crate::http::pattern::Pattern;
 use crate::keys::read::{ConfigError, Keys};
 use crate::keys::write::{Toml, duration, path, string, strings};
 use crate::kinds::script::Scripts;
-use crate::base::sys::Symlinks;
 use app::FastCgi;
 
 /// The key that chooses it.

@@ -15,10 +15,10 @@ use std::fs::File;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{SFlag, fstatat};
 
+use crate::base::text::{html_escape, json_string};
 use crate::http::path::{CleanPath, encode_path};
 use crate::http::request::Request;
 use crate::http::response::{Body, Reply};
-use crate::base::text::{html_escape, json_string};
 
 /// How a listing's HTML shows sizes and times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::file_cache::{Entry, FileCache};
 use super::reach::Reach;
 use super::try_files::{self, Tried};
+use crate::base::sys::{self, Symlinks};
 use crate::exchange::{Ask, Methods};
 use crate::http::conditional::{self, Conditions, Precondition};
 use crate::http::mime::MimeTypes;
@@ -31,7 +32,6 @@ use crate::http::response::{Body, Internal, Reply};
 use crate::rules::FileRules;
 use crate::rules::compress::{self, Kept};
 use crate::rules::encoding::{self, Coding};
-use crate::base::sys::{self, Symlinks};
 
 /// A directory files are served from: an open descriptor on it, and the files
 /// recently served from it. One per directory in a worker, shared by every vhost and

@@ -1,11 +1,11 @@
 //! The server-status page: the scoreboard as HTML, Apache's `?auto` text or `?json`
 //! ([`crate::status::Snapshot`]), for the clients `[status] allow` lets in.
 
+use crate::acme::expiry::Expiry;
 use crate::exchange::Ask;
 use crate::http::response::{Body, Reply};
 use crate::scoreboard::Scoreboard;
 use crate::status::Snapshot;
-use crate::acme::expiry::Expiry;
 
 /// The live view's script (`?js`): it redraws the page's charts from `?json`.
 pub const LIVE_JS: &str = include_str!("live.js");
