@@ -97,13 +97,17 @@ impl<T> Routes<'_, T> {
         self.table.find(path).map(|i| &self.at[i])
     }
 
-    /// What the location that answers `path` has, and, when a regex took the path
-    /// from the longest prefix that matches it, what that prefix has (its access
-    /// rules hold too).
+    /// The positions of the location that answers `path` and, when a regex took the
+    /// path from the longest prefix that matches it, of that prefix ([`Table::pick`]).
     #[inline]
-    pub fn pick(&self, path: &[u8]) -> (Option<&T>, Option<&T>) {
-        let (at, under) = self.table.pick(path);
-        (at.map(|i| &self.at[i]), under.map(|i| &self.at[i]))
+    pub fn pick(&self, path: &[u8]) -> (Option<usize>, Option<usize>) {
+        self.table.pick(path)
+    }
+
+    /// What the location at position `i` has.
+    #[inline]
+    pub fn get(&self, i: usize) -> &T {
+        &self.at[i]
     }
 }
 

@@ -22,6 +22,22 @@ use crate::kinds::status::page::StatusPage;
 use crate::location::{Locations, Routes};
 use crate::rules::{Decor, Gate, Rules};
 
+/// A path's route in a vhost, as positions in its locations: the location that
+/// answers (`None`: the vhost's own files) and the prefix a regex location took the
+/// path from. Plain numbers, so a request whose body the event loop reads keeps its
+/// route in its connection while it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Picked {
+    at: Option<usize>,
+    under: Option<usize>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Routes picked in this thread: the request cycle's tests count them.
+    pub static PICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// One vhost, ready to serve.
 pub struct Site<'c> {
     pub vhost: &'c Vhost,
@@ -145,19 +161,25 @@ impl<'c> Site<'c> {
         Ok(Site { vhost, files, at, roots: site_roots.into_inner() })
     }
 
-    /// What answers `path` (decoded and cleaned): its location's, or the vhost's own
-    /// files.
+    /// Where `path` goes: the location that answers it (or the vhost's own files)
+    /// and the prefix a regex location took it from, as positions, which
+    /// [`Site::place`] turns into what answers. A request is routed once: what this
+    /// finds is kept with a request whose body the event loop reads, for its second
+    /// turn.
     #[inline]
-    pub fn place(&self, path: &[u8]) -> &Place<'c> {
-        self.at.find(path).unwrap_or(&self.files)
+    pub fn pick(&self, path: &[u8]) -> Picked {
+        #[cfg(test)]
+        PICKS.with(|n| n.set(n.get() + 1));
+        let (at, under) = self.at.pick(path);
+        Picked { at, under }
     }
 
-    /// What answers `path`, and the access rules of the prefix a regex location
-    /// took it from, which the request must pass first.
+    /// The place a [`Picked`] route names, and the access rules of the prefix a
+    /// regex location took its path from.
     #[inline]
-    pub fn route(&self, path: &[u8]) -> (&Place<'c>, Option<&Gate>) {
-        let (at, under) = self.at.pick(path);
-        (at.unwrap_or(&self.files), under.and_then(|u| u.guards.as_ref()))
+    pub fn place(&self, p: Picked) -> (&Place<'c>, Option<&Gate>) {
+        let at = p.at.map_or(&self.files, |i| self.at.get(i));
+        (at, p.under.and_then(|u| self.at.get(u).guards.as_ref()))
     }
 
     /// Sending a file failed because it shrank: every directory of this site has its

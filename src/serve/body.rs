@@ -8,12 +8,15 @@
 
 use std::net::SocketAddr;
 
+use super::cycle::Exchange;
+use super::held::Next;
 use super::input::Input;
 use super::transport::Transport;
 use crate::config::Http;
 use crate::gateway::incoming::{BodyError, Incoming, Keep, Pace, RequestBody};
 use crate::gateway::spool::Disk;
-use crate::http::request::{Framing, HttpError, Request};
+use crate::http::request::{Framing, HttpError};
+use crate::site::Picked;
 
 /// The bodies the cycle holds for the request being served.
 pub(super) struct Bodies {
@@ -26,6 +29,10 @@ pub(super) struct Bodies {
     pub(super) finished: Option<(RequestBody, u64)>,
     /// The folder for body files was made (once per worker).
     dir_ready: bool,
+    /// The route of a request whose body became whole in the set (its vhost and
+    /// place, [`Picked`]), for its second turn; or, from the read stage, the route
+    /// of one whose body is just begun, for the connection's phase.
+    pub(super) kept: Option<(usize, Picked)>,
     /// The worker's buffer for body bytes past a connection's ([`take_body`]).
     pub(super) scratch: Vec<u8>,
     /// Where this worker counts the bytes its bodies hold in temporary files.
@@ -45,20 +52,30 @@ pub(super) enum BodyState {
 
 impl Bodies {
     pub(super) fn new(disk: Disk) -> Bodies {
-        Bodies { current: None, started: None, finished: None, dir_ready: false, scratch: Vec::new(), disk }
+        Bodies { current: None, started: None, finished: None, kept: None, dir_ready: false, scratch: Vec::new(), disk }
     }
 
-    /// Finds the body of `req` (whose head is `head`): read whole for a location that
-    /// `reads` it, else dropped if it is all there.
+    /// The body of a request routed to `vhost` and `picked` must be waited for: the
+    /// rest is read by the event loop while the connection waits in the set, with
+    /// the route (the connection's phase takes both), and the request is served
+    /// again once its body is whole, on the route found now.
+    #[cold]
+    pub(super) fn wait_with(&mut self, vhost: usize, picked: Option<Picked>) -> Next {
+        self.kept = picked.map(|p| (vhost, p));
+        Next::Park
+    }
+
+    /// Finds the body of the request `ex` (whose head is `head`): read whole for a
+    /// location that reads it, else dropped if it is all there.
     pub(super) fn read(
         &mut self,
         input: &mut Input,
         t: &mut impl Transport,
-        (req, head): (&Request<'_>, &[u8]),
-        reads: bool,
+        ex: &Exchange<'_, '_>,
+        head: &[u8],
         http: &Http,
-        peer: SocketAddr,
     ) -> Result<BodyState, HttpError> {
+        let (req, reads, peer) = (ex.req, ex.reads_body(), ex.peer);
         self.current = self.finished.take().map(|(body, wire_bytes)| {
             input.count(wire_bytes);
             body

@@ -292,8 +292,10 @@ impl<'c> Server<'c> {
             }
             let next = self.serve_request(t, socket, conn, head_end, hooks);
             if let Some(incoming) = self.bodies.started.take() {
-                // The body is read by the event loop: the connection waits for it.
+                // The body is read by the event loop: the connection waits for it,
+                // with the request's route.
                 wait.enter(Phase::Body(incoming));
+                wait.route = self.bodies.kept.take();
                 return Next::Park;
             }
             match next {
@@ -332,6 +334,7 @@ impl<'c> Server<'c> {
                     self.input.begin(Buffer::holding(again));
                     let wire_bytes = whole.wire_bytes;
                     self.bodies.finished = Some((whole.into_body(), wire_bytes));
+                    self.bodies.kept = wait.route.take();
                 }
                 None
             }

@@ -26,6 +26,7 @@ use crate::gateway::incoming::Incoming;
 use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
 use crate::serve::tls::Session;
+use crate::site::Picked;
 
 /// What is known of one connection between its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +102,10 @@ pub(super) struct Wait {
     /// first byte of a head on a kept-alive one, the last answer for an idle one,
     /// the start of a lingering close.
     since_ms: u64,
+    /// In the `Body` phase: the request's route (its vhost and place), found on its
+    /// first turn, for its second. `None` for a body taken over from another worker
+    /// (whose config may be another generation's): that request is routed here.
+    pub(super) route: Option<(usize, Picked)>,
 }
 
 /// A connection's phase between two turns of the worker's loop.
@@ -129,7 +134,7 @@ pub(super) enum Phase {
 
 impl Wait {
     fn new(phase: Phase) -> Wait {
-        Wait { phase, since_ms: now_ms() }
+        Wait { phase, since_ms: now_ms(), route: None }
     }
 
     /// Moves to `phase`. The clock starts again when a wait of another kind begins:
@@ -270,7 +275,7 @@ impl Held {
             None => Phase::Head(Buffer::holding(pending)),
         };
         let since_ms = now_ms().saturating_sub(waited_ms);
-        Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms } }
+        Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms, route: None } }
     }
 
     pub fn stream(&self) -> &TcpStream {

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::{Duration, SystemTime};
 
-use super::held::Conn;
+use super::held::{Conn, Next};
 use super::observer::{ConnState, Observer};
 use super::transport::{Rest, Sent, Transport};
 use crate::config::Config;
@@ -155,7 +155,7 @@ impl Output {
     /// count it (not the master's dummy requests, which are not traffic).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn account(
+    fn account(
         &mut self,
         config: &Config,
         conn: &Conn,
@@ -180,6 +180,37 @@ impl Output {
                 obs.served(&answer.outcome(method, None, true));
             }
         }
+    }
+
+    /// The finish stage, once an answer's last byte is out (or the write failed, or
+    /// `send_timeout` passed with nothing taken): its count and its access-log
+    /// record ([`Output::account`]), and what becomes of the connection: kept alive
+    /// ([`Next::Park`]), closed at once, or a lingering close when input is still
+    /// unread (`body_done`: the request's body was read whole; `unread`: bytes
+    /// after it are) — only unread input can turn our close into a reset that
+    /// destroys the response (nginx's `lingering_close on`). The one end of every
+    /// answer, written at once (`cycle`) or as the client read it (`unsent`).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn finish(
+        &mut self,
+        config: &Config,
+        conn: &Conn,
+        asked: &Asked<'_>,
+        answer: &Answer,
+        (bytes_in, tls): (u64, Option<TlsFields<'_>>),
+        (body_done, unread): (bool, bool),
+        obs: &mut dyn Observer,
+    ) -> Next {
+        self.account(config, conn, asked, answer, bytes_in, tls, obs);
+        if answer.sent.is_err() {
+            return Next::Close;
+        }
+        if answer.keep_alive {
+            return Next::Park;
+        }
+        obs.state(ConnState::Closing);
+        if !body_done || unread { Next::Linger } else { Next::Close }
     }
 
     /// Makes the access-log record of one request and hands it to the logs: the one

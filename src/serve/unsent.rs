@@ -9,7 +9,8 @@
 //! most, so one fast reader does not starve the others) between the worker's other
 //! turns. The connection reads no further request meanwhile: its unread bytes wait
 //! here too, and are served once the answer is out. The answer's access-log record
-//! and its count in the metrics are made then ([`Server::finish_answer`]), or when
+//! and its count in the metrics are made then ([`Server::finish_answer`], through
+//! the one finish stage every answer ends with, `Output::finish`), or when
 //! the write fails or `send_timeout` passes with no byte taken, or the worker is told
 //! to stop at once ([`Server::cut_short`]), with the bytes sent by then: every
 //! answered request is logged once, with its real size.
@@ -127,6 +128,7 @@ impl Server<'_> {
             Layer::Tls(s) => Some(TlsStream::new(&h.stream, s, &mut stage)),
             Layer::Plain | Layer::PlainOnTlsPort => None,
         };
+        let buffered = tls.as_mut().is_some_and(|t| t.buffered());
         let fields = tls.as_ref().and_then(|t| t.tls());
         // The head sent, for the record (the worker's buffer is the next answer's).
         self.out.writer.head = owed.response_head;
@@ -152,30 +154,29 @@ impl Server<'_> {
             }
             _ => Asked::Refused { line: request::request_line(&head) },
         };
-        self.out.account(self.config, &h.conn, &asked, &answer, owed.bytes_in, fields, obs);
-        let buffered = tls.as_mut().is_some_and(|t| t.buffered());
+        let unread = !input.is_empty() || buffered;
+        let bytes_in = (owed.bytes_in, fields);
+        let next = self.out.finish(self.config, &h.conn, &asked, &answer, bytes_in, (owed.body_done, unread), obs);
         drop(tls);
         self.tls_stage = stage;
-        if answer.sent.is_err() {
-            return Next::Close;
-        }
-        let unread = !input.is_empty() || buffered;
-        if answer.keep_alive {
+        match next {
             // The next request, already here, is served (with `Connection: close`
             // if the worker is leaving); else the connection waits for one, or, if
             // the worker was told to leave while it wrote, is closed at this
             // request boundary.
-            h.wait.keep(input);
-            if unread {
-                return Next::Again;
+            Next::Park => {
+                h.wait.keep(input);
+                if unread {
+                    Next::Again
+                } else if !obs.must_close() {
+                    Next::Park
+                } else {
+                    obs.state(ConnState::Closing);
+                    Next::Close
+                }
             }
-            if !obs.must_close() {
-                return Next::Park;
-            }
-            obs.state(ConnState::Closing);
-            return Next::Close;
+            Next::Linger => h.linger(&mut self.input),
+            next => next,
         }
-        obs.state(ConnState::Closing);
-        if !owed.body_done || unread { h.linger(&mut self.input) } else { Next::Close }
     }
 }
