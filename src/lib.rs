@@ -34,7 +34,7 @@
 //!
 //! [`worker`]'s event loop → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
-//! **route** ([`site::Site::route`]: the vhost, the location) → **gate**
+//! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**
 //! ([`rules::Gate`], the handler's [`exchange::Methods`]) → **answer**
 //! ([`kinds::Handler`]; an internal redirect is a new route of the same request) →
 //! **decorate** ([`rules::Decor`], error pages, HSTS) → **deliver**

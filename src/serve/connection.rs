@@ -5,8 +5,8 @@
 //! [`Server::serve_ready`] when it has input. A turn takes up the connection's
 //! buffer ([`Input`], which never waits), moves it through its phases (a PROXY
 //! header, a TLS handshake, heads) and serves every whole request it finds, a burst
-//! at most, each by the stages of `cycle` (read, route, admit, answer, decorate,
-//! deliver, account). Then the bytes left unread go back with the connection, and
+//! at most, each by the stages of `cycle` (read, route, gate, answer, decorate,
+//! deliver, finish). Then the bytes left unread go back with the connection, and
 //! the worker parks it, serves it again after the others, lets it linger (shut for
 //! writing, its input read and dropped for a moment, so the client reads our answer
 //! and not a reset) or closes it ([`Next`]).

@@ -1,29 +1,34 @@
-//! One request, by its stages: read, route, admit, answer, decorate, deliver,
-//! account. `Server::serve_request` calls them in that order, each stage under a
-//! comment naming it; a request refused before it could be routed
-//! (`Server::refuse`) joins the same deliver and account tail.
+//! One request, by its stages: read, route, gate, answer, decorate, deliver,
+//! finish. `Server::serve_request` calls them in that order, each stage under a
+//! comment naming it; the request is one value from its route to its finish, an
+//! [`Exchange`]. A request refused before it could be routed (`Server::refuse`)
+//! joins the same deliver and finish tail.
 //!
-//! - **read**: parse the head ([`request::parse`]), find its body
-//!   ([`Bodies::read`](super::body::Bodies::read): for a location that reads bodies,
-//!   read whole, the rest coming while the connection waits in the worker's set; for
-//!   the others dropped if all of it has arrived, else left unread and the
-//!   connection closed after the answer), and find the request's client (a trusted
-//!   forwarder's header, or the connection's peer).
-//! - **route**: pick the vhost by Host, then what answers there by location
-//!   ([`Site::route`]: the place, and the access rules of a prefix a regex location
-//!   took the path from); a plain request to a vhost that wants HTTPS, `OPTIONS *`
-//!   and a path that cannot be cleaned are answered here, without a handler.
-//! - **admit**: the gate before any handler: who may ask (that prefix's access
-//!   rules, then the location's rules, [`crate::rules::Gate`]), then the methods its
-//!   handler answers.
+//! - **read**: the head copied and parsed ([`request::parse`]).
+//! - **route**, once ([`Router::route`]): the request's client (a trusted
+//!   forwarder's header, or the connection's peer), the vhost by Host, then what
+//!   answers there ([`Site::pick`], [`Site::place`]: the place, and the access
+//!   rules of a prefix a regex location took the path from); an ACME token, a Host
+//!   that is not the TLS name's, `OPTIONS *`, a plain request to a vhost that wants
+//!   HTTPS and a path that cannot be cleaned are answered here, without a handler.
+//!   Then its body, by the place found ([`Bodies::read`]: for a location that reads
+//!   bodies, read whole, the rest coming while the connection waits in the worker's
+//!   set with the route; for the others dropped if all of it has arrived, else left
+//!   unread and the connection closed after the answer).
+//! - **gate**: before any handler, who may ask (that prefix's access rules, then
+//!   the location's rules, [`crate::rules::Gate`]), then the methods its handler
+//!   answers.
 //! - **answer**: the handler fills the [`Reply`] from the [`Ask`]; an internal
-//!   redirect it asks for is served again through the locations (`follow`).
+//!   redirect it asks for is a new route of the same request (`follow`).
 //! - **decorate**: what an answer gets whatever made it ([`decorate::decorate`]:
 //!   the vhost's error pages, the location's [`crate::rules::Decor`], HSTS).
 //! - **deliver**: keep alive or not, the head and the body sent (`output`), as far
-//!   as the socket takes them now; the rest waits with the connection (`unsent`).
-//! - **account**: the metrics (through the [`Observer`]) and one access-log record,
-//!   once the last byte is out (`unsent` for an answer that waited).
+//!   as the socket takes them now.
+//! - **finish**: once the last byte is out, the metrics (through the [`Observer`])
+//!   and one access-log record, and what becomes of the connection
+//!   ([`Output::finish`], the one end of every answer); an answer the socket did not
+//!   take whole waits with the connection and is finished as the client reads it
+//!   (`unsent`).
 
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, TcpStream};

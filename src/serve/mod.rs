@@ -3,7 +3,7 @@
 //! side that never waits ([`input`]), the one place a connection meets its socket or
 //! TLS session ([`transport`]), the turns the worker gives a connection
 //! ([`connection`]), the stages that serve one request (`cycle`: read, route,
-//! admit, answer, decorate (`decorate`), deliver, account), the answer's delivery
+//! gate, answer, decorate (`decorate`), deliver, finish), the answer's delivery
 //! and its access-log record (`output`), an answer the socket did not take whole,
 //! written as it drains (`unsent`), and the worker's view into all of it
 //! ([`observer`]).

@@ -151,7 +151,7 @@ impl Output {
         self.writer.send(t, reply, start, how, obs)
     }
 
-    /// The account stage: the request's access-log record is made, and the metrics
+    /// The finish stage's record: the request's access-log record is made, and the metrics
     /// count it (not the master's dummy requests, which are not traffic).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]

@@ -1,6 +1,8 @@
 //! HTTPS with rustls: the certificates the master loads for the virtual hosts, the one
 //! chosen for each handshake by SNI, pika's protocol policy, the names the access log
-//! gives protocols and ciphers, and the session on each connection ([`stream`]).
+//! gives protocols and ciphers, and the hook through which an ACME CA's TLS-ALPN-01
+//! validation gets its certificate ([`Validation`]). The session on each connection
+//! is the request cycle's (`crate::serve::tls`).
 //!
 //! The master reads every certificate and key when it loads a config: at start (as
 //! root, before the first fork, before workers drop privileges or chroot) and on each

@@ -139,7 +139,7 @@ enum Coded {
 
 impl StaticFiles<'_> {
     /// Serves a GET or HEAD from the root (the gate answers the other methods,
-    /// [`super::Handler::methods`]; where a script may take the request, every
+    /// [`crate::kinds::Handler::methods`]; where a script may take the request, every
     /// method comes here and a file answers only GET and HEAD, [`Self::may_redirect`]).
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let tried;
