@@ -7,6 +7,8 @@
 //! It stays one file past 500 lines because the head's checks are one reading of
 //! RFC 9112 (limits, target, fields, Host, framing) that a reviewer reads together.
 
+use std::ops::Range;
+
 use std::mem::MaybeUninit;
 
 /// Most header fields a request may carry, whatever the config says: the parser's
@@ -559,9 +561,107 @@ const REG_NAME: [bool; 256] = {
     t
 };
 
+/// A parsed request's fields as positions in its head: what is kept with an answer
+/// that waits for its client, so the answer's log record reads the request again
+/// without parsing it ([`Spans::view`]).
+#[derive(Debug, Clone)]
+pub struct Spans {
+    method: Method,
+    method_str: Range<usize>,
+    target: Range<usize>,
+    http11: bool,
+    host: Option<Range<usize>>,
+    keep_alive: bool,
+    framing: Framing,
+    expect_continue: bool,
+    headers: Vec<(Range<usize>, Range<usize>)>,
+    line: Range<usize>,
+    head_len: usize,
+}
+
+impl<'b> Request<'b> {
+    /// Its fields as positions in `head`, the bytes it was parsed from; `None` if
+    /// one lies elsewhere.
+    pub fn spans(&self, head: &[u8]) -> Option<Spans> {
+        let at = |s: &[u8]| {
+            let start = (s.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+            (start + s.len() <= head.len()).then_some(start..start + s.len())
+        };
+        let mut headers = Vec::with_capacity(self.headers.len());
+        for h in self.headers {
+            headers.push((at(h.name.as_bytes())?, at(h.value)?));
+        }
+        Some(Spans {
+            method: self.method,
+            method_str: at(self.method_str.as_bytes())?,
+            target: at(self.target)?,
+            http11: self.http11,
+            host: match self.host {
+                Some(h) => Some(at(h)?),
+                None => None,
+            },
+            keep_alive: self.keep_alive,
+            framing: self.framing,
+            expect_continue: self.expect_continue,
+            headers,
+            line: at(self.line)?,
+            head_len: self.head_len,
+        })
+    }
+}
+
+impl Spans {
+    /// The request again, its fields in `head` (the bytes it was parsed from), its
+    /// headers in `slots`.
+    pub fn view<'h>(&self, head: &'h [u8], slots: &'h mut Vec<httparse::Header<'h>>) -> Request<'h> {
+        let text = |r: &Range<usize>| std::str::from_utf8(&head[r.clone()]).unwrap_or("");
+        slots.clear();
+        slots.extend(self.headers.iter().map(|(n, v)| httparse::Header { name: text(n), value: &head[v.clone()] }));
+        Request {
+            method: self.method,
+            method_str: text(&self.method_str),
+            target: &head[self.target.clone()],
+            http11: self.http11,
+            host: self.host.clone().map(|h| &head[h]),
+            keep_alive: self.keep_alive,
+            framing: self.framing,
+            expect_continue: self.expect_continue,
+            headers: slots,
+            line: &head[self.line.clone()],
+            head_len: self.head_len,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_read_again_from_its_spans_is_the_same() {
+        let head = b"POST http://example.com/a?b=c HTTP/1.1\r\nHost: x\r\nUser-Agent: t/1\r\nX-A: 1\r\nX-A: 2\r\n\
+                     Content-Length: 3\r\n\r\n";
+        let mut slots = [const { std::mem::MaybeUninit::uninit() }; 16];
+        let limits = Limits { max_request_line: 8192, max_header_size: 8192, max_header_line: 8192, max_headers: 16 };
+        let req = parse(head, &mut slots, &limits).unwrap();
+        let kept = head.to_vec();
+        let spans = req.spans(head).unwrap();
+        let mut again = Vec::new();
+        let view = spans.view(&kept, &mut again);
+        assert_eq!(
+            (view.method, view.method_str, view.target, view.host),
+            (req.method, req.method_str, req.target, req.host)
+        );
+        assert_eq!(
+            (view.line, view.http11, view.keep_alive, view.framing),
+            (req.line, req.http11, req.keep_alive, req.framing)
+        );
+        assert_eq!(view.header("user-agent"), Some(&b"t/1"[..]));
+        assert_eq!(view.header_list("X-A").unwrap().as_ref(), b"1, 2");
+        assert_eq!(view.headers.len(), req.headers.len());
+        // Fields that lie in other bytes have no spans there.
+        assert!(req.spans(&kept).is_none());
+    }
 
     const LIMITS: Limits = Limits { max_request_line: 64, max_header_size: 256, max_header_line: 100, max_headers: 8 };
 

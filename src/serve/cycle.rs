@@ -160,7 +160,7 @@ impl<'c> Server<'c> {
         // read
         self.copy_head(head_end);
         let (mut slots, mut later) = (HeaderSlots::new(), (Vec::new(), HeaderSlots::new()));
-        let req = match read_head(&self.req_head, &self.limits, &mut slots, &mut later) {
+        let (req, head) = match read_head(&self.req_head, &self.limits, &mut slots, &mut later) {
             Ok(r) => r,
             Err(e) => return self.refuse(t, conn, e, hooks),
         };
@@ -186,7 +186,7 @@ impl<'c> Server<'c> {
         // finish
         let asked = ex.asked(cached, upstream.as_ref());
         let out = Finishing::of(&mut self.out, &self.input, &self.sites, &mut self.unsent, self.config);
-        out.finish(t, conn, (&asked, &self.req_head), answer, body == BodyState::Done, hooks)
+        out.finish(t, conn, (&asked, head), answer, body == BodyState::Done, hooks)
     }
 
     /// The read stage's copy of a head out of the input, `head_end` bytes: the
@@ -276,20 +276,21 @@ impl<'a, 'c> Finishing<'a, 'c> {
     }
 }
 
-/// The read stage's parse: the head parsed into `slots`. A head that says
-/// `HTTP/1.2` to `1.9` is rewritten to say 1.1 and parsed again (rare: the line is
-/// looked at only after httparse refused it), in `later`.
+/// The read stage's parse: the head parsed into `slots`, and the bytes parsed (the
+/// request's fields lie in them). A head that says `HTTP/1.2` to `1.9` is
+/// rewritten to say 1.1 and parsed again (rare: the line is looked at only after
+/// httparse refused it), in `later`.
 #[inline(always)]
 fn read_head<'h>(
     head: &'h [u8],
     limits: &request::Limits,
     slots: &'h mut HeaderSlots<'h>,
     (as_11, slots_11): &'h mut (Vec<u8>, HeaderSlots<'h>),
-) -> Result<Request<'h>, HttpError> {
+) -> Result<(Request<'h>, &'h [u8]), HttpError> {
     match request::parse(head, slots.get(limits.max_headers), limits) {
-        Ok(r) => Ok(r),
+        Ok(r) => Ok((r, head)),
         Err(HttpError::Version) if later_minor(head, as_11) => {
-            request::parse(as_11, slots_11.get(limits.max_headers), limits)
+            Ok((request::parse(as_11, slots_11.get(limits.max_headers), limits)?, as_11))
         }
         Err(e) => Err(e),
     }

@@ -191,10 +191,10 @@ pub(super) struct Unsent {
 
 /// What the access log and the metrics need of an answer once it is out.
 pub(super) struct Owed {
-    /// The request's head (parsed again for the record: a microsecond, on this path
-    /// only), or a refused head's line.
+    /// The request's head (its bytes as parsed), or a refused head's line.
     pub(super) head: Vec<u8>,
-    pub(super) refused: bool,
+    /// Where the request's fields lie in `head`, for the record (`None`: refused).
+    pub(super) spans: Option<crate::http::request::Spans>,
     pub(super) vhost: usize,
     /// Its `Kind` for the logs' filters (`super::output::Kind`), field by field:
     /// `output` imports this module, so this one cannot name its type.

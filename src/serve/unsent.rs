@@ -16,7 +16,7 @@
 //! answered request is logged once, with its real size.
 
 use super::connection::Server;
-use super::cycle::{HeaderSlots, file_shrank};
+use super::cycle::file_shrank;
 use super::held::{Held, Layer, Next, Owed, Phase, Unsent};
 use super::input::Buffer;
 use super::observer::{ConnState, Observer};
@@ -38,15 +38,17 @@ impl Unsent {
         bytes_in: u64,
         body_done: bool,
     ) -> Box<Unsent> {
-        let (head, refused, vhost, kind, client, cached, upstream) = match *asked {
-            Asked::Request { vhost, kind, client, cached, upstream, .. } => {
-                (head.to_vec(), false, vhost, kind, Some(client), cached, upstream.cloned())
+        let (head, spans, vhost, kind, client, cached, upstream) = match *asked {
+            Asked::Request { req, vhost, kind, client, cached, upstream } => {
+                let spans = req.spans(head);
+                debug_assert!(spans.is_some(), "a request's fields lie in the head it was parsed from");
+                (head.to_vec(), spans, vhost, kind, Some(client), cached, upstream.cloned())
             }
-            Asked::Refused { line } => (line.to_vec(), true, 0, Kind::default(), None, None, None),
+            Asked::Refused { line } => (line.to_vec(), None, 0, Kind::default(), None, None, None),
         };
         let owed = Owed {
             head,
-            refused,
+            spans,
             vhost,
             internal: kind.internal,
             health: kind.health,
@@ -132,15 +134,11 @@ impl Server<'_> {
         let fields = tls.as_ref().and_then(|t| t.tls());
         // The head sent, for the record (the worker's buffer is the next answer's).
         self.out.writer.head = owed.response_head;
-        let mut slots = HeaderSlots::new();
-        let mut head = owed.head;
-        let parsed = if owed.refused {
-            None
-        } else {
-            // Served as 1.1 if it said `HTTP/1.2` to `1.9`, as when it was read.
-            request::serve_later_minor_as_11(&mut head);
-            request::parse(&head, slots.get(self.limits.max_headers), &self.limits).ok()
-        };
+        // The request again from the positions its fields had in its head: no second
+        // parse.
+        let mut slots = Vec::new();
+        let head = owed.head;
+        let parsed = owed.spans.as_ref().map(|s| s.view(&head, &mut slots));
         let asked = match (&parsed, owed.client) {
             (Some(req), Some(client)) => {
                 if let Err(e) = &answer.sent
