@@ -42,7 +42,7 @@ pub fn next_try(now: i64, failures: u32, retry_after: Option<i64>) -> i64 {
 
 /// One certificate's state as the master tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Life {
+pub struct CertRetry {
     /// Failures in a row since the last success.
     pub failures: u32,
     /// No try before this (after a failure).
@@ -53,7 +53,7 @@ pub struct Life {
 
 /// When the certificate is next asked for. `current`: the validity of the served
 /// certificate, `None` for a placeholder (or one that no longer covers the names).
-pub fn due(current: Option<(i64, i64)>, renew_before: Option<u64>, life: &Life) -> i64 {
+pub fn due(current: Option<(i64, i64)>, renew_before: Option<u64>, life: &CertRetry) -> i64 {
     let planned = current.map_or(0, |(from, to)| renew_at(from, to, renew_before));
     // Not again within the floor of one this process obtained (installed or not: a
     // reload that failed must not turn into an order a tick).
@@ -89,11 +89,11 @@ mod tests {
 
     #[test]
     fn due_times() {
-        let fresh = Life::default();
+        let fresh = CertRetry::default();
         // No certificate yet: now.
         assert_eq!(due(None, None, &fresh), 0);
         // A failure pushes it back.
-        let failed = Life { failures: 1, not_before_try: 500, obtained: 0 };
+        let failed = CertRetry { failures: 1, not_before_try: 500, obtained: 0 };
         assert_eq!(due(None, None, &failed), 500);
         // A stored certificate: a third of its life ahead.
         assert_eq!(due(Some((0, 90 * DAY)), None, &fresh), 60 * DAY);
@@ -101,7 +101,7 @@ mod tests {
         // again within the floor once this process got one.
         let long = Some(100 * 365 * DAY as u64);
         assert_eq!(due(Some((0, 90 * DAY)), long, &fresh), 0);
-        let got = Life { failures: 0, not_before_try: 0, obtained: 5000 };
+        let got = CertRetry { failures: 0, not_before_try: 0, obtained: 5000 };
         assert_eq!(due(Some((5000, 5000 + 90 * DAY)), long, &got), 5000 + RENEW_FLOOR);
         assert_eq!(due(None, None, &got), 5000 + RENEW_FLOOR, "obtained, but not installed");
     }

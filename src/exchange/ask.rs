@@ -56,7 +56,7 @@ impl Methods {
     /// Whether a request with `method` reaches the handler; when not, `reply` holds
     /// the answer.
     #[inline]
-    pub fn admit(self, method: Method, reply: &mut Reply<'_>) -> bool {
+    pub fn answers(self, method: Method, reply: &mut Reply<'_>) -> bool {
         match (self, method) {
             (Methods::Any, _) | (Methods::ReadOnly, Method::Get | Method::Head) => true,
             (Methods::ReadOnly, Method::Options) => {
@@ -86,7 +86,7 @@ mod tests {
         let mut extra = Vec::new();
         let says = |methods: Methods, method: Method, extra: &mut Vec<u8>| {
             let mut reply = Reply::new(extra);
-            if methods.admit(method, &mut reply) { None } else { Some(reply.status) }
+            if methods.answers(method, &mut reply) { None } else { Some(reply.status) }
         };
         assert_eq!(says(Methods::ReadOnly, Method::Get, &mut extra), None);
         assert_eq!(says(Methods::ReadOnly, Method::Head, &mut extra), None);

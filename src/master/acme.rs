@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use super::maintenance::Exit;
 use super::state::{Ending, Master, Running, unix_now};
 use crate::acme::child::{self, Plan, Report};
-use crate::acme::schedule::{self, Life};
+use crate::acme::schedule::{self, CertRetry};
 use crate::acme::store;
 use crate::acme::{Challenge, Settings};
 
@@ -185,7 +185,7 @@ impl Master {
         let now = unix_now();
         match taken {
             Taken::Stored(names) => {
-                self.acme.lives.insert(names, Life { failures: 0, not_before_try: 0, obtained: now });
+                self.acme.lives.insert(names, CertRetry { failures: 0, not_before_try: 0, obtained: now });
                 self.acme.install = true;
             }
             Taken::Failed(names, retry_after) => self.acme_failed(&names, retry_after, now),

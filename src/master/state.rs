@@ -182,7 +182,7 @@ impl Upgrade {
 pub(super) struct Acme {
     pub(super) running: Option<Running>,
     /// Per certificate (its names): failures, back-off, when obtained.
-    pub(super) lives: HashMap<Vec<String>, schedule::Life>,
+    pub(super) lives: HashMap<Vec<String>, schedule::CertRetry>,
     /// New certificates are stored: reload once the child is done.
     pub(super) install: bool,
 }
@@ -218,7 +218,7 @@ impl Acme {
     }
 
     /// When each certificate is next tried and how many tries failed in a row.
-    pub(super) fn life(&self, names: &[String]) -> schedule::Life {
+    pub(super) fn life(&self, names: &[String]) -> schedule::CertRetry {
         self.lives.get(names).copied().unwrap_or_default()
     }
 }

@@ -1,6 +1,7 @@
-//! Where the rules meet a request: [`admit`] before the handler (address, password,
-//! `return`), [`decorate`] after it (headers, `expires`, `charset`, and the
-//! compression of bodies pika makes itself: error pages, listings).
+//! Where the rules meet a request: [`Gate::admit`] (with its [`check`]) before the
+//! handler (address, password, `return`, `rewrite`), [`decorate`] after it (headers,
+//! `expires`, `charset`, and the compression of bodies pika makes itself: error
+//! pages, listings).
 //!
 //! A worker's verified credentials ([`basic::Verified`]) live here, its own: a worker
 //! serves one request at a time. The failing clients ([`basic::Failures`]) are the
@@ -73,7 +74,7 @@ impl Gate {
         {
             return true;
         }
-        admit(self, ask, reply)
+        check(self, ask, reply)
     }
 }
 
@@ -120,7 +121,7 @@ fn failures() -> Option<Failures<'static>> {
 
 /// Whether the request goes on to the handler; if not, `reply` holds the answer
 /// (403, 401, 400, 429, a `return` status or redirect).
-pub fn admit(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+pub fn check(gate: &Gate, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
     if gate.internal && !ask.redirected {
         // As nginx's `internal`: to a client the location is not there.
         reply.error(404, "The requested resource was not found.");

@@ -41,7 +41,7 @@ use super::decorate;
 use super::held::{Conn, Next, Unsent};
 use super::input::Input;
 use super::observer::{ConnState, Hooks, Observer, Relief};
-use super::output::{Answer, Asked, Delivery, Kind, Output};
+use super::output::{Answer, Asked, Delivery, LogTags, Output};
 use super::transport::{self, Transport};
 use crate::base::dummy;
 use crate::config::{Config, Http};
@@ -100,7 +100,7 @@ pub(super) struct Exchange<'s, 'r> {
     /// The route as positions: kept with the connection while the body is read.
     pub(super) picked: Option<Picked>,
     /// What the logs' filters need of the route.
-    pub(super) kind: Kind,
+    pub(super) kind: LogTags,
 }
 
 impl<'r> Exchange<'_, 'r> {
@@ -364,7 +364,7 @@ impl Answering<'_> {
         };
         let ask = Ask { req: ex.req, path, query: *query, client: ex.client.ip(), link, redirected: false };
         let (place, guards) = *routed;
-        if admit((place, guards), &ask, reply) {
+        if pass_gate((place, guards), &ask, reply) {
             place.handler.serve(&ask, reply);
         }
         // A handler's internal redirect, or the location's `rewrite`.
@@ -422,7 +422,7 @@ fn follow<'s>(site: &'s Site<'s>, mut place: &'s Place<'s>, ask: &Ask<'_>, reply
         let routed = site.place(site.pick(&clean.bytes));
         place = routed.0;
         reply.start_over();
-        if admit(routed, &next, reply) {
+        if pass_gate(routed, &next, reply) {
             place.handler.serve(&next, reply);
         }
     }
@@ -433,10 +433,10 @@ fn follow<'s>(site: &'s Site<'s>, mut place: &'s Place<'s>, ask: &Ask<'_>, reply
 /// regex location took the path from, the location's rules (who may ask: `allow`;
 /// [`crate::rules::Gate`]), then the methods its handler answers.
 #[inline(always)]
-fn admit((place, guards): Routed<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
+fn pass_gate((place, guards): Routed<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
     guards.is_none_or(|g| g.admit(ask, reply))
         && place.gate.admit(ask, reply)
-        && place.handler.methods().admit(ask.req.method, reply)
+        && place.handler.methods().answers(ask.req.method, reply)
 }
 
 /// Whether the server lets a connection take another request: keep-alive on, not
@@ -504,7 +504,7 @@ impl<'s> Router<'s> {
             vhost,
             to: None,
             picked: None,
-            kind: Kind::default(),
+            kind: LogTags::default(),
         };
         if kept.is_none() && self.answered_here(req, sni, &mut ex, reply) {
             return ex;

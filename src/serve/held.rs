@@ -196,8 +196,9 @@ pub(super) struct Owed {
     /// Where the request's fields lie in `head`, for the record (`None`: refused).
     pub(super) spans: Option<crate::http::request::Spans>,
     pub(super) vhost: usize,
-    /// Its `Kind` for the logs' filters (`super::output::Kind`), field by field:
-    /// `output` imports this module, so this one cannot name its type.
+    /// Its tags for the logs' filters (`super::output::LogTags`), field by field:
+    /// `output` imports this module (a connection's `Conn`), so this one does not
+    /// import `output`.
     pub(super) internal: bool,
     pub(super) health: bool,
     pub(super) auth: bool,

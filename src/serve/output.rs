@@ -41,7 +41,7 @@ pub(super) enum Asked<'a> {
     Request {
         req: &'a Request<'a>,
         vhost: usize,
-        kind: Kind,
+        kind: LogTags,
         client: std::net::IpAddr,
         cached: Option<bool>,
         upstream: Option<&'a Upstreamed>,
@@ -239,7 +239,7 @@ impl Output {
             // Of a refused head only the line is known; the default vhost logs it.
             Asked::Refused { line } => {
                 let method_end = line.iter().position(|&b| b == b' ').unwrap_or(line.len());
-                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, Kind::default(), conn.peer.ip())
+                (line, &line[..method_end], &b"-"[..], None, "HTTP/1.1", None, 0, LogTags::default(), conn.peer.ip())
             }
         };
         let headers_in = |name: &str| match asked {
@@ -300,7 +300,7 @@ impl Output {
 
 /// What kind of request it was, for the logs' filters.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Kind {
+pub(super) struct LogTags {
     /// The master's dummy request (its per-boot token).
     pub(super) internal: bool,
     /// Answered by a health-check location.

@@ -20,7 +20,7 @@ use super::cycle::file_shrank;
 use super::held::{Held, Layer, Next, Owed, Phase, Unsent};
 use super::input::Buffer;
 use super::observer::{ConnState, Observer};
-use super::output::{Answer, Asked, Kind};
+use super::output::{Answer, Asked, LogTags};
 use super::transport::{self, Transport};
 use crate::http::request;
 use crate::serve::tls::TlsStream;
@@ -44,7 +44,7 @@ impl Unsent {
                 debug_assert!(spans.is_some(), "a request's fields lie in the head it was parsed from");
                 (head.to_vec(), spans, vhost, kind, Some(client), cached, upstream.cloned())
             }
-            Asked::Refused { line } => (line.to_vec(), None, 0, Kind::default(), None, None, None),
+            Asked::Refused { line } => (line.to_vec(), None, 0, LogTags::default(), None, None, None),
         };
         let owed = Owed {
             head,
@@ -146,7 +146,7 @@ impl Server<'_> {
                 {
                     file_shrank(&self.sites[owed.vhost], req.target, e);
                 }
-                let kind = Kind { internal: owed.internal, health: owed.health, auth: owed.auth };
+                let kind = LogTags { internal: owed.internal, health: owed.health, auth: owed.auth };
                 let upstream = owed.upstream.as_ref();
                 Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached, upstream }
             }

@@ -204,7 +204,7 @@ impl StaticFiles<'_> {
     /// lets every method through for a script answers only GET and HEAD with
     /// files); when not, `reply` holds the answer.
     fn answers(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) -> bool {
-        !self.may_redirect() || Methods::ReadOnly.admit(ask.req.method, reply)
+        !self.may_redirect() || Methods::ReadOnly.answers(ask.req.method, reply)
     }
 
     /// Whether a request may be sent elsewhere to a script: by `try_files` (its last
