@@ -8,14 +8,13 @@
 
 use std::net::SocketAddr;
 
-use super::cycle::Exchange;
-use super::held::Next;
+use super::held::{Next, keep};
 use super::input::Input;
 use super::transport::Transport;
 use crate::config::Http;
-use crate::gateway::incoming::{BodyError, Incoming, Keep, Pace, RequestBody};
+use crate::gateway::incoming::{BodyError, Incoming, RequestBody};
 use crate::gateway::spool::Disk;
-use crate::http::request::{Framing, HttpError};
+use crate::http::request::{Framing, HttpError, Request};
 use crate::site::Picked;
 
 /// The bodies the cycle holds for the request being served.
@@ -65,17 +64,16 @@ impl Bodies {
         Next::Park
     }
 
-    /// Finds the body of the request `ex` (whose head is `head`): read whole for a
-    /// location that reads it, else dropped if it is all there.
+    /// Finds the body of `req` (whose head is `head`; from `peer`): read whole for a
+    /// location that `reads` it, else dropped if it is all there.
     pub(super) fn read(
         &mut self,
         input: &mut Input,
         t: &mut impl Transport,
-        ex: &Exchange<'_, '_>,
+        (req, reads, peer): (&Request<'_>, bool, SocketAddr),
         head: &[u8],
         http: &Http,
     ) -> Result<BodyState, HttpError> {
-        let (req, reads, peer) = (ex.req, ex.reads_body(), ex.peer);
         self.current = self.finished.take().map(|(body, wire_bytes)| {
             input.count(wire_bytes);
             body
@@ -109,23 +107,6 @@ impl Bodies {
             }
             Err(e) => Err(refusal(&e, peer)),
         }
-    }
-}
-
-/// How the config says request bodies are kept, counted in `disk` (whose caps the
-/// config sets).
-pub fn keep(http: &Http, disk: Disk) -> Keep {
-    let disk = disk.capped(http.body_spool_max_worker, http.body_spool_max);
-    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone(), disk }
-}
-
-/// How long the config lets a request body take.
-pub fn pace(http: &Http) -> Pace {
-    Pace {
-        timeout: http.body_timeout,
-        min_rate: http.body_min_rate,
-        max: http.body_timeout_max,
-        idle: http.body_idle_timeout,
     }
 }
 

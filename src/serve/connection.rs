@@ -363,7 +363,7 @@ impl<'c> Server<'c> {
             }
             Phase::Body(incoming) => {
                 // A body that did not come in time: 408, as for a head.
-                let why = incoming.late_why(&body::pace(&self.config.http), crate::base::clock::now_ms());
+                let why = incoming.late_why(&super::held::pace(&self.config.http), crate::base::clock::now_ms());
                 log::info!("{}: the request body timed out (408): {why}", h.conn.peer);
                 let line = request::request_line(&incoming.head).to_vec();
                 h.wait.enter(Phase::Head(Buffer::holding(line)));

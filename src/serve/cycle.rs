@@ -128,6 +128,13 @@ impl<'r> Exchange<'_, 'r> {
         Asked::Request { req: self.req, vhost: self.vhost, kind: self.kind, client: self.client.ip(), cached, upstream }
     }
 
+    /// What the read of its body needs: the request, whether its body is read
+    /// whole before it is answered, and the connection's peer.
+    #[inline(always)]
+    fn body_of(&self) -> (&'r Request<'r>, bool, SocketAddr) {
+        (self.req, self.reads_body(), self.peer)
+    }
+
     /// Whether its body is read whole before it is answered (scripts, the echo, a
     /// proxy, a location that rewrites or may redirect to a script).
     #[inline]
@@ -168,7 +175,7 @@ impl<'c> Server<'c> {
         let (mut reply, mut rooted, kept) = (Reply::new(&mut self.extra), Vec::new(), self.bodies.kept.take());
         let router = Router { sites: &self.sites, config: self.config, https: self.https_port, token: &self.token };
         let ex = router.route(&req, (t.tls().map(|f| f.sni), conn.peer), kept, &mut rooted, &mut reply);
-        let body = match self.bodies.read(&mut self.input, t, &ex, &self.req_head, &self.config.http) {
+        let body = match self.bodies.read(&mut self.input, t, ex.body_of(), &self.req_head, &self.config.http) {
             Ok(BodyState::Waits) => return self.bodies.wait_with(ex.vhost, ex.picked),
             Ok(body) => body,
             Err(e) => return self.refuse(t, conn, e, hooks),

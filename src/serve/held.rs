@@ -22,7 +22,7 @@ use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
 use crate::base::clock::now_ms;
 use crate::config::Http as HttpConfig;
-use crate::gateway::incoming::Incoming;
+use crate::gateway::incoming::{Incoming, Keep, Pace};
 use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
 use crate::serve::tls::Session;
@@ -70,7 +70,7 @@ pub const LEAVING_STALL_MS: u64 = 5000;
 /// of what it kept: `crate::fork::handover`), to go on under this worker's `http` limits,
 /// its file counted in this worker's `disk`.
 pub fn thaw_body(state: &[u8], file: std::fs::File, http: &HttpConfig, disk: Disk) -> Option<Incoming> {
-    Incoming::thaw(state, file, super::body::keep(http, disk))
+    Incoming::thaw(state, file, keep(http, disk))
 }
 
 /// A connection the worker holds.
@@ -376,7 +376,7 @@ impl Held {
         let wait = match &self.wait.phase {
             Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
-            Phase::Body(body) => return body.deadline_ms(&super::body::pace(http)),
+            Phase::Body(body) => return body.deadline_ms(&pace(http)),
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Idle => http.keepalive_timeout.as_millis() as u64,
             Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,
@@ -415,5 +415,22 @@ impl Drop for Held {
         if let Layer::Tls(s) = &mut self.layer {
             s.close(&self.stream);
         }
+    }
+}
+
+/// How the config says request bodies are kept, counted in `disk` (whose caps the
+/// config sets).
+pub fn keep(http: &HttpConfig, disk: Disk) -> Keep {
+    let disk = disk.capped(http.body_spool_max_worker, http.body_spool_max);
+    Keep { memory: http.client_body_buffer, max: http.max_body_size, dir: http.body_temp_dir.clone(), disk }
+}
+
+/// How long the config lets a request body take.
+pub fn pace(http: &HttpConfig) -> Pace {
+    Pace {
+        timeout: http.body_timeout,
+        min_rate: http.body_min_rate,
+        max: http.body_timeout_max,
+        idle: http.body_idle_timeout,
     }
 }
