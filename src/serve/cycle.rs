@@ -33,7 +33,7 @@ use std::time::SystemTime;
 use super::body::BodyState;
 use super::connection::Server;
 use super::decorate;
-use super::held::{Conn, Next, Unsent};
+use super::held::{Conn, Next, Owed, Unsent};
 use super::input::Input;
 use super::observer::{ConnState, Hooks, Observer, Relief};
 use super::output::{Answer, Asked, Delivery, Kind};
@@ -174,11 +174,14 @@ impl Server<'_> {
         // decorate
         let decor = answered_at.map(|place| &place.decor);
         decorate::decorate(&self.sites[route.vhost], decor, (&req, start), tls, &mut reply);
-        // deliver
-        let keep_alive = req.keep_alive
-            && body == BodyState::Done
-            && !reply.close
-            && may_keep_alive(&self.config.http, conn, hooks.obs);
+        // deliver (a 101 that carries its other end opens a tunnel: its head says
+        // no `Connection: close`, whatever the worker's state)
+        let switched = reply.switched.take().filter(|_| reply.status == 101 && body == BodyState::Done);
+        let keep_alive = switched.is_some()
+            || req.keep_alive
+                && body == BodyState::Done
+                && !reply.close
+                && may_keep_alive(&self.config.http, conn, hooks.obs);
         let how = Delivery { http11: req.http11, keep_alive, head_only: req.method == Method::Head };
         let cached = reply.cached;
         let upstream = reply.upstream.take();
@@ -198,6 +201,13 @@ impl Server<'_> {
             upstream: upstream.as_ref(),
         };
         let bytes_in = self.input.bytes_in();
+        if let Some(far) = switched
+            && answer.sent.is_ok()
+        {
+            let owed = Owed::new(&answer, &asked, &self.req_head, &self.out.writer.head, bytes_in, true);
+            let unsent = answer.rest.as_ref().map_or(&[][..], |r| &r.bytes[r.at..]);
+            return self.open_tunnel(far, owed, unsent);
+        }
         if answer.rest.is_some() {
             let head = &self.out.writer.head;
             self.unsent = Some(Unsent::owe(answer, &asked, &self.req_head, head, bytes_in, body == BodyState::Done));

@@ -8,8 +8,8 @@
 //! (the first is counted from the accept, the later ones from their first byte);
 //! for a location that reads bodies, the rest of its request's body; an answer the
 //! socket did not take whole, written as it drains (`super::unsent`); between
-//! requests idle (nothing of the next one read); at the end perhaps a
-//! lingering close. Only the request cycle ([`super::connection`]) moves a connection
+//! requests idle (nothing of the next one read); after a 101, a tunnel to the
+//! upstream (`super::tunnel`); at the end perhaps a lingering close. Only the request cycle ([`super::connection`]) moves a connection
 //! from one phase to the next; the worker asks when its wait runs out
 //! ([`Held::deadline_ms`]) and whether it may leave this process
 //! ([`Held::can_hand_over`]).
@@ -20,6 +20,7 @@ use std::time::SystemTime;
 
 use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
+use super::tunnel::Tunnel;
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
 use crate::gateway::incoming::Incoming;
@@ -123,6 +124,9 @@ pub(super) enum Phase {
     Writing(Box<Unsent>),
     /// Between requests, nothing of the next one read (`keepalive_timeout`).
     Idle,
+    /// Switched protocols: bytes relayed between the client and an upstream, both
+    /// ways (`tunnel_timeout` since the last that moved).
+    Tunnel(Box<Tunnel>),
     /// Shut for writing; what still comes is read and dropped.
     Lingering { drained: usize },
 }
@@ -141,7 +145,8 @@ impl Wait {
     pub(super) fn enter(&mut self, phase: Phase) {
         let restart = matches!(
             (&self.phase, &phase),
-            (_, Phase::Idle | Phase::Lingering { .. } | Phase::Writing(_)) | (Phase::Idle, Phase::Head(_))
+            (_, Phase::Idle | Phase::Lingering { .. } | Phase::Writing(_) | Phase::Tunnel(_))
+                | (Phase::Idle, Phase::Head(_))
         );
         if restart {
             self.since_ms = now_ms();
@@ -217,6 +222,9 @@ pub enum Watch {
     Input,
     Room,
     Both,
+    /// Nothing for now (a tunnel's side that waits on the other): out of the set,
+    /// so a hang-up it cannot act on yet does not wake the worker again and again.
+    Neither,
 }
 
 /// What the worker does with a connection after a turn on it.
@@ -339,6 +347,22 @@ impl Held {
         matches!(self.wait.phase, Phase::Writing(_))
     }
 
+    /// A tunnel to an upstream, after a 101.
+    pub fn tunnel(&self) -> bool {
+        matches!(self.wait.phase, Phase::Tunnel(_))
+    }
+
+    /// A tunnel that does not yet drain (the worker leaving ends it).
+    pub fn tunnel_open(&self) -> bool {
+        matches!(&self.wait.phase, Phase::Tunnel(t) if !t.draining)
+    }
+
+    /// A tunnel's upstream socket, and what it is watched for.
+    pub fn far(&self) -> Option<(BorrowedFd<'_>, Watch)> {
+        let Phase::Tunnel(t) = &self.wait.phase else { return None };
+        Some(t.far_watch(matches!(&self.layer, Layer::Tls(s) if s.wants_write())))
+    }
+
     /// What the worker watches the socket for: input; room alone while an answer
     /// waits (no next request is read meanwhile); or both while a TLS session's
     /// sealed records wait (the rest of a handshake's flight, which the client waits
@@ -348,6 +372,7 @@ impl Held {
     pub fn watch(&self) -> Watch {
         match (&self.layer, &self.wait.phase) {
             (_, Phase::Writing(_)) => Watch::Room,
+            (layer, Phase::Tunnel(t)) => t.client_watch(matches!(layer, Layer::Tls(s) if s.wants_write())),
             (Layer::Tls(s), phase) if s.wants_write() && !matches!(phase, Phase::Lingering { .. }) => Watch::Both,
             _ => Watch::Input,
         }
@@ -357,8 +382,9 @@ impl Held {
     /// handshake or a head, a request body's own ([`Incoming::deadline_ms`]), `send_timeout` since an answer's last write that moved
     /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`; and for
     /// an answer streamed from a script, no later than the script's own end,
-    /// [`Held::source_late`]), `keepalive_timeout` between requests, `LINGER_MS`
-    /// for a lingering close.
+    /// [`Held::source_late`]), `keepalive_timeout` between requests, a tunnel's
+    /// `tunnel_timeout` since it last moved bytes (a draining one's
+    /// [`LEAVING_STALL_MS`] at most), `LINGER_MS` for a lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig, leaving: bool) -> u64 {
         if let Phase::Writing(u) = &self.wait.phase
             && let Some(until) = u.rest.until_ms()
@@ -371,6 +397,9 @@ impl Held {
             Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
             Phase::Body(body) => return body.deadline_ms(&super::body::pace(http)),
+            // Draining (the worker leaves): what it keeps is written for a moment.
+            Phase::Tunnel(t) if t.draining => t.idle_ms.min(LEAVING_STALL_MS),
+            Phase::Tunnel(t) => t.idle_ms,
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Idle => http.keepalive_timeout.as_millis() as u64,
             Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,

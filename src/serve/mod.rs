@@ -5,7 +5,8 @@
 //! ([`connection`]), the stages that serve one request (`cycle`: read, route,
 //! admit, answer, decorate (`decorate`), deliver, account), the answer's delivery
 //! and its access-log record (`output`), an answer the socket did not take whole,
-//! written as it drains (`unsent`), and the worker's view into all of it
+//! written as it drains (`unsent`), a connection that switched protocols, its
+//! bytes relayed to an upstream (`tunnel`), and the worker's view into all of it
 //! ([`observer`]).
 //!
 //! The protocol's own rules (parsing, paths, ranges, preconditions, the response
@@ -22,4 +23,5 @@ pub mod input;
 pub mod observer;
 mod output;
 pub mod transport;
+mod tunnel;
 mod unsent;

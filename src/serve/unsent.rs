@@ -37,13 +37,30 @@ impl Unsent {
         bytes_in: u64,
         body_done: bool,
     ) -> Box<Unsent> {
+        let owed = Owed::new(&answer, asked, head, response_head, bytes_in, body_done);
+        let rest = answer.rest.take().expect("an answer with a rest");
+        Box::new(Unsent { rest, owed, input: Buffer::default() })
+    }
+}
+
+impl Owed {
+    /// What the record of `answer` to `asked` (whose head is `head`) needs once it
+    /// is out; `response_head`: the head sent.
+    pub(super) fn new(
+        answer: &Answer,
+        asked: &Asked<'_>,
+        head: &[u8],
+        response_head: &[u8],
+        bytes_in: u64,
+        body_done: bool,
+    ) -> Owed {
         let (head, refused, vhost, kind, client, cached, upstream) = match *asked {
             Asked::Request { vhost, kind, client, cached, upstream, .. } => {
                 (head.to_vec(), false, vhost, kind, Some(client), cached, upstream.cloned())
             }
             Asked::Refused { line } => (line.to_vec(), true, 0, Kind::default(), None, None, None),
         };
-        let owed = Owed {
+        Owed {
             head,
             refused,
             vhost,
@@ -60,9 +77,7 @@ impl Unsent {
             bytes_in,
             response_head: response_head.to_vec(),
             body_done,
-        };
-        let rest = answer.rest.take().expect("an answer with a rest");
-        Box::new(Unsent { rest, owed, input: Buffer::default() })
+        }
     }
 }
 
@@ -94,12 +109,14 @@ impl Server<'_> {
 
     /// The worker stops at once (`TERM`: a fast stop, the watchdog, the master's
     /// death): an answer still being written to `h` is accounted and logged as cut
-    /// (`%X` is `X`), with the bytes sent so far. Any other phase has no answer to
-    /// account.
+    /// (`%X` is `X`), with the bytes sent so far, and so is a tunnel with the bytes
+    /// it relayed. Any other phase has no answer to account.
     pub fn cut_short(&mut self, h: &mut Held, obs: &mut dyn Observer) {
-        if matches!(h.wait.phase, Phase::Writing(_)) {
-            let stop = std::io::Error::new(std::io::ErrorKind::Interrupted, "the worker stopped");
-            let _ = self.finish_answer(h, Err(stop), obs);
+        let stop = || std::io::Error::new(std::io::ErrorKind::Interrupted, "the worker stopped");
+        match h.wait.phase {
+            Phase::Writing(_) => drop(self.finish_answer(h, Err(stop()), obs)),
+            Phase::Tunnel(_) => drop(self.end_tunnel(h, Err(stop()), obs)),
+            _ => {}
         }
     }
 
@@ -112,6 +129,7 @@ impl Server<'_> {
         // Idle from now: the keep-alive wait starts when the answer is out.
         h.wait.enter(Phase::Idle);
         let Unsent { rest, owed, input } = *u;
+        let owed_bytes_in = owed.bytes_in;
         let answer = Answer {
             status: owed.status,
             body_bytes: rest.streamed().unwrap_or(owed.body_bytes),
@@ -122,6 +140,42 @@ impl Server<'_> {
             start: owed.start,
             duration: owed.start.elapsed().unwrap_or_default(),
         };
+        let (keep_alive, body_done) = (owed.keep_alive, owed.body_done);
+        let buffered = self.record(h, owed, &answer, owed_bytes_in, obs);
+        if answer.sent.is_err() {
+            return Next::Close;
+        }
+        let unread = !input.is_empty() || buffered;
+        if keep_alive {
+            // The next request, already here, is served (with `Connection: close`
+            // if the worker is leaving); else the connection waits for one, or, if
+            // the worker was told to leave while it wrote, is closed at this
+            // request boundary.
+            h.wait.keep(input);
+            if unread {
+                return Next::Again;
+            }
+            if !obs.must_close() {
+                return Next::Park;
+            }
+            obs.state(ConnState::Closing);
+            return Next::Close;
+        }
+        obs.state(ConnState::Closing);
+        if !body_done || unread { h.linger(&mut self.input) } else { Next::Close }
+    }
+
+    /// Makes the access-log record (and the count in the metrics) of an answer that
+    /// waited with its connection, from what it `owed`: `bytes_in`, the client's
+    /// bytes. True when a TLS session holds decrypted input (the next request).
+    pub(super) fn record(
+        &mut self,
+        h: &mut Held,
+        owed: Owed,
+        answer: &Answer,
+        bytes_in: u64,
+        obs: &mut dyn Observer,
+    ) -> bool {
         let mut stage = std::mem::take(&mut self.tls_stage);
         let mut tls = match &mut h.layer {
             Layer::Tls(s) => Some(TlsStream::new(&h.stream, s, &mut stage)),
@@ -152,30 +206,10 @@ impl Server<'_> {
             }
             _ => Asked::Refused { line: request::request_line(&head) },
         };
-        self.out.account(self.config, &h.conn, &asked, &answer, owed.bytes_in, fields, obs);
+        self.out.account(self.config, &h.conn, &asked, answer, bytes_in, fields, obs);
         let buffered = tls.as_mut().is_some_and(|t| t.buffered());
         drop(tls);
         self.tls_stage = stage;
-        if answer.sent.is_err() {
-            return Next::Close;
-        }
-        let unread = !input.is_empty() || buffered;
-        if answer.keep_alive {
-            // The next request, already here, is served (with `Connection: close`
-            // if the worker is leaving); else the connection waits for one, or, if
-            // the worker was told to leave while it wrote, is closed at this
-            // request boundary.
-            h.wait.keep(input);
-            if unread {
-                return Next::Again;
-            }
-            if !obs.must_close() {
-                return Next::Park;
-            }
-            obs.state(ConnState::Closing);
-            return Next::Close;
-        }
-        obs.state(ConnState::Closing);
-        if !owed.body_done || unread { h.linger(&mut self.input) } else { Next::Close }
+        buffered
     }
 }

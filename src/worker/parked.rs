@@ -31,6 +31,9 @@ pub(super) struct Table {
     pub(super) slots: Vec<Option<Held>>,
     /// What each slot's socket is watched for.
     watch: Vec<Watch>,
+    /// What a tunnel's upstream socket is watched for (`Watch::Neither`: none in
+    /// the set).
+    far: Vec<Watch>,
     free: Vec<usize>,
     pub(super) len: usize,
 }
@@ -43,11 +46,13 @@ impl Table {
             Some(i) => {
                 self.slots[i] = Some(h);
                 self.watch[i] = watch;
+                self.far[i] = Watch::Neither;
                 i
             }
             None => {
                 self.slots.push(Some(h));
                 self.watch.push(watch);
+                self.far.push(Watch::Neither);
                 self.slots.len() - 1
             }
         }
@@ -81,35 +86,50 @@ impl Table {
 
 impl Parked {
     /// Puts a connection back after a turn, watched from now on for what it waits
-    /// for: input, or room for an answer.
+    /// for: input, or room for an answer (and a tunnel's upstream socket for what
+    /// it waits for, tagged [`FAR`]).
     #[inline]
     pub(super) fn put_back(&mut self, i: usize, h: Held) {
         let watch = h.watch();
         if watch != self.table.watch[i] {
-            let ev = EpollEvent::new(interest(watch), i as u64);
-            match self.epoll.modify(h.stream().as_fd(), &mut { ev }) {
+            match rewatch(&self.epoll, h.stream().as_fd(), i as u64, self.table.watch[i], watch) {
                 Ok(()) => self.table.watch[i] = watch,
                 Err(e) => log::warn!("cannot watch connection {i}: {e}"),
             }
         }
+        self.watch_far(i, &h);
         self.table.put_back(i, h);
     }
 
+    /// Watches a tunnel's upstream socket for what it waits for now.
+    pub(super) fn watch_far(&mut self, i: usize, h: &Held) {
+        let Some((fd, watch)) = h.far() else { return };
+        let was = self.table.far[i];
+        if watch != was {
+            match rewatch(&self.epoll, fd, FAR | i as u64, was, watch) {
+                Ok(()) => self.table.far[i] = watch,
+                Err(e) => log::warn!("cannot watch the upstream of tunnel {i}: {e}"),
+            }
+        }
+    }
+
     /// Connections kept alive (held between requests: waiting for a request, or
-    /// for the rest of one), answers waiting for room in their socket, and
-    /// lingering closes.
-    pub(super) fn counts(&self) -> (u32, u32, u32) {
-        let (mut keepalive, mut writing, mut closing) = (0, 0, 0);
+    /// for the rest of one), answers waiting for room in their socket, lingering
+    /// closes, and tunnels.
+    pub(super) fn counts(&self) -> (u32, u32, u32, u32) {
+        let (mut keepalive, mut writing, mut closing, mut tunnels) = (0, 0, 0, 0);
         for h in self.table.slots.iter().flatten() {
             if h.lingering() {
                 closing += 1;
             } else if h.writing() {
                 writing += 1;
+            } else if h.tunnel() {
+                tunnels += 1;
             } else {
                 keepalive += 1;
             }
         }
-        (keepalive, writing, closing)
+        (keepalive, writing, closing, tunnels)
     }
 
     /// A script keeps the worker (`Relief::Bodies`: it is about to run one with a
@@ -209,12 +229,28 @@ impl Parked {
     }
 }
 
+/// The tag of a tunnel's upstream socket: its connection's index with this bit.
+/// Below the worker's other tags (`events`), above any index.
+pub(super) const FAR: u64 = 1 << 59;
+
+/// Moves a socket's registration from `was` to `now`: out of the set for
+/// `Watch::Neither` (a hang-up it cannot act on would wake the worker again and
+/// again), back in when it waits for something again.
+fn rewatch(epoll: &Epoll, fd: std::os::fd::BorrowedFd<'_>, tag: u64, was: Watch, now: Watch) -> nix::Result<()> {
+    match (was, now) {
+        (_, Watch::Neither) => epoll.delete(fd),
+        (Watch::Neither, now) => epoll.add(fd, EpollEvent::new(interest(now), tag)),
+        (_, now) => epoll.modify(fd, &mut EpollEvent::new(interest(now), tag)),
+    }
+}
+
 /// The `epoll` events for what a connection is watched for (level-triggered).
 pub(super) fn interest(watch: Watch) -> EpollFlags {
     match watch {
         Watch::Input => EpollFlags::EPOLLIN,
         Watch::Room => EpollFlags::EPOLLOUT,
         Watch::Both => EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT,
+        Watch::Neither => EpollFlags::empty(),
     }
 }
 
@@ -229,8 +265,9 @@ pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
 /// Writes what a worker holds into its scoreboard slot (the status page's async
 /// connections).
 pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
-    let (keepalive, writing, closing) = parked.counts();
+    let (keepalive, writing, closing, tunnels) = parked.counts();
     slot.conns_keepalive.store(keepalive, Relaxed);
     slot.conns_writing.store(writing, Relaxed);
     slot.conns_closing.store(closing, Relaxed);
+    slot.conns_tunnels.store(tunnels, Relaxed);
 }
