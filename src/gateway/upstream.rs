@@ -540,6 +540,38 @@ mod tests {
     }
 
     #[test]
+    fn an_upgrade_is_passed_only_when_asked_and_allowed() {
+        let h = |name, value: &'static [u8]| httparse::Header { name, value };
+        let ws = vec!["websocket".to_string()];
+        let asked = [h("Connection", b"keep-alive, Upgrade"), h("Upgrade", b"WebSocket")];
+        assert_eq!(upgrade_asked(&asked, true, &ws).as_deref(), Some(&b"WebSocket"[..]));
+        assert_eq!(upgrade_asked(&asked, false, &ws), None, "HTTP/1.0: ignored");
+        assert_eq!(upgrade_asked(&asked, true, &[]), None, "proxy_upgrade = []");
+        assert_eq!(upgrade_asked(&asked[1..], true, &ws), None, "Upgrade not named in Connection");
+        let two = [h("Connection", b"upgrade"), h("Upgrade", b"h2c, websocket/13")];
+        assert_eq!(upgrade_asked(&two, true, &ws).as_deref(), Some(&b"websocket/13"[..]), "the allowed ones");
+        let other = [h("Connection", b"upgrade"), h("Upgrade", b"h2c")];
+        assert_eq!(upgrade_asked(&other, true, &ws), None);
+
+        // Passed with both headers, the client's own dropped.
+        let f = Forwarding { upgrade: Some(b"websocket"), ..forwarding("192.0.2.7".parse().unwrap(), None) };
+        let head = String::from_utf8(request_head(&f, &asked)).unwrap();
+        assert!(head.ends_with("\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"), "{head}");
+        assert_eq!(head.matches("Upgrade").count(), 2, "{head}");
+    }
+
+    #[test]
+    fn a_101_is_an_answer_with_no_body_and_its_protocol() {
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                    Sec-WebSocket-Accept: abc=\r\n\r\n\x81\x02hi";
+        let h = parse_head(raw, false, 65536).unwrap().unwrap();
+        assert_eq!((h.status, h.interim, h.keep, h.framing), (101, false, false, Framing::None));
+        assert_eq!(h.upgrade.as_deref(), Some(&b"websocket"[..]));
+        assert_eq!(h.block, b"Status: 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\n\r\n");
+        assert_eq!(&raw[h.len..], b"\x81\x02hi", "the new protocol's first bytes are left");
+    }
+
+    #[test]
     fn the_answer_head_becomes_a_header_block_with_its_framing() {
         let got = |raw: &[u8], head_req| parse_head(raw, head_req, 65536);
         let raw = b"HTTP/1.1 200 OK\r\nServer: gunicorn\r\nDate: x\r\nContent-Length: 5\r\nSet-Cookie: a\r\n\r\nhello";

@@ -62,7 +62,7 @@ pub struct Server<'c> {
     pub(super) answers: Place,
     /// A tunnel just opened by a 101, on its way from the request's stages to its
     /// connection's phase (`Phase::Tunnel`).
-    pub(super) tunnel: Option<Box<super::tunnel::Tunnel>>,
+    pub(super) tunnel: Option<Box<super::held::tunnel::Tunnel<super::held::Owed>>>,
     /// What tunnels read into, reused (allocated by the first).
     pub(super) tunnel_scratch: Vec<u8>,
 }

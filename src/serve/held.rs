@@ -9,10 +9,12 @@
 //! for a location that reads bodies, the rest of its request's body; an answer the
 //! socket did not take whole, written as it drains (`super::unsent`); between
 //! requests idle (nothing of the next one read); after a 101, a tunnel to the
-//! upstream (`super::tunnel`); at the end perhaps a lingering close. Only the request cycle ([`super::connection`]) moves a connection
+//! upstream ([`tunnel`]); at the end perhaps a lingering close. Only the request cycle ([`super::connection`]) moves a connection
 //! from one phase to the next; the worker asks when its wait runs out
 //! ([`Held::deadline_ms`]) and whether it may leave this process
 //! ([`Held::can_hand_over`]).
+
+pub(super) mod tunnel;
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -20,13 +22,13 @@ use std::time::SystemTime;
 
 use super::input::{Buffer, Input};
 use super::transport::{Rest, Transport};
-use super::tunnel::Tunnel;
 use crate::clock::now_ms;
 use crate::config::Http as HttpConfig;
 use crate::gateway::incoming::Incoming;
 use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
 use crate::tls::stream::Session;
+use tunnel::Tunnel;
 
 /// What is known of one connection between its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +128,7 @@ pub(super) enum Phase {
     Idle,
     /// Switched protocols: bytes relayed between the client and an upstream, both
     /// ways (`tunnel_timeout` since the last that moved).
-    Tunnel(Box<Tunnel>),
+    Tunnel(Box<Tunnel<Owed>>),
     /// Shut for writing; what still comes is read and dropped.
     Lingering { drained: usize },
 }
@@ -225,6 +227,18 @@ pub enum Watch {
     /// Nothing for now (a tunnel's side that waits on the other): out of the set,
     /// so a hang-up it cannot act on yet does not wake the worker again and again.
     Neither,
+}
+
+impl Watch {
+    /// The watch for a socket that waits for `input`, `room`, both or neither.
+    fn of(input: bool, room: bool) -> Watch {
+        match (input, room) {
+            (true, true) => Watch::Both,
+            (true, false) => Watch::Input,
+            (false, true) => Watch::Room,
+            (false, false) => Watch::Neither,
+        }
+    }
 }
 
 /// What the worker does with a connection after a turn on it.
@@ -360,7 +374,8 @@ impl Held {
     /// A tunnel's upstream socket, and what it is watched for.
     pub fn far(&self) -> Option<(BorrowedFd<'_>, Watch)> {
         let Phase::Tunnel(t) = &self.wait.phase else { return None };
-        Some(t.far_watch(matches!(&self.layer, Layer::Tls(s) if s.wants_write())))
+        let (fd, input, room) = t.far_waits(matches!(&self.layer, Layer::Tls(s) if s.wants_write()));
+        Some((fd, Watch::of(input, room)))
     }
 
     /// What the worker watches the socket for: input; room alone while an answer
@@ -372,7 +387,10 @@ impl Held {
     pub fn watch(&self) -> Watch {
         match (&self.layer, &self.wait.phase) {
             (_, Phase::Writing(_)) => Watch::Room,
-            (layer, Phase::Tunnel(t)) => t.client_watch(matches!(layer, Layer::Tls(s) if s.wants_write())),
+            (layer, Phase::Tunnel(t)) => {
+                let (input, room) = t.client_waits(matches!(layer, Layer::Tls(s) if s.wants_write()));
+                Watch::of(input, room)
+            }
             (Layer::Tls(s), phase) if s.wants_write() && !matches!(phase, Phase::Lingering { .. }) => Watch::Both,
             _ => Watch::Input,
         }

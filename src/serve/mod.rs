@@ -6,7 +6,7 @@
 //! admit, answer, decorate (`decorate`), deliver, account), the answer's delivery
 //! and its access-log record (`output`), an answer the socket did not take whole,
 //! written as it drains (`unsent`), a connection that switched protocols, its
-//! bytes relayed to an upstream (`tunnel`), and the worker's view into all of it
+//! bytes relayed to an upstream (`relay`; its state is `held::tunnel`), and the worker's view into all of it
 //! ([`observer`]).
 //!
 //! The protocol's own rules (parsing, paths, ranges, preconditions, the response
@@ -22,6 +22,6 @@ pub mod held;
 pub mod input;
 pub mod observer;
 mod output;
+mod relay;
 pub mod transport;
-mod tunnel;
 mod unsent;

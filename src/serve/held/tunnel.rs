@@ -1,6 +1,7 @@
-//! A connection that switched protocols (a WebSocket through a proxy location): once
-//! the upstream's `101 Switching Protocols` is sent, the worker's loop relays bytes
-//! between the client and the upstream, both ways, as they come.
+//! A connection that switched protocols (a WebSocket through a proxy location), as
+//! a worker holds it (`Phase::Tunnel`): once the upstream's `101 Switching
+//! Protocols` is sent, the worker's loop relays bytes between the client and the
+//! upstream, both ways, as they come (its turns and its end: `crate::serve::relay`).
 //!
 //! A tunnel is two sockets in the worker's set (`Phase::Tunnel`): the client's,
 //! through its TLS session on an HTTPS port, and the upstream's. Neither is waited
@@ -13,10 +14,9 @@
 //! the other's sending side, a TLS `close_notify`) once what came before it is
 //! written; the tunnel ends when both ways have ended, when either side fails,
 //! when it carries nothing either way for its `tunnel_timeout`, or when the worker
-//! leaves (`Server::drain_tunnel`: nothing more is read, what is kept is written
-//! for a moment, then both sides are closed). Its one access-log record is made
-//! then ([`Server::end_tunnel`]): status 101, the bytes each way, the time it
-//! lasted.
+//! leaves (draining: nothing more is read, what is kept is written for a moment,
+//! then both sides are closed). Its one access-log record is made then: status
+//! 101, the bytes each way, the time it lasted.
 
 use std::io;
 use std::net::TcpStream;
@@ -24,18 +24,14 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::sys::socket::{MsgFlags, Shutdown, recv, send, shutdown};
 
-use super::connection::Server;
-use super::held::{Held, Layer, Next, Owed, Phase, Watch};
-use super::observer::{ConnState, Observer};
-use super::output::Answer;
-use super::transport::Transport;
 use crate::http::response::Switched;
+use crate::serve::transport::Transport;
 use crate::tls::stream::TlsStream;
 
 /// What one read takes at most, from either side: a TLS record's plaintext. A read
 /// is made only when nothing waits for the other side, so this is also the most a
 /// tunnel keeps for a side that does not take it.
-const PIECE: usize = 16 * 1024;
+pub(crate) const PIECE: usize = 16 * 1024;
 
 /// What a turn moves at most before the worker's other connections get theirs (a
 /// tunnel with more is served again after them).
@@ -75,8 +71,9 @@ struct End {
     write_shut: bool,
 }
 
-/// A tunnel between a client and an upstream (see the module's words).
-pub(super) struct Tunnel {
+/// A tunnel between a client and an upstream (see the module's words), with `R`,
+/// what the record of its end needs (the request and its 101).
+pub(crate) struct Tunnel<R> {
     far: OwnedFd,
     /// From the client, not yet taken by the upstream.
     to_far: Pending,
@@ -88,34 +85,26 @@ pub(super) struct Tunnel {
     /// The client's `close_notify` is sealed (a TLS client's half close).
     notified: bool,
     /// Bytes relayed: from the client to the upstream, and back.
-    up: u64,
-    down: u64,
-    pub(super) idle_ms: u64,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) idle_ms: u64,
     /// The worker leaves: nothing more is read; once what is kept is written, both
     /// sides are closed.
-    pub(super) draining: bool,
-    /// The record its end makes: the request and its 101.
-    owed: Owed,
+    pub(crate) draining: bool,
+    /// What the record of its end needs.
+    pub(crate) owed: R,
 }
 
-/// The watch for a socket that waits for `input`, `room`, both or neither.
-fn watch(input: bool, room: bool) -> Watch {
-    match (input, room) {
-        (true, true) => Watch::Both,
-        (true, false) => Watch::Input,
-        (false, true) => Watch::Room,
-        (false, false) => Watch::Neither,
-    }
-}
-
-impl Tunnel {
+impl<R> Tunnel<R> {
     /// A tunnel for the 101 just sent: `unsent`, what the client's socket did not
     /// take of its head; `from_client`, what the client sent after its request.
-    pub(super) fn new(far: Switched, owed: Owed, unsent: &[u8], from_client: Vec<u8>) -> Tunnel {
+    pub(crate) fn new(far: Switched, owed: R, unsent: &[u8], from_client: Vec<u8>) -> Tunnel<R> {
         let mut to_client = Pending::default();
         to_client.keep(unsent);
         to_client.keep(&far.early);
         let idle_ms = far.idle.as_millis() as u64;
+        // The upstream's bytes after its head count as relayed; the 101's are the head's.
+        let down = far.early.len() as u64;
         Tunnel {
             far: far.far,
             to_far: Pending { bytes: from_client, at: 0 },
@@ -124,28 +113,28 @@ impl Tunnel {
             upstream: End::default(),
             notified: false,
             up: 0,
-            down: 0,
+            down,
             idle_ms,
             draining: false,
             owed,
         }
     }
 
-    /// What the client's socket is watched for; `sealed`: a TLS session holds
-    /// records to write.
-    pub(super) fn client_watch(&self, sealed: bool) -> Watch {
+    /// Whether the client's socket is watched for input, and for room; `sealed`:
+    /// a TLS session holds records to write.
+    pub(crate) fn client_waits(&self, sealed: bool) -> (bool, bool) {
         let input = !self.client.read_done && !self.draining && self.to_far.is_empty();
-        watch(input, !self.to_client.is_empty() || sealed)
+        (input, !self.to_client.is_empty() || sealed)
     }
 
-    /// The upstream's socket and what it is watched for.
-    pub(super) fn far_watch(&self, sealed: bool) -> (BorrowedFd<'_>, Watch) {
+    /// The upstream's socket, and whether it is watched for input, and for room.
+    pub(crate) fn far_waits(&self, sealed: bool) -> (BorrowedFd<'_>, bool, bool) {
         let input = !self.upstream.read_done && !self.draining && self.to_client.is_empty() && !sealed;
-        (self.far.as_fd(), watch(input, !self.to_far.is_empty()))
+        (self.far.as_fd(), input, !self.to_far.is_empty())
     }
 
     /// Both ways have ended (or, draining, all that was kept is written).
-    fn ended(&self) -> bool {
+    pub(crate) fn ended(&self) -> bool {
         self.client.write_shut
             && self.upstream.write_shut
             && (self.draining || (self.client.read_done && self.upstream.read_done))
@@ -154,7 +143,7 @@ impl Tunnel {
     /// Moves what has arrived each way, as far as the other side takes it now, and
     /// passes on ends of stream. Returns the bytes moved, and whether it stopped at
     /// its budget (or with decrypted input held) with more to do.
-    fn turn(&mut self, client: &mut Client<'_, '_>, scratch: &mut [u8]) -> io::Result<(u64, bool)> {
+    pub(crate) fn turn(&mut self, client: &mut Client<'_, '_>, scratch: &mut [u8]) -> io::Result<(u64, bool)> {
         let mut moved = 0;
         let mut more = false;
         // From the upstream to the client.
@@ -236,7 +225,7 @@ fn put_far(far: BorrowedFd<'_>, bytes: &[u8], pending: &mut Pending) -> io::Resu
 }
 
 /// The client's side of a tunnel for one turn: its socket, or its TLS session.
-enum Client<'t, 's> {
+pub(crate) enum Client<'t, 's> {
     Plain(&'t TcpStream),
     Tls(TlsStream<'s>),
 }
@@ -314,82 +303,92 @@ impl Client<'_, '_> {
     }
 }
 
-impl Server<'_> {
-    /// The 101 of a request whose reply switched protocols went (as far as the
-    /// socket took it: `unsent`, the rest of its head): the connection becomes a
-    /// tunnel to `far`, with what the client sent after its request (`Next::Again`:
-    /// its first turn relays what is there). `owed`: the record its end makes.
-    pub(super) fn open_tunnel(&mut self, far: Switched, owed: Owed, unsent: &[u8]) -> Next {
-        let from_client = self.input.take_unread();
-        self.tunnel = Some(Box::new(Tunnel::new(far, owed, unsent, from_client)));
-        Next::Again
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// A tunnel between a loopback TCP connection (`user` is the client's end) and
+    /// a unix socket pair (`upstream` is the upstream's end), both non-blocking.
+    fn tunnel() -> (Tunnel<()>, TcpStream, TcpStream, UnixStream) {
+        let (far, upstream) = UnixStream::pair().unwrap();
+        far.set_nonblocking(true).unwrap();
+        upstream.set_nonblocking(true).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let user = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (client, _) = l.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        user.set_nonblocking(true).unwrap();
+        let switched = Switched { far: far.into(), early: b"early ".to_vec(), idle: Duration::from_secs(60) };
+        (Tunnel::new(switched, (), b"HTTP/1.1 101 \r\n\r\n", b"first".to_vec()), client, user, upstream)
     }
 
-    /// A turn on a tunnel: its sockets have input or room (or broke). Relays what
-    /// they take; at its end, the record and the close.
-    pub(super) fn relay(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
-        let Phase::Tunnel(tunnel) = &mut h.wait.phase else { return Next::Park };
-        let mut scratch = std::mem::take(&mut self.tunnel_scratch);
-        scratch.resize(PIECE, 0);
-        let mut stage = std::mem::take(&mut self.tls_stage);
-        let mut client = match &mut h.layer {
-            Layer::Plain | Layer::PlainOnTlsPort => Client::Plain(&h.stream),
-            Layer::Tls(s) => Client::Tls(TlsStream::new(&h.stream, s, &mut stage)),
-        };
-        let step = tunnel.turn(&mut client, &mut scratch);
-        drop(client);
-        self.tls_stage = stage;
-        self.tunnel_scratch = scratch;
-        match step {
-            Ok((moved, more)) => {
-                let ended = tunnel.ended();
-                if moved > 0 {
-                    h.wait.progress();
-                }
-                if ended {
-                    return self.end_tunnel(h, Ok(()), obs);
-                }
-                if more { Next::Again } else { Next::Park }
+    fn drain(s: &mut impl Read, into: &mut Vec<u8>) -> bool {
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => into.extend_from_slice(&buf[..n]),
+                Err(_) => return false,
             }
-            Err(e) => self.end_tunnel(h, Err(e), obs),
         }
     }
 
-    /// The worker leaves: the tunnel reads nothing more, writes what it keeps (for
-    /// a moment at most, `Held::deadline_ms`), then closes both sides.
-    pub fn drain_tunnel(&mut self, h: &mut Held, obs: &mut dyn Observer) -> Next {
-        match &mut h.wait.phase {
-            Phase::Tunnel(t) if !t.draining => t.draining = true,
-            _ => return Next::Park,
+    #[test]
+    fn a_side_that_does_not_read_stops_the_reads_of_the_other() {
+        let (mut t, client, mut user, mut upstream) = tunnel();
+        let mut scratch = vec![0; PIECE];
+        let chunk = vec![7u8; 64 * 1024];
+        let mut sent = 0;
+        let mut turns = 0;
+        // The upstream writes as fast as its socket takes it; the user reads nothing.
+        loop {
+            while let Ok(n) = upstream.write(&chunk) {
+                sent += n;
+            }
+            t.turn(&mut Client::Plain(&client), &mut scratch).unwrap();
+            turns += 1;
+            let (_, far_input, _) = t.far_waits(false);
+            if !far_input {
+                break;
+            }
+            assert!(turns < 10_000, "the client's socket never filled");
         }
-        h.wait.progress();
-        self.relay(h, obs)
-    }
+        let (_, room) = t.client_waits(false);
+        assert!(room, "the client's side waits for room");
+        assert!(t.to_client.bytes.len() - t.to_client.at <= PIECE, "a read's worth kept at most");
+        let mut got_up = Vec::new();
+        drain(&mut upstream, &mut got_up);
+        assert_eq!(got_up, b"first", "what the client sent after its request went first");
 
-    /// A tunnel ends (`result`: cleanly, or why not): its one record (status 101,
-    /// the client's bytes in after its request's, the upstream's out after the
-    /// head, the time since the request), and the close of both sides.
-    pub(super) fn end_tunnel(&mut self, h: &mut Held, result: io::Result<()>, obs: &mut dyn Observer) -> Next {
-        let Phase::Tunnel(tunnel) = std::mem::replace(&mut h.wait.phase, Phase::Idle) else { return Next::Close };
-        let Tunnel { owed, up, down, .. } = *tunnel;
-        match &result {
-            Ok(()) => log::debug!("{}: tunnel ended: {up} bytes in, {down} out", h.conn.peer),
-            Err(e) => log::debug!("{}: tunnel ended ({e}): {up} bytes in, {down} out", h.conn.peer),
+        // The user reads: everything comes, in order, after the 101 and the early bytes.
+        let mut got = Vec::new();
+        while got.len() < "HTTP/1.1 101 \r\n\r\nearly ".len() + sent {
+            drain(&mut user, &mut got);
+            t.turn(&mut Client::Plain(&client), &mut scratch).unwrap();
         }
-        let head = owed.response_head.len() as u64;
-        let answer = Answer {
-            status: owed.status,
-            body_bytes: down,
-            sent: result.map(|()| head + down),
-            rest: None,
-            cut_at: head + down,
-            keep_alive: false,
-            start: owed.start,
-            duration: owed.start.elapsed().unwrap_or_default(),
-        };
-        let bytes_in = owed.bytes_in + up;
-        self.record(h, owed, &answer, bytes_in, obs);
-        obs.state(ConnState::Closing);
-        Next::Close
+        assert!(got.starts_with(b"HTTP/1.1 101 \r\n\r\nearly \x07"));
+        assert_eq!(t.down, sent as u64 + "early ".len() as u64);
+
+        // The upstream's end of stream reaches the user after the bytes; the user's
+        // own then ends the tunnel.
+        drop(upstream);
+        while !t.client.write_shut {
+            t.turn(&mut Client::Plain(&client), &mut scratch).unwrap();
+        }
+        let mut rest = Vec::new();
+        user.set_nonblocking(false).unwrap();
+        assert!(drain(&mut user, &mut rest) && rest.is_empty(), "the end of stream, nothing after");
+        assert!(!t.ended(), "the client has not ended its side");
+        user.shutdown(std::net::Shutdown::Write).unwrap();
+        while !t.ended() {
+            if t.turn(&mut Client::Plain(&client), &mut scratch).is_err() {
+                break;
+            }
+        }
+        assert!(t.ended());
     }
 }
