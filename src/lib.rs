@@ -55,8 +55,8 @@
 //!   connection again. No write waits on a client: sockets are non-blocking from the
 //!   accept, and an answer the socket does not take whole waits in the set too, watched
 //!   for room, and is written as the client reads, between the worker's other turns
-//!   (`serve::unsent`). An idle kept-alive connection or a client that stops reading
-//!   costs no worker; a worker holding `workers.max_connections` (answers being
+//!   (`serve::unsent`). An idle kept-alive connection, a client that stops reading
+//!   or an idle WebSocket (a tunnel: its two sockets in the set) costs no worker; a worker holding `workers.max_connections` (answers being
 //!   written among them) takes no new ones. After an
 //!   accept it rings the master's doorbell if fewer than `min_spare` others stay
 //!   idle. Once a second it also accepts whatever waits on the listeners (a wake-up
@@ -158,7 +158,8 @@
 //! The worker's event loop accepts a socket (non-blocking, other options inherited
 //! from the listener) or finds input on one it holds ([`serve::held::Held`]: the
 //! socket, the client, what it speaks, and its phase: a PROXY header, a TLS
-//! handshake, a head, a request body, an answer being written, idle, lingering) and
+//! handshake, a head, a request body, an answer being written, idle, a tunnel to a
+//! proxy's upstream after a 101 (`serve::relay`), lingering) and
 //! gives it a turn, [`serve::connection::Server::serve_ready`]: its buffer moves into
 //! the worker's [`serve::input::Input`], which takes what has arrived without waiting
 //! over a [`serve::transport::Transport`] (the socket, or on a TLS listener the rustls

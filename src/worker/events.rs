@@ -36,6 +36,9 @@
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
+//! A tunnel (a WebSocket after its 101: two sockets in the set, the client's and
+//! its upstream's, `serve::relay`) is closed after the same grace, once what it
+//! keeps is written (`Loop::drain_tunnels`).
 //! Then the worker exits. A hard stop (`TERM`) closes all of them, once the answers
 //! being written are logged with what went of them.
 
