@@ -92,7 +92,10 @@ impl<'c> Proxy<'c> {
         let target = up.target(ask.req.target, self.prefix);
         let host = self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.host.as_bytes()), str::as_bytes);
         let body_len = ask.link.body.map(|b| b.len());
-        let upgrade = upstream::upgrade_asked(ask.req.headers, ask.req.http11, &self.config.upgrades);
+        // Not with a body: the connection switches once the head is read, and what
+        // the upstream had not read of a body would be lost.
+        let upgrade = upstream::upgrade_asked(ask.req.headers, ask.req.http11, &self.config.upgrades)
+            .filter(|_| body_len.unwrap_or(0) == 0);
         let forwarding = Forwarding {
             method: ask.req.method_str,
             target: &target,
