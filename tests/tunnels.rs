@@ -158,8 +158,8 @@ fn ws_echo(s: &mut (impl Read + Write), text: &str) {
 }
 
 /// A site passing `/ws/` to the echo server (with `extra` keys on its location),
-/// `/plain/` to it with no upgrade allowed, and the status page; `server`: keys for
-/// `[server]`, `rest`: tables before the vhost.
+/// `/plain/` to it with no upgrade allowed, and the status page; `rest`: tables
+/// before the vhost.
 fn site_for(echo: &Echo, extra: &str, rest: &str) -> Site {
     let site = Site::new();
     let up = format!("http://127.0.0.1:{}", echo.port);
@@ -177,6 +177,40 @@ fn site_for(echo: &Echo, extra: &str, rest: &str) -> Site {
     site
 }
 
+/// A site like [`site_for`] with a TLS listener beside the plain one (a certificate
+/// for localhost from the returned CA).
+fn tls_site_for(echo: &Echo, rest: &str) -> (Site, crate::tls::test_certs::Ca) {
+    let site = Site::new();
+    let root = crate::tls::test_certs::ca("Test Root", -10, 3650);
+    site.write("conf/ca.pem", &root.pem);
+    crate::tls::test_certs::leaf(&["localhost"], -1, 90, Some(&root)).write(&site.path("conf"), "localhost");
+    let up = format!("http://127.0.0.1:{}", echo.port);
+    site.write(
+        "conf/pika.toml",
+        with_body_dir(&format!(
+            "[server]\nlisten = [\"127.0.0.1:0\", {{ addr = \"127.0.0.1:0\", tls = true }}]\nlog_level = \"debug\"\n\
+             {rest}\n[[access_log]]\npath = \"logs/access.log\"\nbuffer = 0\n\
+             format = \"%r %>s %I %O %{{upstream_status}}x %{{SSL_PROTOCOL}}x\"\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             tls_cert = \"conf/localhost.pem\"\ntls_key = \"conf/localhost.key\"\n\
+             [[vhost.location]]\nprefix = \"/ws/\"\nproxy = \"{up}\"\n\
+             [[vhost.location]]\nprefix = \"/plain/\"\nproxy = \"{up}\"\nproxy_upgrade = []\n"
+        )),
+    );
+    (site, root)
+}
+
+/// The plain and the TLS listener's addresses, as the error log names them.
+fn listeners(site: &Site) -> (SocketAddr, SocketAddr) {
+    let addrs: Vec<SocketAddr> = site
+        .error_log()
+        .lines()
+        .filter_map(|l| l.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    let [plain, tls] = addrs[..] else { panic!("two listeners: {addrs:?}") };
+    (plain, tls)
+}
+
 /// A `Name: number` line of the status page's `?auto`.
 fn auto(addr: SocketAddr, name: &str) -> u64 {
     let page = get(addr, "/status?auto").text();
@@ -189,31 +223,9 @@ fn auto(addr: SocketAddr, name: &str) -> u64 {
 fn websockets_echo_over_http_and_https_through_a_real_client() {
     let Some(py) = python_with_websockets() else { return };
     let echo = Echo::start(&py);
-    let site = Site::new();
-    let root = crate::tls::test_certs::ca("Test Root", -10, 3650);
-    site.write("conf/ca.pem", &root.pem);
-    crate::tls::test_certs::leaf(&["localhost"], -1, 90, Some(&root)).write(&site.path("conf"), "localhost");
-    let up = format!("http://127.0.0.1:{}", echo.port);
-    site.write(
-        "conf/pika.toml",
-        with_body_dir(&format!(
-            "[server]\nlisten = [\"127.0.0.1:0\", {{ addr = \"127.0.0.1:0\", tls = true }}]\nlog_level = \"debug\"\n\
-             [[access_log]]\npath = \"logs/access.log\"\nbuffer = 0\n\
-             format = \"%r %>s %I %O %{{upstream_status}}x %{{SSL_PROTOCOL}}x\"\n\
-             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
-             tls_cert = \"conf/localhost.pem\"\ntls_key = \"conf/localhost.key\"\n\
-             [[vhost.location]]\nprefix = \"/ws/\"\nproxy = \"{up}\"\n\
-             [[vhost.location]]\nprefix = \"/plain/\"\nproxy = \"{up}\"\nproxy_upgrade = []\n"
-        )),
-    );
-    let p = Pika::start(&site, "-F");
-    let addrs: Vec<SocketAddr> = site
-        .error_log()
-        .lines()
-        .filter_map(|l| l.split("listening on ").nth(1)?.split_whitespace().next()?.parse().ok())
-        .collect();
-    let [plain, tls] = addrs[..] else { panic!("two listeners: {addrs:?}") };
-    let _p = p;
+    let (site, root) = tls_site_for(&echo, "");
+    let _p = Pika::start(&site, "-F");
+    let (plain, tls) = listeners(&site);
     let client = site.path("client.py");
     std::fs::write(&client, CLIENT).unwrap();
     for url in [format!("ws://127.0.0.1:{}/ws/a", plain.port()), format!("wss://localhost:{}/ws/b", tls.port())] {
@@ -273,7 +285,6 @@ fn a_thousand_idle_websockets_hold_no_worker() {
         (n == 1000).then_some(n)
     });
     assert_eq!(tunnels, 1000);
-    assert_eq!(auto(p.addr, "BusyWorkers"), 1, "only the worker answering the status page");
     let workers = field(&site.status(), "workers").unwrap();
     assert!(workers <= 2, "the pool within max_spare: {workers} workers\n{}", site.status());
     // Each of them still carries messages, the first ones last.
@@ -319,50 +330,86 @@ fn tunnel_timeout_closes_an_idle_tunnel_and_not_a_busy_one() {
     ws_echo(&mut again, "new");
 }
 
+/// Sends a message on each and reads it back.
+fn all_echo(tunnels: &mut [TcpStream], text: &str) {
+    for s in tunnels.iter_mut() {
+        ws_echo(s, text);
+    }
+}
+
+/// Reads to the end of each: closed cleanly (over TLS with `close_notify`), nothing
+/// more sent.
+fn all_closed<S: Read>(tunnels: &mut [S]) {
+    for s in tunnels.iter_mut() {
+        let mut rest = Vec::new();
+        let got = s.read_to_end(&mut rest);
+        assert!(got.is_ok() && rest.is_empty(), "closed cleanly: {got:?} {rest:?}");
+    }
+}
+
 #[test]
 fn a_reload_and_a_binary_upgrade_with_tunnels_open() {
     let Some(py) = python_with_websockets() else { return };
     let echo = Echo::start(&py);
-    let pool = "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n";
-    let site = site_for(&echo, "", pool);
+    let (site, root) = tls_site_for(&echo, "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n");
     let _stop = StopAtEnd(&site);
     let mut p = Pika::start(&site, "-F");
+    let (plain, tls) = listeners(&site);
+    let config = crate::https::client_config(&root.pem);
+    let tls_tunnel = || {
+        let mut s = crate::https::tls_connect(tls, "localhost", &config);
+        let head = ws_open(&mut s, "/ws/tls");
+        assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+        s.get_ref().set_read_timeout(Some(DEADLINE)).unwrap();
+        s
+    };
 
-    // A reload: the old workers close their tunnels (what was on its way is
-    // written first) and leave; new tunnels work at once and after.
-    let mut old: Vec<TcpStream> = (0..20).map(|_| ws_connect(p.addr, "/ws/before")).collect();
-    for s in old.iter_mut() {
-        ws_echo(s, "before the reload");
+    // A reload: the plain tunnels go to the new generation's workers with what they
+    // carry and go on; the TLS ones (their sessions are their workers') are closed
+    // cleanly; the old workers leave at once, and new tunnels work.
+    let mut kept: Vec<TcpStream> = (0..20).map(|_| ws_connect(plain, "/ws/kept")).collect();
+    all_echo(&mut kept, "before the reload");
+    let mut secure: Vec<_> = (0..5).map(|_| tls_tunnel()).collect();
+    for s in secure.iter_mut() {
+        ws_echo(s, "over TLS");
     }
     let workers = n_children(p.pid, 2);
     p.signal(libc::SIGHUP);
-    for s in old.iter_mut() {
-        s.set_read_timeout(Some(DEADLINE)).unwrap();
-        let mut rest = Vec::new();
-        assert!(s.read_to_end(&mut rest).is_ok(), "the old tunnel closed cleanly");
-    }
     wait_until(DEADLINE, "the old generation to exit", || workers.iter().all(|&w| !alive(w)).then_some(()));
-    let mut after: Vec<TcpStream> = (0..20).map(|_| ws_connect(p.addr, "/ws/after")).collect();
-    for s in after.iter_mut() {
-        ws_echo(s, "after the reload");
-    }
+    all_closed(&mut secure);
+    all_echo(&mut kept, "after the reload");
+    let mut after: Vec<TcpStream> = (0..10).map(|_| ws_connect(plain, "/ws/after")).collect();
+    all_echo(&mut after, "opened after the reload");
+    let mut secure_after = tls_tunnel();
+    ws_echo(&mut secure_after, "over TLS after the reload");
+    drop(secure_after);
 
     // A binary upgrade (USR2) with those open: the new master serves, the old one
-    // exits by itself (its tunnels closed, none holding it), new tunnels work.
+    // exits by itself, its workers' plain tunnels taken by the new master's
+    // workers; new tunnels work.
     p.signal(libc::SIGUSR2);
     let new = wait_until(DEADLINE, "the new master to serve", || {
         let pid = pika::pidfile::running(&site.path("logs/pika.pid")).filter(|&n| n != p.pid)?;
         (field(&site.status(), "current_generation_ready")? > 0).then_some(pid)
     });
     assert_eq!(p.wait_exit(DEADLINE), Some(0), "the old master exits cleanly");
-    for s in after.iter_mut() {
-        s.set_read_timeout(Some(DEADLINE)).unwrap();
-        let mut rest = Vec::new();
-        assert!(s.read_to_end(&mut rest).is_ok(), "the tunnel closed cleanly");
-    }
-    let mut upgraded = ws_connect(p.addr, "/ws/upgraded");
-    ws_echo(&mut upgraded, "after the upgrade");
+    all_echo(&mut kept, "after the upgrade");
+    all_echo(&mut after, "after the upgrade");
+    let mut upgraded = ws_connect(plain, "/ws/upgraded");
+    ws_echo(&mut upgraded, "opened after the upgrade");
     assert!(alive(new));
-    let records = site.access_lines().iter().filter(|l| l.contains(" 101 ")).count();
-    assert!(records >= 40, "every tunnel that ended is logged: {records}");
+
+    // Each logged once, when it ended, by the worker that held it then.
+    for s in kept.iter_mut().chain(after.iter_mut()) {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    all_closed(&mut kept);
+    all_closed(&mut after);
+    let count = |lines: &[String], path: &str| lines.iter().filter(|l| l.starts_with(&format!("GET {path} "))).count();
+    let lines = wait_until(DEADLINE, "the records", || {
+        let lines: Vec<String> = site.access_lines().into_iter().filter(|l| l.contains(" 101 ")).collect();
+        (count(&lines, "/ws/kept") == 20 && count(&lines, "/ws/after") == 10 && count(&lines, "/ws/tls") == 6)
+            .then_some(lines)
+    });
+    assert_eq!(lines.len(), 36, "once each: {lines:#?}");
 }

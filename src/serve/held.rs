@@ -295,6 +295,12 @@ impl Held {
         Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms } }
     }
 
+    /// A tunnel taken over from another worker, last busy `waited_ms` ago.
+    pub(super) fn resume_tunnel(stream: TcpStream, conn: Conn, tunnel: Box<Tunnel<Owed>>, waited_ms: u64) -> Held {
+        let since_ms = now_ms().saturating_sub(waited_ms);
+        Held { stream, conn, layer: Layer::Plain, wait: Wait { phase: Phase::Tunnel(tunnel), since_ms } }
+    }
+
     pub fn stream(&self) -> &TcpStream {
         &self.stream
     }
@@ -305,8 +311,9 @@ impl Held {
 
     /// Whether another worker can take this connection over now: a plain one waiting
     /// for a head or idle can (its state is what `handover::Meta` carries), with at
-    /// most `max_pending` bytes read of its next request, and one in the middle of a
-    /// request body ([`Held::freeze_body`]). A TLS session's state lives in this
+    /// most `max_pending` bytes read of its next request, one in the middle of a
+    /// request body ([`Held::freeze_body`]), and a tunnel not draining
+    /// ([`Held::freeze_tunnel`]: a draining one's worker writes its last bytes). A TLS session's state lives in this
     /// process (and a TLS port's plain-HTTP connection must stay refused); a
     /// connection owing its PROXY header finishes it here, so the header's client
     /// always travels with it; an answer being written and a lingering close end
@@ -315,6 +322,7 @@ impl Held {
         matches!(self.layer, Layer::Plain)
             && match &self.wait.phase {
                 Phase::Idle | Phase::Body(_) => true,
+                Phase::Tunnel(t) => !t.draining,
                 Phase::Head(b) => b.unread().len() <= max_pending,
                 _ => false,
             }
@@ -331,6 +339,15 @@ impl Held {
     pub fn freeze_body(&mut self, out: &mut Vec<u8>) -> Option<std::io::Result<[BorrowedFd<'_>; 2]>> {
         let Phase::Body(incoming) = &mut self.wait.phase else { return None };
         Some(incoming.freeze(out).map(|file| [self.stream.as_fd(), file.as_fd()]))
+    }
+
+    /// For a tunnel: its state written to `out` (its record's with it), and the
+    /// client's socket and the upstream's, to be sent together. `None` in any other
+    /// phase.
+    pub fn freeze_tunnel(&self, out: &mut Vec<u8>) -> Option<[BorrowedFd<'_>; 2]> {
+        let Phase::Tunnel(t) = &self.wait.phase else { return None };
+        t.freeze(Owed::freeze, out);
+        Some([self.stream.as_fd(), t.far()])
     }
 
     /// Bytes of the next request already read.

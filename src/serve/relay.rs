@@ -4,12 +4,16 @@
 //! leaves, and its end with its one access-log record.
 
 use std::io;
+use std::net::TcpStream;
+use std::os::fd::OwnedFd;
 
 use super::connection::Server;
+use super::cycle::HeaderSlots;
 use super::held::tunnel::{Client, PIECE, Tunnel};
-use super::held::{Held, Layer, Next, Owed, Phase};
+use super::held::{Conn, Held, Layer, Next, Owed, Phase};
 use super::observer::{ConnState, Observer};
 use super::output::Answer;
+use crate::http::request;
 use crate::http::response::Switched;
 use crate::tls::stream::TlsStream;
 
@@ -22,6 +26,25 @@ impl Server<'_> {
         let from_client = self.input.take_unread();
         self.tunnel = Some(Box::new(Tunnel::new(far, owed, unsent, from_client)));
         Next::Again
+    }
+
+    /// A tunnel another worker handed over (`Held::freeze_tunnel`): the client's
+    /// socket, what is known of it, the tunnel's `state`, its upstream's socket, and
+    /// how long it has been idle; its record's vhost found again by the request's
+    /// `Host` under this worker's config. `None` if the state does not read.
+    pub fn adopt_tunnel(
+        &self,
+        (stream, conn): (TcpStream, Conn),
+        state: &[u8],
+        far: OwnedFd,
+        waited_ms: u64,
+    ) -> Option<Held> {
+        let mut tunnel = Tunnel::thaw(state, far, |c| Owed::thaw(c, 0))?;
+        let mut slots = HeaderSlots::new();
+        let req = request::parse(&tunnel.owed.head, slots.get(self.limits.max_headers), &self.limits).ok()?;
+        let vhost = self.config.vhost_for(req.host);
+        tunnel.owed.vhost = vhost;
+        Some(Held::resume_tunnel(stream, conn, Box::new(tunnel), waited_ms))
     }
 
     /// A turn on a tunnel: its sockets have input or room (or broke). Relays what

@@ -16,13 +16,17 @@
 
 use super::connection::Server;
 use super::cycle::{HeaderSlots, file_shrank};
+use super::held::tunnel::{Cursor, put};
 use super::held::{Held, Layer, Next, Owed, Phase, Unsent};
 use super::input::Buffer;
 use super::observer::{ConnState, Observer};
 use super::output::{Answer, Asked, Kind};
 use super::transport::{self, Transport};
 use crate::http::request;
+use crate::http::response::Upstreamed;
 use crate::tls::stream::TlsStream;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
 
 impl Unsent {
     /// The rest of `answer` (whose [`Answer::rest`] is some), for the request `asked`
@@ -78,6 +82,110 @@ impl Owed {
             response_head: response_head.to_vec(),
             body_done,
         }
+    }
+}
+
+/// A moment as microseconds since the epoch (0 before it), and back.
+fn micros(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// An absent time, frozen.
+const NO_TIME: u64 = u64::MAX;
+
+impl Owed {
+    /// What the record of a tunnel's end needs, for another worker
+    /// (`crate::handover`), after what `out` holds: all but its vhost, which the worker that takes it
+    /// finds again by the request's `Host` under its own config.
+    pub(super) fn freeze(&self, out: &mut Vec<u8>) {
+        put(out, &self.head);
+        put(out, &self.response_head);
+        let flags = [self.internal, self.health, self.auth, self.keep_alive, self.body_done, self.refused];
+        out.push(flags.iter().enumerate().map(|(i, &f)| u8::from(f) << i).sum());
+        let client = self.client.map_or([0; 16], |ip| match ip {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        });
+        out.push(match self.client {
+            None => 0,
+            Some(IpAddr::V4(_)) => 4,
+            Some(IpAddr::V6(_)) => 6,
+        });
+        out.extend_from_slice(&client);
+        out.push(match self.cached {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        });
+        for n in [u64::from(self.status), self.body_bytes, self.bytes_in, micros(self.start)] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        match &self.upstream {
+            None => out.push(0),
+            Some(u) => {
+                out.push(1);
+                put(out, u.addr.as_bytes());
+                let header_time = u.header_time.map_or(NO_TIME, |d| d.as_micros() as u64);
+                for n in [u.status.map_or(0, u64::from), header_time, u.time.as_micros() as u64] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// What [`Owed::freeze`] wrote, its vhost `vhost`.
+    pub(super) fn thaw(c: &mut Cursor<'_>, vhost: usize) -> Option<Owed> {
+        let head = c.bytes()?.to_vec();
+        let response_head = c.bytes()?.to_vec();
+        let flags = c.take(1)?[0];
+        let flag = |i: u8| flags & (1 << i) != 0;
+        let family = c.take(1)?[0];
+        let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(c.take(16)?).ok()?);
+        let client = match family {
+            0 => None,
+            4 => Some(IpAddr::V4(ip.to_ipv4_mapped()?)),
+            6 => Some(IpAddr::V6(ip)),
+            _ => return None,
+        };
+        let cached = match c.take(1)?[0] {
+            0 => None,
+            1 => Some(false),
+            2 => Some(true),
+            _ => return None,
+        };
+        let (status, body_bytes, bytes_in, start) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
+        let upstream = match c.take(1)?[0] {
+            0 => None,
+            1 => {
+                let addr = std::str::from_utf8(c.bytes()?).ok()?.into();
+                let (status, header_time, time) = (c.u64()?, c.u64()?, c.u64()?);
+                Some(Upstreamed {
+                    addr,
+                    status: u16::try_from(status).ok().filter(|&s| s > 0),
+                    header_time: (header_time != NO_TIME).then(|| Duration::from_micros(header_time)),
+                    time: Duration::from_micros(time),
+                })
+            }
+            _ => return None,
+        };
+        Some(Owed {
+            head,
+            refused: flag(5),
+            vhost,
+            internal: flag(0),
+            health: flag(1),
+            auth: flag(2),
+            client,
+            cached,
+            upstream,
+            status: u16::try_from(status).ok()?,
+            body_bytes,
+            keep_alive: flag(3),
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(start),
+            bytes_in,
+            response_head,
+            body_done: flag(4),
+        })
     }
 }
 
@@ -211,5 +319,55 @@ impl Server<'_> {
         drop(tls);
         self.tls_stage = stage;
         buffered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_tunnels_record_needs_crosses_to_another_worker() {
+        let owed = Owed {
+            head: b"GET /ws HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+            refused: false,
+            vhost: 3,
+            internal: false,
+            health: false,
+            auth: true,
+            client: Some("192.0.2.7".parse().unwrap()),
+            cached: None,
+            upstream: Some(Upstreamed {
+                addr: "http://127.0.0.1:9000".into(),
+                status: Some(101),
+                header_time: Some(Duration::from_micros(1500)),
+                time: Duration::from_micros(2500),
+            }),
+            status: 101,
+            body_bytes: 0,
+            keep_alive: true,
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456),
+            bytes_in: 250,
+            response_head: b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec(),
+            body_done: true,
+        };
+        let mut out = Vec::new();
+        owed.freeze(&mut out);
+        let mut c = Cursor(&out);
+        let back = Owed::thaw(&mut c, 5).expect("it thaws");
+        assert!(c.0.is_empty());
+        let fields =
+            |o: &Owed| (o.head.clone(), o.auth, o.client, o.cached, o.upstream.clone(), o.status, o.start, o.bytes_in);
+        assert_eq!(fields(&back), fields(&owed));
+        assert_eq!(
+            (back.vhost, back.keep_alive, back.body_done, &back.response_head),
+            (5, true, true, &owed.response_head)
+        );
+        let v6 = Owed { client: Some("2001:db8::1".parse().unwrap()), upstream: None, ..owed };
+        out.clear();
+        v6.freeze(&mut out);
+        let back = Owed::thaw(&mut Cursor(&out), 0).unwrap();
+        assert_eq!((back.client, back.upstream), (v6.client, None));
+        assert!(Owed::thaw(&mut Cursor(&out[..out.len() - 1]), 0).is_none());
     }
 }

@@ -36,9 +36,9 @@
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
-//! A tunnel (a WebSocket after its 101: two sockets in the set, the client's and
-//! its upstream's, `serve::relay`) is closed after the same grace, once what it
-//! keeps is written (`Loop::drain_tunnels`).
+//! A plain tunnel (a WebSocket after its 101: two sockets in the set, the client's
+//! and its upstream's, `serve::relay`) is handed over with both; a TLS one is closed
+//! after the same grace, once what it keeps is written (`Loop::drain_tunnels`).
 //! Then the worker exits. A hard stop (`TERM`) closes all of them, once the answers
 //! being written are logged with what went of them.
 
@@ -400,6 +400,15 @@ impl<'a, 'c> Loop<'a, 'c> {
                     local_port: meta.local_port,
                     requests: meta.requests,
                 };
+                if let Some(far) = got.far {
+                    // A tunnel: it relays here from now on.
+                    let stream = std::net::TcpStream::from(got.conn);
+                    match self.server.adopt_tunnel((stream, conn), &meta.tunnel, far, meta.waited_ms) {
+                        Some(held) => self.take(held),
+                        None => log::warn!("handover: a tunnel's state that does not read"),
+                    }
+                    return;
+                }
                 // In the middle of a request body: its reader goes on here.
                 let body = match got.body_file {
                     None => None,
@@ -580,11 +589,10 @@ impl<'a, 'c> Loop<'a, 'c> {
         sys::die_by(sig)
     }
 
-    /// A leaving worker's tunnels: each reads nothing more, writes what it keeps and
-    /// closes both its sides (`Server::drain_tunnel`). They are not handed over:
-    /// a TLS one's session is this process's, as a TLS connection's between
-    /// requests is, and a plain one is a WebSocket whose client reconnects, as it
-    /// does on any close.
+    /// A leaving worker's tunnels that were not handed over (a TLS one: its session
+    /// is this process's, as a TLS connection's between requests is; or no worker
+    /// could take it): each reads nothing more, writes what it keeps and closes both
+    /// its sides (`Server::drain_tunnel`), so the worker never waits on them.
     fn drain_tunnels(&mut self) {
         for i in 0..self.parked.table.slots.len() {
             if !self.parked.table.get(i).is_some_and(|h| h.tunnel_open()) {

@@ -147,11 +147,11 @@ impl Parked {
     }
 
     /// Sends every connection it can (of `which`) to the workers that stay: all but
-    /// lingering closes, answers being written, TLS sessions and oversized pending
-    /// heads. Returns how many went and how many stay.
+    /// lingering closes, answers being written, TLS sessions, draining tunnels and
+    /// oversized pending heads. Returns how many went and how many stay.
     pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief) -> (usize, usize) {
         let (mut sent, mut kept) = (0, 0);
-        let mut state = Vec::new();
+        let (mut state, mut tunnel) = (Vec::new(), Vec::new());
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.slots[i].as_mut() else { continue };
             if !h.can_hand_over(handover::MAX_PENDING) {
@@ -164,8 +164,9 @@ impl Parked {
             let conn = *h.conn();
             let (waited_ms, pending) = (h.waited_ms(), h.pending().to_vec());
             let in_body = h.in_body();
-            // The socket, and the file of what came of a body.
-            let (socket, body) = if in_body {
+            let far_watch = self.table.far[i];
+            // The socket, and the file of what came of a body, or a tunnel's upstream.
+            let (socket, second) = if in_body {
                 match h.freeze_body(&mut state) {
                     Some(Ok([socket, file])) => (socket, Some(file)),
                     Some(Err(e)) => {
@@ -175,9 +176,12 @@ impl Parked {
                     }
                     None => unreachable!("in a body"),
                 }
+            } else if let Some([socket, far]) = h.freeze_tunnel(&mut tunnel) {
+                (socket, Some(far))
             } else {
                 (h.stream().as_fd(), None)
             };
+            let is_tunnel = !tunnel.is_empty();
             let meta = handover::Meta {
                 peer: conn.peer,
                 balancer: conn.balancer,
@@ -186,23 +190,38 @@ impl Parked {
                 waited_ms,
                 pending,
                 body: if in_body { std::mem::take(&mut state) } else { Vec::new() },
+                tunnel: std::mem::take(&mut tunnel),
             };
             if !meta.fits() {
                 kept += 1;
                 continue;
             }
-            // Out of this worker's set first, so it never reports the socket again.
+            // Out of this worker's set first, so it never reports the socket again
+            // (nor a tunnel's upstream: a registration lives as long as the socket,
+            // in flight or in the worker that takes it, not this worker's descriptor).
             let _ = self.epoll.delete(socket);
-            match handover.send(socket, body, &meta, &mut self.scratch) {
+            if let Some(far) = second.filter(|_| is_tunnel && far_watch != Watch::Neither) {
+                let _ = self.epoll.delete(far);
+            }
+            match handover.send(socket, second, &meta, &mut self.scratch) {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
                     sent += 1;
                 }
                 Err(e) => {
-                    // Handed over only while it waits for input.
-                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-                    let _ = self.epoll.add(socket, ev);
+                    if is_tunnel {
+                        // Watched again for what it waits for.
+                        self.table.watch[i] = Watch::Neither;
+                        self.table.far[i] = Watch::Neither;
+                        if let Some(h) = self.table.take_out(i) {
+                            self.put_back(i, h);
+                        }
+                    } else {
+                        // Handed over only while it waits for input.
+                        let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
+                        let _ = self.epoll.add(socket, ev);
+                    }
                     kept += 1;
                     if e.kind() != std::io::ErrorKind::WouldBlock {
                         log::warn!("handover: {e}");

@@ -133,6 +133,62 @@ impl<R> Tunnel<R> {
         (self.far.as_fd(), input, !self.to_far.is_empty())
     }
 
+    /// The upstream's socket (handed over beside the client's).
+    pub(crate) fn far(&self) -> BorrowedFd<'_> {
+        self.far.as_fd()
+    }
+
+    /// Its state for another worker (`crate::handover`), after `record`'s: what
+    /// each side has not taken yet, how far each side's stream got, its counts and
+    /// timeout. A draining tunnel is not handed over.
+    pub(crate) fn freeze(&self, record: impl FnOnce(&R, &mut Vec<u8>), out: &mut Vec<u8>) {
+        out.clear();
+        let mut owed = Vec::new();
+        record(&self.owed, &mut owed);
+        put(out, &owed);
+        put(out, &self.to_far.bytes[self.to_far.at..]);
+        put(out, &self.to_client.bytes[self.to_client.at..]);
+        let ends = [self.client.read_done, self.client.write_shut, self.upstream.read_done, self.upstream.write_shut];
+        out.push(ends.iter().enumerate().map(|(i, &e)| u8::from(e) << i).sum());
+        for n in [self.up, self.down, self.idle_ms] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+
+    /// A tunnel another worker froze ([`Tunnel::freeze`]), with its upstream's
+    /// socket; `record` reads its record's part. `None` if `state` is not one.
+    pub(crate) fn thaw(
+        state: &[u8],
+        far: OwnedFd,
+        record: impl FnOnce(&mut Cursor<'_>) -> Option<R>,
+    ) -> Option<Tunnel<R>> {
+        let mut c = Cursor(state);
+        let mut owed = Cursor(c.bytes()?);
+        let owed = record(&mut owed).filter(|_| owed.0.is_empty())?;
+        let to_far = Pending { bytes: c.bytes()?.to_vec(), at: 0 };
+        let to_client = Pending { bytes: c.bytes()?.to_vec(), at: 0 };
+        let ends = c.take(1)?[0];
+        let end = |i: u32| End { read_done: ends & (1 << i) != 0, write_shut: ends & (2 << i) != 0 };
+        let (up, down, idle_ms) = (c.u64()?, c.u64()?, c.u64()?);
+        if !c.0.is_empty() {
+            return None;
+        }
+        let (client, upstream) = (end(0), end(2));
+        Some(Tunnel {
+            far,
+            to_far,
+            to_client,
+            client,
+            upstream,
+            notified: false,
+            up,
+            down,
+            idle_ms,
+            draining: false,
+            owed,
+        })
+    }
+
     /// Both ways have ended (or, draining, all that was kept is written).
     pub(crate) fn ended(&self) -> bool {
         self.client.write_shut
@@ -201,6 +257,32 @@ impl<R> Tunnel<R> {
             self.client.write_shut = client.shut(&mut self.notified)?;
         }
         Ok((moved, more))
+    }
+}
+
+/// Appends `bytes` with their length before them (a frozen tunnel's fields).
+pub(crate) fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Reads what [`put`] and little-endian numbers wrote; `None` past the end.
+pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+
+    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?);
+        self.take(n as usize)
+    }
+
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
 
@@ -390,5 +472,30 @@ mod tests {
             }
         }
         assert!(t.ended());
+    }
+
+    #[test]
+    fn a_frozen_tunnel_thaws_as_it_was() {
+        let (mut t, client, mut user, mut upstream) = tunnel();
+        let mut scratch = vec![0; PIECE];
+        upstream.write_all(b"from the upstream").unwrap();
+        t.turn(&mut Client::Plain(&client), &mut scratch).unwrap();
+        let mut got = Vec::new();
+        drain(&mut user, &mut got);
+        t.to_far.keep(b" not taken yet");
+        t.upstream.read_done = true;
+        let mut state = Vec::new();
+        t.freeze(|(), out| out.extend_from_slice(&[0; 3]), &mut state);
+        let (far, _other) = UnixStream::pair().unwrap();
+        let back = Tunnel::thaw(&state, far.into(), |c| Some(c.take(3)?[0])).expect("it thaws");
+        assert_eq!(back.owed, 0);
+        assert_eq!(&back.to_far.bytes[back.to_far.at..], &t.to_far.bytes[t.to_far.at..]);
+        assert!(back.to_client.is_empty());
+        assert_eq!((back.up, back.down, back.idle_ms), (t.up, t.down, 60_000));
+        assert_eq!((back.upstream.read_done, back.upstream.write_shut, back.client.read_done), (true, false, false));
+        let (far, _other) = UnixStream::pair().unwrap();
+        assert!(Tunnel::thaw(&state[..state.len() - 1], far.into(), |c| Some(c.take(3)?[0])).is_none());
+        let (far, _other) = UnixStream::pair().unwrap();
+        assert!(Tunnel::<u8>::thaw(&state, far.into(), |c| Some(c.take(2)?[0])).is_none(), "a record longer");
     }
 }
