@@ -63,10 +63,12 @@
 //!   may have gone to a worker that was just killed). It looks at the pipe of death
 //!   ([`pod`]) and the generation on every turn;
 //!   when it must leave it stops accepting, hands its idle plain connections (and
-//!   those in the middle of a request body) to a worker that stays ([`handover`],
+//!   those in the middle of a request body, and plain tunnels with their
+//!   upstream's socket) to a worker that stays ([`handover`],
 //!   `SCM_RIGHTS`; the same before it runs a script with a body, and after a
 //!   script has kept it a second), finishes the rest (TLS sessions
-//!   and answers being written among them) with `Connection: close`, and exits. Its scoreboard slot is updated through the
+//!   and answers being written among them) with `Connection: close` (a TLS
+//!   tunnel closed once what it keeps is written), and exits. Its scoreboard slot is updated through the
 //!   [`serve::observer::Observer`] it hands to the request cycle ([`serve`]), which knows nothing
 //!   about processes.
 //! - A worker serves through three layers, each importing only the ones after it:
