@@ -13,10 +13,12 @@
 //! An end of stream on one side is passed on as one (a half close: `shutdown` of
 //! the other's sending side, a TLS `close_notify`) once what came before it is
 //! written; the tunnel ends when both ways have ended, when either side fails,
-//! when it carries nothing either way for its `tunnel_timeout`, or when the worker
-//! leaves (draining: nothing more is read, what is kept is written for a moment,
-//! then both sides are closed). Its one access-log record is made then: status
-//! 101, the bytes each way, the time it lasted.
+//! when it carries nothing either way for its `tunnel_timeout`, or when its worker
+//! leaves and cannot hand it to another (a TLS one: draining, nothing more is
+//! read, what is kept is written for a moment, then both sides are closed). A
+//! plain one is handed over whole ([`Tunnel::freeze`], [`Tunnel::thaw`]). Its one
+//! access-log record is made when it ends: status 101, the bytes each way, the time
+//! it lasted.
 
 use std::io;
 use std::net::TcpStream;
