@@ -288,27 +288,36 @@ fn a_thousand_idle_websockets_hold_no_worker() {
     more_files();
     let echo = Echo::start(&py);
     // Two workers, three at most: tunnels that held one each would stop at three.
-    let pool = "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 3\n";
+    // A worker leaves after 100 requests (`max_requests`).
+    let pool = "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 2\nmax = 3\nmax_requests = 100\n";
     let site = site_for(&echo, "", pool);
     let p = Pika::start(&site, "-F");
+    let first = n_children(p.pid, 2);
     let started = Instant::now();
     let mut open: Vec<TcpStream> = (0..1000).map(|_| ws_connect(p.addr, "/ws/idle")).collect();
     eprintln!("1000 WebSockets open in {:?}", started.elapsed());
-    let tunnels = wait_until(DEADLINE, "the status page to count the tunnels", || {
-        let n = auto(p.addr, "ConnsTunnels");
-        (n == 1000).then_some(n)
+    // Requests until the first two workers have left (a tunnel counts when it
+    // ends): each hands its tunnels to the others as it goes, and goes at once.
+    wait_until(DEADLINE, "the first workers to leave", || {
+        for _ in 0..10 {
+            assert_eq!(get(p.addr, "/").status, 200);
+        }
+        first.iter().all(|&w| !alive(w)).then_some(())
     });
-    assert_eq!(tunnels, 1000);
-    let workers = field(&site.status(), "workers").unwrap();
-    assert!(workers <= 2, "the pool within max_spare: {workers} workers\n{}", site.status());
+    // The pool within max_spare with all of them open.
+    wait_until(DEADLINE, "the pool within max_spare, the status page counting the tunnels", || {
+        let workers = field(&site.status(), "workers")?;
+        (workers <= 2 && auto(p.addr, "ConnsTunnels") == 1000).then_some(())
+    });
     // Each of them still carries messages, the first ones last.
     for (i, s) in open.iter_mut().enumerate().rev() {
         ws_echo(s, &format!("message {i}"));
     }
     drop(open);
+    let records = || site.access_lines().iter().filter(|l| l.starts_with("GET /ws/idle HTTP/1.1 101 ")).count();
+    wait_until(DEADLINE, "a record for each tunnel", || (records() >= 1000).then_some(()));
     wait_until(DEADLINE, "the tunnels to end", || (auto(p.addr, "ConnsTunnels") == 0).then_some(()));
-    let ended = site.access_lines().iter().filter(|l| l.starts_with("GET /ws/idle HTTP/1.1 101 ")).count();
-    assert_eq!(ended, 1000, "one record each");
+    assert_eq!(records(), 1000, "one record each");
 }
 
 #[test]
