@@ -42,6 +42,8 @@ pub struct Row {
     pub conns_keepalive: u32,
     pub conns_writing: u32,
     pub conns_closing: u32,
+    /// Tunnels it relays (connections that switched protocols: WebSockets).
+    pub conns_tunnels: u32,
 }
 
 /// The scoreboard at one moment.
@@ -87,6 +89,7 @@ impl Snapshot {
                 conns_keepalive: s.conns_keepalive.load(Relaxed),
                 conns_writing: s.conns_writing.load(Relaxed),
                 conns_closing: s.conns_closing.load(Relaxed),
+                conns_tunnels: s.conns_tunnels.load(Relaxed),
             });
         }
         // Trailing open slots say nothing; Apache prints the whole board, which for
@@ -136,9 +139,15 @@ impl Snapshot {
         self.rows.iter().map(|r| r.conns_closing).sum()
     }
 
+    /// Tunnels relayed by workers that serve others meanwhile (connections that
+    /// switched protocols through a proxy location: WebSockets).
+    pub fn conns_tunnels(&self) -> u32 {
+        self.rows.iter().map(|r| r.conns_tunnels).sum()
+    }
+
     /// Every connection open: those being served and those held.
     pub fn conns_total(&self) -> u32 {
-        self.busy() as u32 + self.conns_keepalive() + self.conns_writing() + self.conns_closing()
+        self.busy() as u32 + self.conns_keepalive() + self.conns_writing() + self.conns_closing() + self.conns_tunnels()
     }
 
     fn req_per_sec(&self) -> f64 {
@@ -165,6 +174,8 @@ impl Snapshot {
         let _ = writeln!(s, "ConnsAsyncWriting: {}", self.conns_writing());
         let _ = writeln!(s, "ConnsAsyncKeepAlive: {}", self.conns_keepalive());
         let _ = writeln!(s, "ConnsAsyncClosing: {}", self.conns_closing());
+        // pika's own (Apache's tunnels hold a worker each).
+        let _ = writeln!(s, "ConnsTunnels: {}", self.conns_tunnels());
         let _ = writeln!(s, "Generation: {}", self.generation);
         let _ = writeln!(s, "Scoreboard: {}", self.letters);
         if let Some(min) = self.certificates.iter().map(|c| c.days_left).min() {
@@ -196,7 +207,7 @@ impl Snapshot {
         let mut s = String::new();
         let _ = write!(
             s,
-            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"conns_total\":{},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"scoreboard\":{},\"workers\":[",
+            "{{\"version\":\"{}\",\"pid\":{},\"generation\":{},\"uptime\":{},\"total_accesses\":{},\"total_bytes\":{},\"req_per_sec\":{:.6},\"busy_workers\":{},\"idle_workers\":{},\"conns_total\":{},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"conns_tunnels\":{},\"scoreboard\":{},\"workers\":[",
             env!("CARGO_PKG_VERSION"),
             self.master_pid,
             self.generation,
@@ -210,6 +221,7 @@ impl Snapshot {
             self.conns_keepalive(),
             self.conns_writing(),
             self.conns_closing(),
+            self.conns_tunnels(),
             json_string(&self.letters)
         );
         for (i, r) in self.rows.iter().enumerate() {
@@ -218,7 +230,7 @@ impl Snapshot {
             }
             let _ = write!(
                 s,
-                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{}}}",
+                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"conns_tunnels\":{}}}",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -231,7 +243,8 @@ impl Snapshot {
                 r.seconds_in_state,
                 r.conns_keepalive,
                 r.conns_writing,
-                r.conns_closing
+                r.conns_closing,
+                r.conns_tunnels
             );
         }
         s.push_str("],\"certificates\":[");
@@ -273,7 +286,7 @@ impl Snapshot {
         // The figures the script refreshes are marked with data-k (their ?json keys).
         let _ = writeln!(
             s,
-            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> keepalive (held by a worker between requests, which serves others meanwhile), <span data-k=\"conns_writing\">{}</span> writing (an answer waiting for the client to read, likewise), <span data-k=\"conns_closing\">{}</span> closing</p>",
+            "<p>Master pid <span data-k=\"pid\">{}</span> &middot; generation <span data-k=\"generation\">{}</span> &middot; uptime <span data-k=\"uptime\">{}</span> s &middot; <span data-k=\"total_accesses\">{}</span> requests &middot; <span data-k=\"total_kb\">{}</span> kB &middot; <span data-k=\"req_per_sec\">{:.2}</span> requests/s &middot; <span data-k=\"busy_workers\">{}</span> busy, <span data-k=\"idle_workers\">{}</span> idle workers</p>\n<p>Connections: <span data-k=\"conns_total\">{}</span> in all, <span data-k=\"conns_keepalive\">{}</span> keepalive (held by a worker between requests, which serves others meanwhile), <span data-k=\"conns_writing\">{}</span> writing (an answer waiting for the client to read, likewise), <span data-k=\"conns_closing\">{}</span> closing, <span data-k=\"conns_tunnels\">{}</span> tunnels (a WebSocket relayed to its upstream, likewise)</p>",
             self.master_pid,
             self.generation,
             self.uptime,
@@ -285,7 +298,8 @@ impl Snapshot {
             self.conns_total(),
             self.conns_keepalive(),
             self.conns_writing(),
-            self.conns_closing()
+            self.conns_closing(),
+            self.conns_tunnels()
         );
         let _ = writeln!(s, "<pre data-k=\"scoreboard\">{}</pre>", html_escape(&self.letters));
         s.push_str(

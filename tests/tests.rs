@@ -32,5 +32,6 @@ mod rules;
 mod slowreaders;
 mod systemd;
 mod tls;
+mod tunnels;
 mod upgrade;
 mod util;

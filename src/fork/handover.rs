@@ -10,8 +10,11 @@
 //! sockets carry connections between requests, and connections in the middle of a
 //! request body (a worker about to run a script sends them on, so their uploads go
 //! on arriving): the decoder's state travels in the message ([`Meta::body`]), what
-//! was kept of the body in a file whose descriptor travels beside the socket's.
-//! Whole requests are never in flight here.
+//! was kept of the body in a file whose descriptor travels beside the socket's. And
+//! they carry plain tunnels (a WebSocket after its 101): the tunnel's state (what
+//! each side has not taken yet, its counts, its request for the log) in the message
+//! ([`Meta::tunnel`]), the upstream's socket beside the client's. Whole requests are
+//! never in flight here.
 //!
 //! A connection that cannot be sent (the queue is full, or nobody may adopt it: the
 //! server is stopping) stays with its worker, which serves its next request with
@@ -43,22 +46,25 @@ pub struct Meta {
     /// A request body on its way: its reader's state
     /// (`gateway::incoming::Incoming::freeze`); empty between requests.
     pub body: Vec<u8>,
+    /// A tunnel's state (`serve` freezes it); empty for any other connection.
+    pub tunnel: Vec<u8>,
 }
 
 /// Bytes of [`Meta`] before `pending`: the format's version, two addresses (family,
 /// IPv6 or mapped IPv4 bytes, port), the local port, two counts, the lengths of
-/// `pending` and `body`.
-const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4 + 4;
+/// `pending`, `body` and `tunnel`.
+const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4 + 4 + 4;
 const ADDR: usize = 1 + 16 + 2;
 /// The layout's version, first in every message. A binary upgrade passes this
 /// socket to the new master, whose workers adopt the old ones' connections: a new
 /// layout takes a new number, and a master that finds another number makes a
 /// socket of its own.
 /// 2: a request body's state and file (1 carried connections between requests only).
-pub const VERSION: u8 = 2;
-/// The most bytes of its state a connection may carry over (pending input, or a
-/// body's request head and decoder); one with more (a head larger than 64 KiB on
-/// its way, under a config that allows it) stays with its worker.
+/// 3: a tunnel's state and its upstream's socket.
+pub const VERSION: u8 = 3;
+/// The most bytes of its state a connection may carry over (pending input, a
+/// body's request head and decoder, or a tunnel's); one with more (a head larger
+/// than 64 KiB on its way, under a config that allows it) stays with its worker.
 pub const MAX_PENDING: usize = 64 * 1024;
 /// The largest message.
 const MAX_MESSAGE: usize = FIXED + MAX_PENDING;
@@ -103,13 +109,15 @@ impl Meta {
         out.extend_from_slice(&self.waited_ms.to_le_bytes());
         out.extend_from_slice(&(self.pending.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.tunnel.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.pending);
         out.extend_from_slice(&self.body);
+        out.extend_from_slice(&self.tunnel);
     }
 
     /// Whether the message fits what a worker receives.
     pub fn fits(&self) -> bool {
-        self.pending.len() + self.body.len() <= MAX_PENDING
+        self.pending.len() + self.body.len() + self.tunnel.len() <= MAX_PENDING
     }
 
     pub fn decode(b: &[u8]) -> Option<Meta> {
@@ -122,8 +130,8 @@ impl Meta {
         let balancer = addr_at(&b[1 + ADDR..]).ok()?;
         let at = 1 + 2 * ADDR;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
-        let (len, body) = (u32_at(at + 18), u32_at(at + 22));
-        if b.len() != FIXED + len + body {
+        let (len, body, tunnel) = (u32_at(at + 18), u32_at(at + 22), u32_at(at + 26));
+        if b.len() != FIXED + len + body + tunnel {
             return None;
         }
         Some(Meta {
@@ -133,7 +141,8 @@ impl Meta {
             requests: u64_at(at + 2),
             waited_ms: u64_at(at + 10),
             pending: b[FIXED..FIXED + len].to_vec(),
-            body: b[FIXED + len..].to_vec(),
+            body: b[FIXED + len..FIXED + len + body].to_vec(),
+            tunnel: b[FIXED + len + body..].to_vec(),
         })
     }
 }
@@ -143,6 +152,8 @@ pub struct Received {
     pub conn: OwnedFd,
     /// The file holding what arrived of its request body, when it is in one.
     pub body_file: Option<OwnedFd>,
+    /// A tunnel's upstream socket, when it is one.
+    pub far: Option<OwnedFd>,
     pub meta: Meta,
 }
 
@@ -186,8 +197,9 @@ impl Handover {
         self.recv.as_fd()
     }
 
-    /// Sends one connection, and the file of its request body if it is in the
-    /// middle of one. Never blocks: `WouldBlock` when the queue is full.
+    /// Sends one connection, and beside it the file of its request body if it is
+    /// in the middle of one, or its upstream's socket if it is a tunnel. Never
+    /// blocks: `WouldBlock` when the queue is full.
     pub fn send(
         &self,
         conn: BorrowedFd<'_>,
@@ -234,10 +246,15 @@ impl Handover {
         };
         let Some(conn) = fd else { return Err(io::Error::other("handover message without a descriptor")) };
         let meta = Meta::decode(&buf[..bytes]).ok_or_else(|| io::Error::other("malformed handover message"))?;
-        if meta.body.is_empty() != file.is_none() {
-            return Err(io::Error::other("handover message: a request body without its file, or a file without one"));
+        if (meta.body.is_empty() && meta.tunnel.is_empty()) != file.is_none()
+            || !meta.body.is_empty() && !meta.tunnel.is_empty()
+        {
+            return Err(io::Error::other(
+                "handover message: a request body or a tunnel without its descriptor, or a descriptor without one",
+            ));
         }
-        Ok(Some(Received { conn, body_file: file, meta }))
+        let (body_file, far) = if meta.tunnel.is_empty() { (file, None) } else { (None, file) };
+        Ok(Some(Received { conn, body_file, far, meta }))
     }
 }
 
@@ -256,6 +273,7 @@ mod tests {
             waited_ms: 1234,
             pending: pending.to_vec(),
             body: Vec::new(),
+            tunnel: Vec::new(),
         }
     }
 
@@ -278,6 +296,10 @@ mod tests {
         let m = Meta { body: b"state".to_vec(), ..meta("192.0.2.7:40000", b"") };
         m.encode(&mut buf);
         assert_eq!(Meta::decode(&buf), Some(m));
+        // A tunnel: its state.
+        let m = Meta { tunnel: b"tunnel".to_vec(), ..meta("192.0.2.7:40000", b"") };
+        m.encode(&mut buf);
+        assert_eq!(Meta::decode(&buf), Some(m));
     }
 
     #[test]
@@ -287,8 +309,10 @@ mod tests {
         let mut buf = Vec::new();
         at_most.encode(&mut buf);
         assert!(buf.len() <= MAX_MESSAGE);
-        let over = Meta { body: vec![1; 101], ..at_most };
+        let over = Meta { body: vec![1; 101], ..at_most.clone() };
         assert!(!over.fits(), "pending and body together past MAX_PENDING");
+        let over = Meta { tunnel: vec![1; 1], ..at_most };
+        assert!(!over.fits(), "and a tunnel's state");
     }
 
     #[test]
@@ -346,10 +370,32 @@ mod tests {
         drop(file);
         let got = h.receive(&mut scratch).unwrap().expect("a connection");
         assert_eq!(got.meta, m);
+        assert!(got.far.is_none());
         let mut kept = String::new();
         let mut file = std::fs::File::from(got.body_file.expect("the body's file"));
         std::io::Seek::rewind(&mut file).unwrap();
         file.read_to_string(&mut kept).unwrap();
         assert_eq!(kept, "kept so far");
+    }
+
+    #[test]
+    fn a_tunnel_crosses_with_its_upstream_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, _) = listener.accept().unwrap();
+        let (far, mut upstream) = std::os::unix::net::UnixStream::pair().unwrap();
+        let h = Handover::new().unwrap();
+        let mut scratch = Vec::new();
+        let m = Meta { tunnel: b"state".to_vec(), ..meta("192.0.2.7:40000", b"") };
+        h.send(server_side.as_fd(), Some(far.as_fd()), &m, &mut scratch).unwrap();
+        drop(far);
+        let got = h.receive(&mut scratch).unwrap().expect("a connection");
+        assert_eq!(got.meta, m);
+        assert!(got.body_file.is_none());
+        let mut far = std::os::unix::net::UnixStream::from(got.far.expect("the upstream's socket"));
+        far.write_all(b"up").unwrap();
+        let mut two = [0u8; 2];
+        upstream.read_exact(&mut two).unwrap();
+        assert_eq!(&two, b"up");
     }
 }

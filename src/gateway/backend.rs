@@ -5,7 +5,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -61,6 +61,15 @@ impl Backend {
     pub fn stale(&self) -> bool {
         let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
         !matches!(poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
+    }
+
+    /// The socket alone, for a tunnel to relay bytes on once the connection
+    /// switched protocols.
+    pub fn into_fd(self) -> OwnedFd {
+        match self {
+            Backend::Unix(s) => s.into(),
+            Backend::Tcp(s) => s.into(),
+        }
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {

@@ -72,6 +72,12 @@ pub struct ProxyConfig {
     /// `proxy_via`: pika names itself in `Via` (RFC 9110 §7.6.3), on the request
     /// and on the answer.
     pub via: bool,
+    /// `proxy_upgrade`: the protocols a client may switch to through the upstream
+    /// (`Upgrade` tokens, lower case, without a version); none: no upgrade is passed.
+    pub upgrades: Vec<String>,
+    /// `tunnel_timeout`: how long a switched connection's tunnel may carry nothing
+    /// either way before both its sides are closed.
+    pub tunnel_timeout: Duration,
 }
 
 /// Where a FastCGI application listens.

@@ -3,8 +3,9 @@
 //! `proxy_pass` rule: a URL with a path replaces the location's prefix, one
 //! without passes the request's path as it came), the request head sent to it
 //! ([`request_head`]: hop-by-hop headers dropped, `Host` passed or set, the
-//! forwarding headers added), and its answer's head ([`parse_head`]) and body
-//! framing ([`Framing`], [`Chunked`]).
+//! forwarding headers added; an upgrade the location allows passed,
+//! [`upgrade_asked`]), and its answer's head ([`parse_head`]) and body framing
+//! ([`Framing`], [`Chunked`]).
 //!
 //! The upstream's head is turned into the header block a script would print
 //! (`Status: …` first), so the answer goes through the same reading, keeping and
@@ -130,6 +131,39 @@ pub struct Forwarding<'a> {
     pub content_length: Option<u64>,
     /// Pika names itself in `Via` with the client's protocol version (`1.1`).
     pub via: Option<&'a str>,
+    /// The protocols the client asks to switch to, as its `Upgrade` named them
+    /// ([`upgrade_asked`]): passed with `Connection: Upgrade`.
+    pub upgrade: Option<&'a [u8]>,
+}
+
+/// The protocols of a request's `Upgrade` that a location allows (`allowed`: lower
+/// case names without a version), as the client wrote them, when the request asks
+/// for an upgrade: HTTP/1.1 (RFC 9110 §7.8: one in a 1.0 request is ignored),
+/// `Upgrade` in its `Connection`. None: no upgrade is passed (the request goes as
+/// an ordinary one, its `Upgrade` dropped with the other hop-by-hop headers).
+pub fn upgrade_asked(headers: &[httparse::Header<'_>], http11: bool, allowed: &[String]) -> Option<Vec<u8>> {
+    let list = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .flat_map(|h| h.value.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|t| !t.is_empty())
+    };
+    if !http11 || allowed.is_empty() || !list("connection").any(|t| t.eq_ignore_ascii_case(b"upgrade")) {
+        return None;
+    }
+    let mut out = Vec::new();
+    for protocol in list("upgrade") {
+        let name = protocol.split(|&b| b == b'/').next().unwrap_or(b"");
+        if allowed.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(name)) {
+            if !out.is_empty() {
+                out.extend_from_slice(b", ");
+            }
+            out.extend_from_slice(protocol);
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The head of the request sent upstream: the client's headers but the hop-by-hop
@@ -205,6 +239,10 @@ pub fn request_head(f: &Forwarding<'_>, headers: &[httparse::Header<'_>]) -> Vec
     if let Some(n) = f.content_length {
         header(&mut out, "Content-Length", n.to_string().as_bytes());
     }
+    if let Some(protocols) = f.upgrade {
+        header(&mut out, "Connection", b"Upgrade");
+        header(&mut out, "Upgrade", protocols);
+    }
     out.extend_from_slice(b"\r\n");
     out
 }
@@ -244,6 +282,8 @@ pub struct UpstreamHead {
     /// A 1xx interim answer: skipped, the real one follows.
     pub interim: bool,
     pub status: u16,
+    /// A 101's `Upgrade`: the protocol the upstream switched to.
+    pub upgrade: Option<Vec<u8>>,
 }
 
 /// Why an upstream's answer is not one.
@@ -270,14 +310,22 @@ pub fn parse_head(buf: &[u8], head_request: bool, max: usize) -> Result<Option<U
     };
     let code = res.code.unwrap_or(0);
     if (100..200).contains(&code) && code != 101 {
-        let interim =
-            UpstreamHead { block: Vec::new(), framing: Framing::None, keep: true, len, interim: true, status: code };
+        let interim = UpstreamHead {
+            block: Vec::new(),
+            framing: Framing::None,
+            keep: true,
+            len,
+            interim: true,
+            status: code,
+            upgrade: None,
+        };
         return Ok(Some(interim));
     }
-    if code == 101 {
-        return Err(HeadError::Bad("it switched protocols".into()));
-    }
-    let mut keep = res.version == Some(1);
+    // After a 101 the connection speaks another protocol: no body, never kept.
+    let switched = code == 101;
+    let upgrade = switched.then(|| res.headers.iter().find(|h| h.name.eq_ignore_ascii_case("upgrade"))).flatten();
+    let upgrade = upgrade.map(|h| h.value.to_vec());
+    let mut keep = res.version == Some(1) && !switched;
     let (mut length, mut chunked, mut coded) = (None, false, false);
     let mut block = format!("Status: {code} {}\r\n", res.reason.unwrap_or("")).into_bytes();
     for h in res.headers.iter() {
@@ -316,7 +364,7 @@ pub fn parse_head(buf: &[u8], head_request: bool, max: usize) -> Result<Option<U
             _ => header(&mut block, h.name, h.value),
         }
     }
-    let framing = if head_request || code == 204 || code == 304 {
+    let framing = if head_request || code == 204 || code == 304 || switched {
         // No body follows; a HEAD's length (the GET's) is not passed, as a
         // script's HEAD answer says none.
         Framing::None
@@ -334,7 +382,7 @@ pub fn parse_head(buf: &[u8], head_request: bool, max: usize) -> Result<Option<U
         keep = false;
     }
     block.extend_from_slice(b"\r\n");
-    Ok(Some(UpstreamHead { block, framing, keep, len, interim: false, status: code }))
+    Ok(Some(UpstreamHead { block, framing, keep, len, interim: false, status: code, upgrade }))
 }
 
 /// Undoes the chunked coding of a body as its bytes come (RFC 9112 §7.1):
@@ -453,6 +501,7 @@ mod tests {
             https: true,
             content_length: Some(3),
             via: None,
+            upgrade: None,
         }
     }
 
@@ -488,6 +537,38 @@ mod tests {
         let head = String::from_utf8(head).unwrap();
         assert!(head.contains("\r\nForwarded: for=\"[2001:db8::1]\";proto=https\r\n"), "{head}");
         assert!(head.contains("\r\nX-Forwarded-For: 2001:db8::1\r\n"), "{head}");
+    }
+
+    #[test]
+    fn an_upgrade_is_passed_only_when_asked_and_allowed() {
+        let h = |name, value: &'static [u8]| httparse::Header { name, value };
+        let ws = vec!["websocket".to_string()];
+        let asked = [h("Connection", b"keep-alive, Upgrade"), h("Upgrade", b"WebSocket")];
+        assert_eq!(upgrade_asked(&asked, true, &ws).as_deref(), Some(&b"WebSocket"[..]));
+        assert_eq!(upgrade_asked(&asked, false, &ws), None, "HTTP/1.0: ignored");
+        assert_eq!(upgrade_asked(&asked, true, &[]), None, "proxy_upgrade = []");
+        assert_eq!(upgrade_asked(&asked[1..], true, &ws), None, "Upgrade not named in Connection");
+        let two = [h("Connection", b"upgrade"), h("Upgrade", b"h2c, websocket/13")];
+        assert_eq!(upgrade_asked(&two, true, &ws).as_deref(), Some(&b"websocket/13"[..]), "the allowed ones");
+        let other = [h("Connection", b"upgrade"), h("Upgrade", b"h2c")];
+        assert_eq!(upgrade_asked(&other, true, &ws), None);
+
+        // Passed with both headers, the client's own dropped.
+        let f = Forwarding { upgrade: Some(b"websocket"), ..forwarding("192.0.2.7".parse().unwrap(), None) };
+        let head = String::from_utf8(request_head(&f, &asked)).unwrap();
+        assert!(head.ends_with("\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"), "{head}");
+        assert_eq!(head.matches("Upgrade").count(), 2, "{head}");
+    }
+
+    #[test]
+    fn a_101_is_an_answer_with_no_body_and_its_protocol() {
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                    Sec-WebSocket-Accept: abc=\r\n\r\n\x81\x02hi";
+        let h = parse_head(raw, false, 65536).unwrap().unwrap();
+        assert_eq!((h.status, h.interim, h.keep, h.framing), (101, false, false, Framing::None));
+        assert_eq!(h.upgrade.as_deref(), Some(&b"websocket"[..]));
+        assert_eq!(h.block, b"Status: 101 Switching Protocols\r\nSec-WebSocket-Accept: abc=\r\n\r\n");
+        assert_eq!(&raw[h.len..], b"\x81\x02hi", "the new protocol's first bytes are left");
     }
 
     #[test]

@@ -147,6 +147,22 @@ pub struct Reply<'h> {
     pub server: Option<String>,
     /// The upstream a proxy location asked, for the access log.
     pub upstream: Option<Upstreamed>,
+    /// With a 101: the connection's other end, which the client's bytes are
+    /// tunnelled to once the head is sent.
+    pub switched: Option<Switched>,
+}
+
+/// The other end of a connection that switches protocols (a proxy's upstream after
+/// its `101 Switching Protocols`): from the answer's head on, the worker's loop
+/// relays bytes between it and the client, both ways, as they come.
+#[derive(Debug)]
+pub struct Switched {
+    /// The upstream's socket (non-blocking).
+    pub far: std::os::fd::OwnedFd,
+    /// What it sent after its 101's head: the client's first bytes of the new protocol.
+    pub early: Vec<u8>,
+    /// How long the tunnel may carry nothing either way.
+    pub idle: std::time::Duration,
 }
 
 /// What the access log says of the upstream a request was passed to (nginx's
@@ -187,6 +203,7 @@ impl<'h> Reply<'h> {
             date: None,
             server: None,
             upstream: None,
+            switched: None,
         }
     }
 
@@ -291,6 +308,7 @@ pub fn error_page(status: u16, detail: &str) -> Vec<u8> {
 pub fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
+        101 => "Switching Protocols",
         200 => "OK",
         201 => "Created",
         202 => "Accepted",

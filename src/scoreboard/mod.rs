@@ -162,6 +162,8 @@ pub struct Slot {
     pub conns_keepalive: AtomicU32,
     pub conns_writing: AtomicU32,
     pub conns_closing: AtomicU32,
+    /// Tunnels it relays (a connection that switched protocols, a WebSocket).
+    pub conns_tunnels: AtomicU32,
     /// Non-zero while the worker holds `workers.max_connections` and takes no new
     /// connection: not a spare, however idle it looks.
     pub full: AtomicU32,
@@ -258,6 +260,7 @@ impl Slot {
         self.conns_keepalive.store(0, Relaxed);
         self.conns_writing.store(0, Relaxed);
         self.conns_closing.store(0, Relaxed);
+        self.conns_tunnels.store(0, Relaxed);
         self.full.store(0, Relaxed);
         self.body_spool.store(0, Relaxed);
         self.answer_spool.store(0, Relaxed);

@@ -60,6 +60,11 @@ pub struct Server<'c> {
     pub(super) bodies: Bodies,
     /// Where scripts' answers are kept while their clients take them.
     pub(super) answers: Place,
+    /// A tunnel just opened by a 101, on its way from the request's stages to its
+    /// connection's phase (`Phase::Tunnel`).
+    pub(super) tunnel: Option<Box<super::held::tunnel::Tunnel<super::held::Owed>>>,
+    /// What tunnels read into, reused (allocated by the first).
+    pub(super) tunnel_scratch: Vec<u8>,
 }
 
 impl<'c> Server<'c> {
@@ -107,6 +112,8 @@ impl<'c> Server<'c> {
                 spool::MEMORY,
                 answers.capped(u64::MAX, config.http.answer_spool_max),
             ),
+            tunnel: None,
+            tunnel_scratch: Vec::new(),
         }
     }
 
@@ -146,6 +153,7 @@ impl<'c> Server<'c> {
                 return if self.input.drain(&mut t, drained) { Next::Close } else { Next::Linger };
             }
             Phase::Writing(_) => return self.write_more(h, hooks.obs),
+            Phase::Tunnel(_) => return self.relay(h, hooks.obs),
             _ => {}
         }
         self.input.begin(h.wait.take_buffer());
@@ -291,6 +299,11 @@ impl<'c> Server<'c> {
                 return self.refuse_head(t, conn, Some(head_end), PLAIN_ON_TLS_PORT, hooks);
             }
             let next = self.serve_request(t, socket, conn, head_end, hooks);
+            if let Some(tunnel) = self.tunnel.take() {
+                // Switched protocols: its bytes are relayed from now on.
+                wait.enter(Phase::Tunnel(tunnel));
+                return next;
+            }
             if let Some(incoming) = self.bodies.started.take() {
                 // The body is read by the event loop: the connection waits for it,
                 // with the request's route.
@@ -347,7 +360,8 @@ impl<'c> Server<'c> {
     }
 
     /// A held connection's wait ran out ([`Held::deadline_ms`]): an idle one is
-    /// closed quietly (the keep-alive timeout), a head that never came whole gets a
+    /// closed quietly (the keep-alive timeout), and so is a tunnel that carried
+    /// nothing for its `tunnel_timeout` (its record made), a head that never came whole gets a
     /// 408, an answer the client took nothing of for `send_timeout` (or streamed
     /// from a script past its `script_timeout`, which the script's reader says in
     /// the error log as it goes) is logged with what went and closed, a lingering
@@ -356,6 +370,7 @@ impl<'c> Server<'c> {
     pub fn expire(&mut self, h: &mut Held, hooks: &mut Hooks<'_>) -> Next {
         match &h.wait.phase {
             Phase::Idle | Phase::Lingering { .. } => return Next::Close,
+            Phase::Tunnel(_) => return self.end_tunnel(h, Ok(()), hooks.obs),
             Phase::Writing(_) => {
                 let why = if h.source_late(crate::base::clock::now_ms()) { "script_timeout" } else { "send_timeout" };
                 let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, why);

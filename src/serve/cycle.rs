@@ -38,7 +38,8 @@ use std::time::SystemTime;
 use super::body::{Bodies, BodyState};
 use super::connection::Server;
 use super::decorate;
-use super::held::{Conn, Next, Unsent};
+use super::held::tunnel::Tunnel;
+use super::held::{Conn, Next, Owed, Unsent};
 use super::input::Input;
 use super::observer::{ConnState, Hooks, Observer, Relief};
 use super::output::{Answer, Asked, Delivery, LogTags, Output};
@@ -109,7 +110,10 @@ impl<'r> Exchange<'_, 'r> {
     /// for a HEAD.
     #[inline(always)]
     fn delivery(&self, body: BodyState, reply: &Reply<'_>, server_keeps: bool) -> Delivery {
-        let keep_alive = self.req.keep_alive && body == BodyState::Done && !reply.close && server_keeps;
+        // A 101 that carries its other end opens a tunnel: its head says no
+        // `Connection: close`, whatever the worker's state.
+        let switches = reply.switched.is_some() && reply.status == 101 && body == BodyState::Done;
+        let keep_alive = switches || self.req.keep_alive && body == BodyState::Done && !reply.close && server_keeps;
         Delivery { http11: self.req.http11, keep_alive, head_only: self.req.method == Method::Head }
     }
 
@@ -192,8 +196,7 @@ impl<'c> Server<'c> {
         let answer = self.out.deliver(t, reply, ex.start, how, hooks.obs);
         // finish
         let asked = ex.asked(cached, upstream.as_ref());
-        let out = Finishing::of(&mut self.out, &self.input, &self.sites, &mut self.unsent, self.config);
-        out.finish(t, conn, (&asked, head), answer, body == BodyState::Done, hooks)
+        finishing!(self).finish(t, conn, (&asked, head), answer, body == BodyState::Done, hooks)
     }
 
     /// The read stage's copy of a head out of the input, `head_end` bytes: the
@@ -219,40 +222,40 @@ impl<'c> Server<'c> {
         // A HEAD request never gets content, not even an error page (RFC 9110 §9.3.2).
         let how = Delivery { http11: true, keep_alive: false, head_only: line.starts_with(b"HEAD ") };
         let answer = self.out.deliver(t, reply, start, how, hooks.obs);
-        Finishing::of(&mut self.out, &self.input, &self.sites, &mut self.unsent, self.config).finish(
-            t,
-            conn,
-            (&Asked::Refused { line: &line }, &line),
-            answer,
-            false,
-            hooks,
-        )
+        finishing!(self).finish(t, conn, (&Asked::Refused { line: &line }, &line), answer, false, hooks)
     }
 }
 
+/// [`Finishing`] from a server's fields, each borrowed alone (a macro: the request,
+/// which borrows the server's head buffer, stays alive beside them).
+macro_rules! finishing {
+    ($s:expr) => {
+        Finishing {
+            out: &mut $s.out,
+            input: &mut $s.input,
+            sites: &$s.sites,
+            unsent: &mut $s.unsent,
+            tunnel: &mut $s.tunnel,
+            config: $s.config,
+        }
+    };
+}
+use finishing;
+
 /// What the finish stage uses of the server: the write side (its logs), the input
-/// (bytes in, what is unread), the vhosts (a file that shrank), where an answer
-/// that waits goes, and the config.
+/// (bytes in, what is unread, what a tunnel's client sent after its request), the
+/// vhosts (a file that shrank), where an answer that waits goes or the tunnel a
+/// 101 opens, and the config.
 struct Finishing<'a, 'c> {
     out: &'a mut Output,
-    input: &'a Input,
+    input: &'a mut Input,
     sites: &'a [Site<'c>],
     unsent: &'a mut Option<Box<Unsent>>,
+    tunnel: &'a mut Option<Box<Tunnel<Owed>>>,
     config: &'c Config,
 }
 
-impl<'a, 'c> Finishing<'a, 'c> {
-    #[inline(always)]
-    fn of(
-        out: &'a mut Output,
-        input: &'a Input,
-        sites: &'a [Site<'c>],
-        unsent: &'a mut Option<Box<Unsent>>,
-        config: &'c Config,
-    ) -> Finishing<'a, 'c> {
-        Finishing { out, input, sites, unsent, config }
-    }
-
+impl Finishing<'_, '_> {
     /// The finish stage of an answer delivered now: once its last byte is out, its
     /// count and its access-log record ([`Output::finish`], as for an answer that
     /// waited for the client, `unsent`), and what becomes of the connection; an
@@ -263,7 +266,7 @@ impl<'a, 'c> Finishing<'a, 'c> {
         t: &mut impl Transport,
         conn: &Conn,
         (asked, head): (&Asked<'_>, &[u8]),
-        answer: Answer,
+        mut answer: Answer,
         body_done: bool,
         hooks: &mut Hooks<'_>,
     ) -> Next {
@@ -273,6 +276,19 @@ impl<'a, 'c> Finishing<'a, 'c> {
             && let Asked::Request { req, vhost, .. } = asked
         {
             file_shrank(&self.sites[*vhost], req.target, e);
+        }
+        if let Some(far) = answer.switched.take()
+            && answer.sent.is_ok()
+            && body_done
+        {
+            // Switched protocols: the connection becomes a tunnel to `far`, with the
+            // rest of the 101's head and what the client sent after its request
+            // (`Next::Again`: its first turn relays what is there); its end makes
+            // the record.
+            let owed = Owed::new(&answer, asked, head, &self.out.writer.head, bytes_in, true);
+            let unsent = answer.rest.as_ref().map_or(&[][..], |r| &r.bytes[r.at..]);
+            *self.tunnel = Some(Box::new(Tunnel::new(far, owed, unsent, self.input.take_unread())));
+            return Next::Again;
         }
         if answer.rest.is_some() {
             *self.unsent = Some(Unsent::owe(answer, asked, head, &self.out.writer.head, bytes_in, body_done));

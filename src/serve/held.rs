@@ -8,11 +8,13 @@
 //! (the first is counted from the accept, the later ones from their first byte);
 //! for a location that reads bodies, the rest of its request's body; an answer the
 //! socket did not take whole, written as it drains (`super::unsent`); between
-//! requests idle (nothing of the next one read); at the end perhaps a
-//! lingering close. Only the request cycle ([`super::connection`]) moves a connection
+//! requests idle (nothing of the next one read); after a 101, a tunnel to the
+//! upstream ([`tunnel`]); at the end perhaps a lingering close. Only the request cycle ([`super::connection`]) moves a connection
 //! from one phase to the next; the worker asks when its wait runs out
 //! ([`Held::deadline_ms`]) and whether it may leave this process
 //! ([`Held::can_hand_over`]).
+
+pub(super) mod tunnel;
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -27,6 +29,7 @@ use crate::gateway::spool::Disk;
 use crate::http::request::HttpError;
 use crate::serve::tls::Session;
 use crate::site::Picked;
+use tunnel::Tunnel;
 
 /// What is known of one connection between its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +131,9 @@ pub(super) enum Phase {
     Writing(Box<Unsent>),
     /// Between requests, nothing of the next one read (`keepalive_timeout`).
     Idle,
+    /// Switched protocols: bytes relayed between the client and an upstream, both
+    /// ways (`tunnel_timeout` since the last that moved).
+    Tunnel(Box<Tunnel<Owed>>),
     /// Shut for writing; what still comes is read and dropped.
     Lingering { drained: usize },
 }
@@ -146,7 +152,8 @@ impl Wait {
     pub(super) fn enter(&mut self, phase: Phase) {
         let restart = matches!(
             (&self.phase, &phase),
-            (_, Phase::Idle | Phase::Lingering { .. } | Phase::Writing(_)) | (Phase::Idle, Phase::Head(_))
+            (_, Phase::Idle | Phase::Lingering { .. } | Phase::Writing(_) | Phase::Tunnel(_))
+                | (Phase::Idle, Phase::Head(_))
         );
         if restart {
             self.since_ms = now_ms();
@@ -223,6 +230,21 @@ pub enum Watch {
     Input,
     Room,
     Both,
+    /// Nothing for now (a tunnel's side that waits on the other): out of the set,
+    /// so a hang-up it cannot act on yet does not wake the worker again and again.
+    Neither,
+}
+
+impl Watch {
+    /// The watch for a socket that waits for `input`, `room`, both or neither.
+    fn of(input: bool, room: bool) -> Watch {
+        match (input, room) {
+            (true, true) => Watch::Both,
+            (true, false) => Watch::Input,
+            (false, true) => Watch::Room,
+            (false, false) => Watch::Neither,
+        }
+    }
 }
 
 /// What the worker does with a connection after a turn on it.
@@ -279,6 +301,12 @@ impl Held {
         Held { stream, conn, layer: Layer::Plain, wait: Wait { phase, since_ms, route: None } }
     }
 
+    /// A tunnel taken over from another worker, last busy `waited_ms` ago.
+    pub(super) fn resume_tunnel(stream: TcpStream, conn: Conn, tunnel: Box<Tunnel<Owed>>, waited_ms: u64) -> Held {
+        let since_ms = now_ms().saturating_sub(waited_ms);
+        Held { stream, conn, layer: Layer::Plain, wait: Wait { phase: Phase::Tunnel(tunnel), since_ms, route: None } }
+    }
+
     pub fn stream(&self) -> &TcpStream {
         &self.stream
     }
@@ -289,8 +317,9 @@ impl Held {
 
     /// Whether another worker can take this connection over now: a plain one waiting
     /// for a head or idle can (its state is what `handover::Meta` carries), with at
-    /// most `max_pending` bytes read of its next request, and one in the middle of a
-    /// request body ([`Held::freeze_body`]). A TLS session's state lives in this
+    /// most `max_pending` bytes read of its next request, one in the middle of a
+    /// request body ([`Held::freeze_body`]), and a tunnel not draining
+    /// ([`Held::freeze_tunnel`]: a draining one's worker writes its last bytes). A TLS session's state lives in this
     /// process (and a TLS port's plain-HTTP connection must stay refused); a
     /// connection owing its PROXY header finishes it here, so the header's client
     /// always travels with it; an answer being written and a lingering close end
@@ -299,6 +328,7 @@ impl Held {
         matches!(self.layer, Layer::Plain)
             && match &self.wait.phase {
                 Phase::Idle | Phase::Body(_) => true,
+                Phase::Tunnel(t) => !t.draining,
                 Phase::Head(b) => b.unread().len() <= max_pending,
                 _ => false,
             }
@@ -315,6 +345,15 @@ impl Held {
     pub fn freeze_body(&mut self, out: &mut Vec<u8>) -> Option<std::io::Result<[BorrowedFd<'_>; 2]>> {
         let Phase::Body(incoming) = &mut self.wait.phase else { return None };
         Some(incoming.freeze(out).map(|file| [self.stream.as_fd(), file.as_fd()]))
+    }
+
+    /// For a tunnel: its state written to `out` (its record's with it), and the
+    /// client's socket and the upstream's, to be sent together. `None` in any other
+    /// phase.
+    pub fn freeze_tunnel(&self, out: &mut Vec<u8>) -> Option<[BorrowedFd<'_>; 2]> {
+        let Phase::Tunnel(t) = &self.wait.phase else { return None };
+        t.freeze(Owed::freeze, out);
+        Some([self.stream.as_fd(), t.far()])
     }
 
     /// Bytes of the next request already read.
@@ -345,6 +384,23 @@ impl Held {
         matches!(self.wait.phase, Phase::Writing(_))
     }
 
+    /// A tunnel to an upstream, after a 101.
+    pub fn tunnel(&self) -> bool {
+        matches!(self.wait.phase, Phase::Tunnel(_))
+    }
+
+    /// A tunnel that does not yet drain (the worker leaving ends it).
+    pub fn tunnel_open(&self) -> bool {
+        matches!(&self.wait.phase, Phase::Tunnel(t) if !t.draining)
+    }
+
+    /// A tunnel's upstream socket, and what it is watched for.
+    pub fn far(&self) -> Option<(BorrowedFd<'_>, Watch)> {
+        let Phase::Tunnel(t) = &self.wait.phase else { return None };
+        let (fd, input, room) = t.far_waits(matches!(&self.layer, Layer::Tls(s) if s.wants_write()));
+        Some((fd, Watch::of(input, room)))
+    }
+
     /// What the worker watches the socket for: input; room alone while an answer
     /// waits (no next request is read meanwhile); or both while a TLS session's
     /// sealed records wait (the rest of a handshake's flight, which the client waits
@@ -354,6 +410,10 @@ impl Held {
     pub fn watch(&self) -> Watch {
         match (&self.layer, &self.wait.phase) {
             (_, Phase::Writing(_)) => Watch::Room,
+            (layer, Phase::Tunnel(t)) => {
+                let (input, room) = t.client_waits(matches!(layer, Layer::Tls(s) if s.wants_write()));
+                Watch::of(input, room)
+            }
             (Layer::Tls(s), phase) if s.wants_write() && !matches!(phase, Phase::Lingering { .. }) => Watch::Both,
             _ => Watch::Input,
         }
@@ -363,8 +423,9 @@ impl Held {
     /// handshake or a head, a request body's own ([`Incoming::deadline_ms`]), `send_timeout` since an answer's last write that moved
     /// bytes (at most [`LEAVING_STALL_MS`] in a worker that is `leaving`; and for
     /// an answer streamed from a script, no later than the script's own end,
-    /// [`Held::source_late`]), `keepalive_timeout` between requests, `LINGER_MS`
-    /// for a lingering close.
+    /// [`Held::source_late`]), `keepalive_timeout` between requests, a tunnel's
+    /// `tunnel_timeout` since it last moved bytes (a draining one's
+    /// [`LEAVING_STALL_MS`] at most), `LINGER_MS` for a lingering close.
     pub fn deadline_ms(&self, http: &HttpConfig, leaving: bool) -> u64 {
         if let Phase::Writing(u) = &self.wait.phase
             && let Some(until) = u.rest.until_ms()
@@ -377,6 +438,9 @@ impl Held {
             Phase::Writing(_) if leaving => (http.send_timeout.as_millis() as u64).min(LEAVING_STALL_MS),
             Phase::Writing(_) => http.send_timeout.as_millis() as u64,
             Phase::Body(body) => return body.deadline_ms(&pace(http)),
+            // Draining (the worker leaves): what it keeps is written for a moment.
+            Phase::Tunnel(t) if t.draining => t.idle_ms.min(LEAVING_STALL_MS),
+            Phase::Tunnel(t) => t.idle_ms,
             Phase::Lingering { .. } => LINGER_MS,
             Phase::Idle => http.keepalive_timeout.as_millis() as u64,
             Phase::Proxy(_) | Phase::Handshaking | Phase::Head(_) => http.header_timeout.as_millis() as u64,

@@ -5,7 +5,8 @@
 //! ([`connection`]), the stages that serve one request (`cycle`: read, route,
 //! gate, answer, decorate (`decorate`), deliver, finish), the answer's delivery
 //! and its access-log record (`output`), an answer the socket did not take whole,
-//! written as it drains (`unsent`), and the worker's view into all of it
+//! written as it drains (`unsent`), a connection that switched protocols, its
+//! bytes relayed to an upstream (`relay`; its state is `held::tunnel`), and the worker's view into all of it
 //! ([`observer`]).
 //!
 //! The protocol's own rules (parsing, paths, ranges, preconditions, the response
@@ -21,6 +22,7 @@ pub mod held;
 pub mod input;
 pub mod observer;
 mod output;
+mod relay;
 pub mod tls;
 pub mod transport;
 mod unsent;

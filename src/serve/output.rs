@@ -11,7 +11,7 @@ use super::transport::{Rest, Sent, Transport};
 use crate::config::Config;
 use crate::http::date::DateCache;
 use crate::http::request::Request;
-use crate::http::response::{self, Body, Reply, Upstreamed};
+use crate::http::response::{self, Body, Reply, Switched, Upstreamed};
 use crate::log::access::AccessLogs;
 use crate::log::record::{Record, TlsFields, UpstreamFields};
 use crate::scoreboard::counters::Outcome;
@@ -75,6 +75,8 @@ pub(super) struct Answer {
     pub(super) start: SystemTime,
     /// How long answering took (%D, %T, the metrics' histogram).
     pub(super) duration: Duration,
+    /// A 101 that switched protocols: the other end of the tunnel it opens.
+    pub(super) switched: Option<Switched>,
 }
 
 impl HeadWriter {
@@ -115,7 +117,9 @@ impl HeadWriter {
             None => known,
         };
         let duration = start.elapsed().unwrap_or_default();
-        Answer { status: reply.status, body_bytes, sent, rest, cut_at: 0, keep_alive: how.keep_alive, start, duration }
+        let switched = reply.switched.take().filter(|_| reply.status == 101);
+        let keep_alive = how.keep_alive;
+        Answer { status: reply.status, body_bytes, sent, rest, cut_at: 0, keep_alive, start, duration, switched }
     }
 }
 

@@ -219,6 +219,22 @@ impl<'a> TlsStream<'a> {
         }
     }
 
+    /// Seals `bytes` into records as they are (a tunnel's, after a 101; rustls cuts
+    /// them at [`RECORD`]), to be written by [`TlsStream::flush_sealed`].
+    pub fn seal_now(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.conn.writer().write_all(bytes)
+    }
+
+    /// Writes what is sealed as far as the socket takes it now: true when all went.
+    pub fn flush_sealed(&mut self) -> io::Result<bool> {
+        self.write_out(&mut 0)
+    }
+
+    /// Ends what the session sends: its `close_notify` is sealed after what waits.
+    pub fn end_sending(&mut self) {
+        self.conn.send_close_notify();
+    }
+
     /// Writes what rustls has sealed as far as the socket takes it without waiting.
     pub fn write_now(&mut self) {
         let _ = self.write_out(&mut 0);

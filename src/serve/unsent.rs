@@ -9,21 +9,24 @@
 //! most, so one fast reader does not starve the others) between the worker's other
 //! turns. The connection reads no further request meanwhile: its unread bytes wait
 //! here too, and are served once the answer is out. The answer's access-log record
-//! and its count in the metrics are made then ([`Server::finish_answer`], through
-//! the one finish stage every answer ends with, `Output::finish`), or when
+//! and its count in the metrics are made then ([`Server::finish_answer`]), or when
 //! the write fails or `send_timeout` passes with no byte taken, or the worker is told
 //! to stop at once ([`Server::cut_short`]), with the bytes sent by then: every
 //! answered request is logged once, with its real size.
 
 use super::connection::Server;
 use super::cycle::file_shrank;
+use super::held::tunnel::{Cursor, put};
 use super::held::{Held, Layer, Next, Owed, Phase, Unsent};
 use super::input::Buffer;
 use super::observer::{ConnState, Observer};
 use super::output::{Answer, Asked, LogTags};
 use super::transport::{self, Transport};
 use crate::http::request;
+use crate::http::response::Upstreamed;
 use crate::serve::tls::TlsStream;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
 
 impl Unsent {
     /// The rest of `answer` (whose [`Answer::rest`] is some), for the request `asked`
@@ -38,6 +41,23 @@ impl Unsent {
         bytes_in: u64,
         body_done: bool,
     ) -> Box<Unsent> {
+        let owed = Owed::new(&answer, asked, head, response_head, bytes_in, body_done);
+        let rest = answer.rest.take().expect("an answer with a rest");
+        Box::new(Unsent { rest, owed, input: Buffer::default() })
+    }
+}
+
+impl Owed {
+    /// What the record of `answer` to `asked` (whose head is `head`) needs once it
+    /// is out; `response_head`: the head sent.
+    pub(super) fn new(
+        answer: &Answer,
+        asked: &Asked<'_>,
+        head: &[u8],
+        response_head: &[u8],
+        bytes_in: u64,
+        body_done: bool,
+    ) -> Owed {
         let (head, spans, vhost, kind, client, cached, upstream) = match *asked {
             Asked::Request { req, vhost, kind, client, cached, upstream } => {
                 let spans = req.spans(head);
@@ -46,7 +66,7 @@ impl Unsent {
             }
             Asked::Refused { line } => (line.to_vec(), None, 0, LogTags::default(), None, None, None),
         };
-        let owed = Owed {
+        Owed {
             head,
             spans,
             vhost,
@@ -63,9 +83,128 @@ impl Unsent {
             bytes_in,
             response_head: response_head.to_vec(),
             body_done,
+        }
+    }
+}
+
+/// A moment as microseconds since the epoch (0 before it), and back.
+fn micros(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// An absent time, frozen.
+const NO_TIME: u64 = u64::MAX;
+
+impl Owed {
+    /// What the record of a tunnel's end needs, for another worker
+    /// (`crate::fork::handover`), after what `out` holds: all but its vhost, which the worker that takes it
+    /// finds again by the request's `Host` under its own config.
+    pub(super) fn freeze(&self, out: &mut Vec<u8>) {
+        put(out, &self.head);
+        put(out, &self.response_head);
+        let refused = self.spans.is_none();
+        let flags = [self.internal, self.health, self.auth, self.keep_alive, self.body_done, refused];
+        out.push(flags.iter().enumerate().map(|(i, &f)| u8::from(f) << i).sum());
+        let client = self.client.map_or([0; 16], |ip| match ip {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        });
+        out.push(match self.client {
+            None => 0,
+            Some(IpAddr::V4(_)) => 4,
+            Some(IpAddr::V6(_)) => 6,
+        });
+        out.extend_from_slice(&client);
+        out.push(match self.cached {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => 2,
+        });
+        for n in [u64::from(self.status), self.body_bytes, self.bytes_in, micros(self.start)] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        match &self.upstream {
+            None => out.push(0),
+            Some(u) => {
+                out.push(1);
+                put(out, u.addr.as_bytes());
+                let header_time = u.header_time.map_or(NO_TIME, |d| d.as_micros() as u64);
+                for n in [u.status.map_or(0, u64::from), header_time, u.time.as_micros() as u64] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// What [`Owed::freeze`] wrote, its vhost `vhost`. The request's head is parsed
+    /// here once more, in the worker that takes the tunnel (its positions are this
+    /// process's to find), with no limit but its own length: it was read whole
+    /// once.
+    pub(super) fn thaw(c: &mut Cursor<'_>, vhost: usize) -> Option<Owed> {
+        let head = c.bytes()?.to_vec();
+        let response_head = c.bytes()?.to_vec();
+        let flags = c.take(1)?[0];
+        let flag = |i: u8| flags & (1 << i) != 0;
+        let family = c.take(1)?[0];
+        let ip = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(c.take(16)?).ok()?);
+        let client = match family {
+            0 => None,
+            4 => Some(IpAddr::V4(ip.to_ipv4_mapped()?)),
+            6 => Some(IpAddr::V6(ip)),
+            _ => return None,
         };
-        let rest = answer.rest.take().expect("an answer with a rest");
-        Box::new(Unsent { rest, owed, input: Buffer::default() })
+        let cached = match c.take(1)?[0] {
+            0 => None,
+            1 => Some(false),
+            2 => Some(true),
+            _ => return None,
+        };
+        let (status, body_bytes, bytes_in, start) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
+        let upstream = match c.take(1)?[0] {
+            0 => None,
+            1 => {
+                let addr = std::str::from_utf8(c.bytes()?).ok()?.into();
+                let (status, header_time, time) = (c.u64()?, c.u64()?, c.u64()?);
+                Some(Upstreamed {
+                    addr,
+                    status: u16::try_from(status).ok().filter(|&s| s > 0),
+                    header_time: (header_time != NO_TIME).then(|| Duration::from_micros(header_time)),
+                    time: Duration::from_micros(time),
+                })
+            }
+            _ => return None,
+        };
+        let spans = if flag(5) {
+            None
+        } else {
+            let n = head.len();
+            let limits = request::Limits {
+                max_request_line: n,
+                max_header_size: n,
+                max_header_line: n,
+                max_headers: request::MAX_HEADERS,
+            };
+            let mut slots = vec![std::mem::MaybeUninit::uninit(); request::MAX_HEADERS];
+            Some(request::parse(&head, &mut slots, &limits).ok()?.spans(&head)?)
+        };
+        Some(Owed {
+            head,
+            spans,
+            vhost,
+            internal: flag(0),
+            health: flag(1),
+            auth: flag(2),
+            client,
+            cached,
+            upstream,
+            status: u16::try_from(status).ok()?,
+            body_bytes,
+            keep_alive: flag(3),
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(start),
+            bytes_in,
+            response_head,
+            body_done: flag(4),
+        })
     }
 }
 
@@ -97,12 +236,14 @@ impl Server<'_> {
 
     /// The worker stops at once (`TERM`: a fast stop, the watchdog, the master's
     /// death): an answer still being written to `h` is accounted and logged as cut
-    /// (`%X` is `X`), with the bytes sent so far. Any other phase has no answer to
-    /// account.
+    /// (`%X` is `X`), with the bytes sent so far, and so is a tunnel with the bytes
+    /// it relayed. Any other phase has no answer to account.
     pub fn cut_short(&mut self, h: &mut Held, obs: &mut dyn Observer) {
-        if matches!(h.wait.phase, Phase::Writing(_)) {
-            let stop = std::io::Error::new(std::io::ErrorKind::Interrupted, "the worker stopped");
-            let _ = self.finish_answer(h, Err(stop), obs);
+        let stop = || std::io::Error::new(std::io::ErrorKind::Interrupted, "the worker stopped");
+        match h.wait.phase {
+            Phase::Writing(_) => drop(self.finish_answer(h, Err(stop()), obs)),
+            Phase::Tunnel(_) => drop(self.end_tunnel(h, Err(stop()), obs)),
+            _ => {}
         }
     }
 
@@ -115,6 +256,7 @@ impl Server<'_> {
         // Idle from now: the keep-alive wait starts when the answer is out.
         h.wait.enter(Phase::Idle);
         let Unsent { rest, owed, input } = *u;
+        let owed_bytes_in = owed.bytes_in;
         let answer = Answer {
             status: owed.status,
             body_bytes: rest.streamed().unwrap_or(owed.body_bytes),
@@ -124,39 +266,9 @@ impl Server<'_> {
             keep_alive: owed.keep_alive,
             start: owed.start,
             duration: owed.start.elapsed().unwrap_or_default(),
+            switched: None,
         };
-        let mut stage = std::mem::take(&mut self.tls_stage);
-        let mut tls = match &mut h.layer {
-            Layer::Tls(s) => Some(TlsStream::new(&h.stream, s, &mut stage)),
-            Layer::Plain | Layer::PlainOnTlsPort => None,
-        };
-        let buffered = tls.as_mut().is_some_and(|t| t.buffered());
-        let fields = tls.as_ref().and_then(|t| t.tls());
-        // The head sent, for the record (the worker's buffer is the next answer's).
-        self.out.writer.head = owed.response_head;
-        // The request again from the positions its fields had in its head: no second
-        // parse.
-        let mut slots = Vec::new();
-        let head = owed.head;
-        let parsed = owed.spans.as_ref().map(|s| s.view(&head, &mut slots));
-        let asked = match (&parsed, owed.client) {
-            (Some(req), Some(client)) => {
-                if let Err(e) = &answer.sent
-                    && transport::file_shrank(e)
-                {
-                    file_shrank(&self.sites[owed.vhost], req.target, e);
-                }
-                let kind = LogTags { internal: owed.internal, health: owed.health, auth: owed.auth };
-                let upstream = owed.upstream.as_ref();
-                Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached, upstream }
-            }
-            _ => Asked::Refused { line: request::request_line(&head) },
-        };
-        let unread = !input.is_empty() || buffered;
-        let bytes_in = (owed.bytes_in, fields);
-        let next = self.out.finish(self.config, &h.conn, &asked, &answer, bytes_in, (owed.body_done, unread), obs);
-        drop(tls);
-        self.tls_stage = stage;
+        let (next, unread) = self.record(h, owed, &answer, owed_bytes_in, !input.is_empty(), obs);
         match next {
             // The next request, already here, is served (with `Connection: close`
             // if the worker is leaving); else the connection waits for one, or, if
@@ -176,5 +288,108 @@ impl Server<'_> {
             Next::Linger => h.linger(&mut self.input),
             next => next,
         }
+    }
+
+    /// The finish stage of an answer that waited with its connection (or of a
+    /// tunnel), from what it `owed`: its record and its count ([`Output::finish`],
+    /// the one end of every answer; `bytes_in`, the client's bytes; the request read
+    /// again from its fields' positions, no second parse), and what the finish says
+    /// becomes of the connection, with whether input waits unread (`pending`: bytes
+    /// after the request; a TLS session's decrypted input counts too).
+    ///
+    /// [`Output::finish`]: super::output::Output::finish
+    pub(super) fn record(
+        &mut self,
+        h: &mut Held,
+        owed: Owed,
+        answer: &Answer,
+        bytes_in: u64,
+        pending: bool,
+        obs: &mut dyn Observer,
+    ) -> (Next, bool) {
+        let mut stage = std::mem::take(&mut self.tls_stage);
+        let mut tls = match &mut h.layer {
+            Layer::Tls(s) => Some(TlsStream::new(&h.stream, s, &mut stage)),
+            Layer::Plain | Layer::PlainOnTlsPort => None,
+        };
+        let buffered = tls.as_mut().is_some_and(|t| t.buffered());
+        let fields = tls.as_ref().and_then(|t| t.tls());
+        // The head sent, for the record (the worker's buffer is the next answer's).
+        self.out.writer.head = owed.response_head;
+        let mut slots = Vec::new();
+        let parsed = owed.spans.as_ref().map(|s| s.view(&owed.head, &mut slots));
+        let asked = match (&parsed, owed.client) {
+            (Some(req), Some(client)) => {
+                if let Err(e) = &answer.sent
+                    && transport::file_shrank(e)
+                {
+                    file_shrank(&self.sites[owed.vhost], req.target, e);
+                }
+                let kind = LogTags { internal: owed.internal, health: owed.health, auth: owed.auth };
+                let upstream = owed.upstream.as_ref();
+                Asked::Request { req, vhost: owed.vhost, kind, client, cached: owed.cached, upstream }
+            }
+            _ => Asked::Refused { line: request::request_line(&owed.head) },
+        };
+        let unread = pending || buffered;
+        let done = (owed.body_done, unread);
+        let next = self.out.finish(self.config, &h.conn, &asked, answer, (bytes_in, fields), done, obs);
+        drop(tls);
+        self.tls_stage = stage;
+        (next, unread)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_tunnels_record_needs_crosses_to_another_worker() {
+        let head = b"GET /ws HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+        let mut slots = [const { std::mem::MaybeUninit::uninit() }; 4];
+        let limits = request::Limits { max_request_line: 99, max_header_size: 99, max_header_line: 99, max_headers: 4 };
+        let spans = request::parse(&head, &mut slots, &limits).unwrap().spans(&head);
+        let owed = Owed {
+            head,
+            spans,
+            vhost: 3,
+            internal: false,
+            health: false,
+            auth: true,
+            client: Some("192.0.2.7".parse().unwrap()),
+            cached: None,
+            upstream: Some(Upstreamed {
+                addr: "http://127.0.0.1:9000".into(),
+                status: Some(101),
+                header_time: Some(Duration::from_micros(1500)),
+                time: Duration::from_micros(2500),
+            }),
+            status: 101,
+            body_bytes: 0,
+            keep_alive: true,
+            start: SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456),
+            bytes_in: 250,
+            response_head: b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec(),
+            body_done: true,
+        };
+        let mut out = Vec::new();
+        owed.freeze(&mut out);
+        let mut c = Cursor(&out);
+        let back = Owed::thaw(&mut c, 5).expect("it thaws");
+        assert!(c.0.is_empty());
+        let fields =
+            |o: &Owed| (o.head.clone(), o.auth, o.client, o.cached, o.upstream.clone(), o.status, o.start, o.bytes_in);
+        assert_eq!(fields(&back), fields(&owed));
+        assert_eq!(
+            (back.vhost, back.keep_alive, back.body_done, &back.response_head),
+            (5, true, true, &owed.response_head)
+        );
+        let v6 = Owed { client: Some("2001:db8::1".parse().unwrap()), upstream: None, ..owed };
+        out.clear();
+        v6.freeze(&mut out);
+        let back = Owed::thaw(&mut Cursor(&out), 0).unwrap();
+        assert_eq!((back.client, back.upstream), (v6.client, None));
+        assert!(Owed::thaw(&mut Cursor(&out[..out.len() - 1]), 0).is_none());
     }
 }

@@ -36,6 +36,9 @@
 //! this process's, an answer still being written) is served with `Connection:
 //! close` at its next request, written to its end, or closed between requests after
 //! a second's grace, so no connection is ever closed under a request on its way.
+//! A plain tunnel (a WebSocket after its 101: two sockets in the set, the client's
+//! and its upstream's, `serve::relay`) is handed over with both; a TLS one is closed
+//! after the same grace, once what it keeps is written (`Loop::drain_tunnels`).
 //! Then the worker exits. A hard stop (`TERM`) closes all of them, once the answers
 //! being written are logged with what went of them.
 
@@ -48,21 +51,22 @@ use std::time::Duration;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
-use super::parked::{Parked, Table, handover_open, interest, publish_counts};
+use super::parked::{FAR, Parked, Table, handover_open, interest, publish_counts};
 use crate::base::sys;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
-use crate::serve::held::{Conn, Held, Next, thaw_body};
+use crate::serve::held::{Conn, Held, Next, Watch, thaw_body};
 use crate::serve::observer::{Hooks, Relief};
 
 /// Whether another worker of this one's generation is a spare holding no answer
-/// being written (one the master's pipe of death had better retire).
+/// being written and no tunnel (one the master's pipe of death had better retire).
 fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
     ctx.scoreboard.slots.iter().enumerate().any(|(i, s)| {
         i != ctx.slot
             && s.generation.load(Relaxed) == ctx.generation
             && s.is_spare()
             && s.conns_writing.load(Relaxed) == 0
+            && s.conns_tunnels.load(Relaxed) == 0
     })
 }
 
@@ -265,13 +269,15 @@ impl<'a, 'c> Loop<'a, 'c> {
                     self.leave(why);
                 }
             }
-            // After the grace, and again as answers being written end.
+            // After the grace, and again as answers being written end (and tunnels
+            // opened meanwhile).
             if self.leaving.is_some() && now >= self.close_idle_at {
                 let closed = self.parked.close_idle();
                 if closed > 0 {
                     log::debug!("leaving: closed {closed} idle connections");
                     self.publish();
                 }
+                self.drain_tunnels();
             }
             if self.leaving.is_some() && self.parked.table.len == 0 {
                 return match self.leaving {
@@ -298,6 +304,9 @@ impl<'a, 'c> Loop<'a, 'c> {
                 self.adopt();
             } else if tag == STOP {
                 // Rung by TERM: seen after the wait, before these events.
+            } else if tag & FAR != 0 {
+                // A tunnel's upstream socket: a turn on its connection.
+                self.serve((tag & !FAR) as usize);
             } else {
                 self.serve(tag as usize);
             }
@@ -391,6 +400,15 @@ impl<'a, 'c> Loop<'a, 'c> {
                     local_port: meta.local_port,
                     requests: meta.requests,
                 };
+                if let Some(far) = got.far {
+                    // A tunnel: it relays here from now on.
+                    let stream = std::net::TcpStream::from(got.conn);
+                    match self.server.adopt_tunnel((stream, conn), &meta.tunnel, far, meta.waited_ms) {
+                        Some(held) => self.take(held),
+                        None => log::warn!("handover: a tunnel's state that does not read"),
+                    }
+                    return;
+                }
                 // In the middle of a request body: its reader goes on here.
                 let body = match got.body_file {
                     None => None,
@@ -417,13 +435,18 @@ impl<'a, 'c> Loop<'a, 'c> {
         let watch = held.watch();
         let p = &mut self.parked;
         let i = p.table.insert(held, watch);
-        let h = p.table.get(i).expect("just inserted");
-        // The tag is the table index, the connection's until it leaves the table.
-        if let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(interest(watch), i as u64)) {
+        let h = p.table.take_out(i).expect("just inserted");
+        // The tag is the table index, the connection's until it leaves the table
+        // (out of the set while it waits for nothing: a tunnel's side).
+        if watch != Watch::Neither
+            && let Err(e) = p.epoll.add(h.stream().as_fd(), EpollEvent::new(interest(watch), i as u64))
+        {
             log::warn!("cannot watch connection {fd}: {e}");
-            p.table.remove(i);
+            p.table.release(i);
             return;
         }
+        p.watch_far(i, &h);
+        p.table.put_back(i, h);
         if next == Next::Again {
             p.ready.push_back(i);
         }
@@ -527,14 +550,18 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// `quiet`: nothing happened for a while, so the pipe of death is read even with
     /// no byte announced (end of file there means the master is gone). A worker
-    /// writing answers leaves the pipe to a spare of its generation that writes none,
-    /// if there is one (it reads it within a second): a worker that leaves finishes
-    /// its answers first, which a client that stops reading makes last until
-    /// `send_timeout`, holding the worker's slot.
+    /// writing answers or relaying tunnels leaves the pipe to a spare of its
+    /// generation that does neither, if there is one (it reads it within a second):
+    /// a worker that leaves finishes its answers first, which a client that stops
+    /// reading makes last until `send_timeout`, holding the worker's slot, and
+    /// closes its tunnels.
     fn must_leave(&self, quiet: bool) -> Option<Leaving> {
         let ctx = self.ctx;
         let header = ctx.scoreboard.header;
-        let defer = || self.obs.slot.conns_writing.load(Relaxed) > 0 && spare_writing_none(ctx);
+        let holds = |slot: &crate::scoreboard::Slot| {
+            slot.conns_writing.load(Relaxed) > 0 || slot.conns_tunnels.load(Relaxed) > 0
+        };
+        let defer = || holds(self.obs.slot) && spare_writing_none(ctx);
         let pod = ctx.pod.as_deref().is_some_and(|p| {
             let pending = quiet || header.pod_pending.load(std::sync::atomic::Ordering::SeqCst) > 0;
             pending && !defer() && if quiet { p.check_idle(header) } else { p.check(header) }
@@ -560,6 +587,21 @@ impl<'a, 'c> Loop<'a, 'c> {
         }
         self.server.flush_logs();
         sys::die_by(sig)
+    }
+
+    /// A leaving worker's tunnels that were not handed over (a TLS one: its session
+    /// is this process's, as a TLS connection's between requests is; or no worker
+    /// could take it): each reads nothing more, writes what it keeps and closes both
+    /// its sides (`Server::drain_tunnel`), so the worker never waits on them.
+    fn drain_tunnels(&mut self) {
+        for i in 0..self.parked.table.slots.len() {
+            if !self.parked.table.get(i).is_some_and(|h| h.tunnel_open()) {
+                continue;
+            }
+            let Some(mut h) = self.parked.table.take_out(i) else { continue };
+            let next = self.server.drain_tunnel(&mut h, &mut *self.obs);
+            self.settle(i, h, next);
+        }
     }
 
     /// Stops taking connections and hands over the idle ones it holds.

@@ -31,6 +31,9 @@ pub(super) struct Table {
     pub(super) slots: Vec<Option<Held>>,
     /// What each slot's socket is watched for.
     watch: Vec<Watch>,
+    /// What a tunnel's upstream socket is watched for (`Watch::Neither`: none in
+    /// the set).
+    far: Vec<Watch>,
     free: Vec<usize>,
     pub(super) len: usize,
 }
@@ -43,11 +46,13 @@ impl Table {
             Some(i) => {
                 self.slots[i] = Some(h);
                 self.watch[i] = watch;
+                self.far[i] = Watch::Neither;
                 i
             }
             None => {
                 self.slots.push(Some(h));
                 self.watch.push(watch);
+                self.far.push(Watch::Neither);
                 self.slots.len() - 1
             }
         }
@@ -81,35 +86,50 @@ impl Table {
 
 impl Parked {
     /// Puts a connection back after a turn, watched from now on for what it waits
-    /// for: input, or room for an answer.
+    /// for: input, or room for an answer (and a tunnel's upstream socket for what
+    /// it waits for, tagged [`FAR`]).
     #[inline]
     pub(super) fn put_back(&mut self, i: usize, h: Held) {
         let watch = h.watch();
         if watch != self.table.watch[i] {
-            let ev = EpollEvent::new(interest(watch), i as u64);
-            match self.epoll.modify(h.stream().as_fd(), &mut { ev }) {
+            match rewatch(&self.epoll, h.stream().as_fd(), i as u64, self.table.watch[i], watch) {
                 Ok(()) => self.table.watch[i] = watch,
                 Err(e) => log::warn!("cannot watch connection {i}: {e}"),
             }
         }
+        self.watch_far(i, &h);
         self.table.put_back(i, h);
     }
 
+    /// Watches a tunnel's upstream socket for what it waits for now.
+    pub(super) fn watch_far(&mut self, i: usize, h: &Held) {
+        let Some((fd, watch)) = h.far() else { return };
+        let was = self.table.far[i];
+        if watch != was {
+            match rewatch(&self.epoll, fd, FAR | i as u64, was, watch) {
+                Ok(()) => self.table.far[i] = watch,
+                Err(e) => log::warn!("cannot watch the upstream of tunnel {i}: {e}"),
+            }
+        }
+    }
+
     /// Connections kept alive (held between requests: waiting for a request, or
-    /// for the rest of one), answers waiting for room in their socket, and
-    /// lingering closes.
-    pub(super) fn counts(&self) -> (u32, u32, u32) {
-        let (mut keepalive, mut writing, mut closing) = (0, 0, 0);
+    /// for the rest of one), answers waiting for room in their socket, lingering
+    /// closes, and tunnels.
+    pub(super) fn counts(&self) -> (u32, u32, u32, u32) {
+        let (mut keepalive, mut writing, mut closing, mut tunnels) = (0, 0, 0, 0);
         for h in self.table.slots.iter().flatten() {
             if h.lingering() {
                 closing += 1;
             } else if h.writing() {
                 writing += 1;
+            } else if h.tunnel() {
+                tunnels += 1;
             } else {
                 keepalive += 1;
             }
         }
-        (keepalive, writing, closing)
+        (keepalive, writing, closing, tunnels)
     }
 
     /// A script keeps the worker (`Relief::Bodies`: it is about to run one with a
@@ -127,11 +147,11 @@ impl Parked {
     }
 
     /// Sends every connection it can (of `which`) to the workers that stay: all but
-    /// lingering closes, answers being written, TLS sessions and oversized pending
-    /// heads. Returns how many went and how many stay.
+    /// lingering closes, answers being written, TLS sessions, draining tunnels and
+    /// oversized pending heads. Returns how many went and how many stay.
     pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief) -> (usize, usize) {
         let (mut sent, mut kept) = (0, 0);
-        let mut state = Vec::new();
+        let (mut state, mut tunnel) = (Vec::new(), Vec::new());
         for i in 0..self.table.slots.len() {
             let Some(h) = self.table.slots[i].as_mut() else { continue };
             if !h.can_hand_over(handover::MAX_PENDING) {
@@ -144,8 +164,9 @@ impl Parked {
             let conn = *h.conn();
             let (waited_ms, pending) = (h.waited_ms(), h.pending().to_vec());
             let in_body = h.in_body();
-            // The socket, and the file of what came of a body.
-            let (socket, body) = if in_body {
+            let far_watch = self.table.far[i];
+            // The socket, and the file of what came of a body, or a tunnel's upstream.
+            let (socket, second) = if in_body {
                 match h.freeze_body(&mut state) {
                     Some(Ok([socket, file])) => (socket, Some(file)),
                     Some(Err(e)) => {
@@ -155,9 +176,12 @@ impl Parked {
                     }
                     None => unreachable!("in a body"),
                 }
+            } else if let Some([socket, far]) = h.freeze_tunnel(&mut tunnel) {
+                (socket, Some(far))
             } else {
                 (h.stream().as_fd(), None)
             };
+            let is_tunnel = !tunnel.is_empty();
             let meta = handover::Meta {
                 peer: conn.peer,
                 balancer: conn.balancer,
@@ -166,23 +190,38 @@ impl Parked {
                 waited_ms,
                 pending,
                 body: if in_body { std::mem::take(&mut state) } else { Vec::new() },
+                tunnel: std::mem::take(&mut tunnel),
             };
             if !meta.fits() {
                 kept += 1;
                 continue;
             }
-            // Out of this worker's set first, so it never reports the socket again.
+            // Out of this worker's set first, so it never reports the socket again
+            // (nor a tunnel's upstream: a registration lives as long as the socket,
+            // in flight or in the worker that takes it, not this worker's descriptor).
             let _ = self.epoll.delete(socket);
-            match handover.send(socket, body, &meta, &mut self.scratch) {
+            if let Some(far) = second.filter(|_| is_tunnel && far_watch != Watch::Neither) {
+                let _ = self.epoll.delete(far);
+            }
+            match handover.send(socket, second, &meta, &mut self.scratch) {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
                     sent += 1;
                 }
                 Err(e) => {
-                    // Handed over only while it waits for input.
-                    let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-                    let _ = self.epoll.add(socket, ev);
+                    if is_tunnel {
+                        // Watched again for what it waits for.
+                        self.table.watch[i] = Watch::Neither;
+                        self.table.far[i] = Watch::Neither;
+                        if let Some(h) = self.table.take_out(i) {
+                            self.put_back(i, h);
+                        }
+                    } else {
+                        // Handed over only while it waits for input.
+                        let ev = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
+                        let _ = self.epoll.add(socket, ev);
+                    }
                     kept += 1;
                     if e.kind() != std::io::ErrorKind::WouldBlock {
                         log::warn!("handover: {e}");
@@ -209,12 +248,28 @@ impl Parked {
     }
 }
 
+/// The tag of a tunnel's upstream socket: its connection's index with this bit.
+/// Below the worker's other tags (`events`), above any index.
+pub(super) const FAR: u64 = 1 << 59;
+
+/// Moves a socket's registration from `was` to `now`: out of the set for
+/// `Watch::Neither` (a hang-up it cannot act on would wake the worker again and
+/// again), back in when it waits for something again.
+fn rewatch(epoll: &Epoll, fd: std::os::fd::BorrowedFd<'_>, tag: u64, was: Watch, now: Watch) -> nix::Result<()> {
+    match (was, now) {
+        (_, Watch::Neither) => epoll.delete(fd),
+        (Watch::Neither, now) => epoll.add(fd, EpollEvent::new(interest(now), tag)),
+        (_, now) => epoll.modify(fd, &mut EpollEvent::new(interest(now), tag)),
+    }
+}
+
 /// The `epoll` events for what a connection is watched for (level-triggered).
 pub(super) fn interest(watch: Watch) -> EpollFlags {
     match watch {
         Watch::Input => EpollFlags::EPOLLIN,
         Watch::Room => EpollFlags::EPOLLOUT,
         Watch::Both => EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT,
+        Watch::Neither => EpollFlags::empty(),
     }
 }
 
@@ -229,8 +284,9 @@ pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
 /// Writes what a worker holds into its scoreboard slot (the status page's async
 /// connections).
 pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
-    let (keepalive, writing, closing) = parked.counts();
+    let (keepalive, writing, closing, tunnels) = parked.counts();
     slot.conns_keepalive.store(keepalive, Relaxed);
     slot.conns_writing.store(writing, Relaxed);
     slot.conns_closing.store(closing, Relaxed);
+    slot.conns_tunnels.store(tunnels, Relaxed);
 }

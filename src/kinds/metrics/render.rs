@@ -29,7 +29,7 @@ pub fn render(server: &View<'_>) -> String {
     let mut requests = [[0u64; CLASSES.len()]; METHODS.len()];
     let mut durations = [0u64; BUCKETS_US.len() + 1];
     let (mut duration_us, mut bytes, mut accepted, mut hits, mut misses, mut log_errors) = (0, 0, 0, 0, 0, 0);
-    let (mut waiting, mut writing, mut closing, mut full) = (0u64, 0u64, 0u64, 0u64);
+    let (mut waiting, mut writing, mut closing, mut tunnels, mut full) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut states = [0u64; State::ALL.len()];
     for slot in sb.slots {
         let t = &slot.traffic;
@@ -53,6 +53,7 @@ pub fn render(server: &View<'_>) -> String {
             waiting += u64::from(slot.conns_keepalive.load(Relaxed));
             writing += u64::from(slot.conns_writing.load(Relaxed));
             closing += u64::from(slot.conns_closing.load(Relaxed));
+            tunnels += u64::from(slot.conns_tunnels.load(Relaxed));
             full += u64::from(slot.full.load(Relaxed) != 0);
         }
     }
@@ -101,12 +102,13 @@ pub fn render(server: &View<'_>) -> String {
         &mut s,
         "pika_connections",
         "gauge",
-        "Connections open: being answered by a worker (active), kept alive by a worker waiting for their next request (keepalive), an answer waiting for the client to read it (writing), closing (lingering).",
+        "Connections open: being answered by a worker (active), kept alive by a worker waiting for their next request (keepalive), an answer waiting for the client to read it (writing), closing (lingering), a tunnel relayed to an upstream after a 101 (tunnel).",
     );
     let _ = writeln!(s, "pika_connections{{state=\"active\"}} {busy}");
     let _ = writeln!(s, "pika_connections{{state=\"keepalive\"}} {waiting}");
     let _ = writeln!(s, "pika_connections{{state=\"writing\"}} {writing}");
     let _ = writeln!(s, "pika_connections{{state=\"closing\"}} {closing}");
+    let _ = writeln!(s, "pika_connections{{state=\"tunnel\"}} {tunnels}");
 
     head(&mut s, "pika_workers", "gauge", "Worker processes by state (the status page's scoreboard).");
     for state in State::ALL.iter().filter(|&&st| st != State::Dead) {
@@ -261,6 +263,7 @@ mod tests {
         sb.slots[1].set_state(State::Writing);
         sb.slots[1].conns_keepalive.store(4, Relaxed);
         sb.slots[1].conns_writing.store(2, Relaxed);
+        sb.slots[1].conns_tunnels.store(3, Relaxed);
         sb.header.max_spare.store(6, Relaxed);
         sb.header.pool.exited(ExitCause::Signal);
         sb.header.pool.exited(ExitCause::Signal);
@@ -289,6 +292,7 @@ mod tests {
         assert_eq!(value(&page, "pika_connections{state=\"active\"}"), "1");
         assert_eq!(value(&page, "pika_connections{state=\"keepalive\"}"), "4");
         assert_eq!(value(&page, "pika_connections{state=\"writing\"}"), "2");
+        assert_eq!(value(&page, "pika_connections{state=\"tunnel\"}"), "3");
         assert_eq!(value(&page, "pika_workers_max"), "9");
         assert_eq!(value(&page, "pika_workers_max_spare"), "6");
         assert_eq!(value(&page, "pika_worker_max_connections"), "77");

@@ -23,6 +23,13 @@
 //! the request and the upstream; an upstream that breaks off in the middle of an
 //! answer being streamed leaves the client's answer visibly cut (no last chunk, or
 //! the connection closed short of the length), and one being kept is a 502.
+//!
+//! A request that asks to switch protocols (`Connection: Upgrade` and an `Upgrade`
+//! the location's `proxy_upgrade` allows: a WebSocket) is passed with both, on a
+//! connection that is never kept after. An upstream that answers `101 Switching
+//! Protocols` gives its socket to the reply ([`Switched`]): the 101 goes to the
+//! client, and from then on the worker's loop relays bytes between the two
+//! (`crate::serve` tunnels them); any other answer is an ordinary one.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -38,7 +45,7 @@ use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, 
 use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
-use crate::http::response::{Body, Reply, Upstreamed};
+use crate::http::response::{Body, Reply, Switched, Upstreamed};
 
 use crate::exchange::Ask;
 use crate::kinds::fastcgi::app::replayable;
@@ -85,6 +92,10 @@ impl<'c> Proxy<'c> {
         let target = up.target(ask.req.target, self.prefix);
         let host = self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.host.as_bytes()), str::as_bytes);
         let body_len = ask.link.body.map(|b| b.len());
+        // Not with a body: the connection switches once the head is read, and what
+        // the upstream had not read of a body would be lost.
+        let upgrade = upstream::upgrade_asked(ask.req.headers, ask.req.http11, &self.config.upgrades)
+            .filter(|_| body_len.unwrap_or(0) == 0);
         let forwarding = Forwarding {
             method: ask.req.method_str,
             target: &target,
@@ -95,6 +106,7 @@ impl<'c> Proxy<'c> {
             // A body, or a method that carries one, says its length (0 for none).
             content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
             via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
+            upgrade: upgrade.as_deref(),
         };
         let head = upstream::request_head(&forwarding, ask.req.headers);
         let server = ask.req.host.unwrap_or(b"");
@@ -103,6 +115,7 @@ impl<'c> Proxy<'c> {
         let keep = self.config.buffering.then_some(ask.link.answers);
         let began = Instant::now();
         let seen: Rc<Cell<Seen>> = Rc::default();
+        let switched: Rc<RefCell<Option<Switch>>> = Rc::default();
         let mut tries = 0;
         let got = loop {
             tries += 1;
@@ -144,6 +157,9 @@ impl<'c> Proxy<'c> {
                 watch: ClientWatch::default(),
                 idle: self.idle.clone(),
                 seen: seen.clone(),
+                upgrade: upgrade.is_some(),
+                switching: None,
+                switched: switched.clone(),
             };
             match output::read(talk, ask.link.socket, ask.link.waiting, keep) {
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
@@ -159,6 +175,9 @@ impl<'c> Proxy<'c> {
         });
         match crate::kinds::script::answered(got, ask, &name, reply) {
             None => {
+                if let Some(switch) = switched.borrow_mut().take() {
+                    self.switch(switch, reply);
+                }
                 // The upstream's answer passed on: pika names itself after those its
                 // Via names (a field line of its own adds to the list).
                 if self.config.via && s.status.is_some() && reply.internal.is_none() {
@@ -191,6 +210,43 @@ impl<'c> Proxy<'c> {
             }
         }
     }
+}
+
+impl Proxy<'_> {
+    /// The upstream switched protocols: the reply becomes its 101 (its end-to-end
+    /// headers, `Connection: Upgrade` and the protocol it switched to), carrying
+    /// the upstream's socket for the tunnel.
+    fn switch(&self, switch: Switch, reply: &mut Reply<'_>) {
+        reply.status = 101;
+        reply.body = Body::None;
+        reply.headers.clear();
+        reply.headers.extend_from_slice(&switch.headers);
+        reply.headers.extend_from_slice(b"Connection: Upgrade\r\n");
+        if let Some(protocol) = &switch.protocol {
+            reply.headers.extend_from_slice(b"Upgrade: ");
+            reply.headers.extend_from_slice(protocol);
+            reply.headers.extend_from_slice(b"\r\n");
+        }
+        reply.switched =
+            Some(Switched { far: switch.conn.into_fd(), early: switch.early, idle: self.config.tunnel_timeout });
+    }
+}
+
+/// An upstream's 101 as it is read: what it said (its end-to-end header lines and
+/// the protocol it switched to), and what came after its head.
+struct Switching {
+    headers: Vec<u8>,
+    protocol: Option<Vec<u8>>,
+    early: Vec<u8>,
+}
+
+/// An upstream's 101 once its answer is read: its connection too, taken from the
+/// request's reader for the tunnel.
+struct Switch {
+    conn: Conn,
+    headers: Vec<u8>,
+    protocol: Option<Vec<u8>>,
+    early: Vec<u8>,
 }
 
 /// What the access log is told of the upstream's answer: its status, when its head came.
@@ -243,6 +299,12 @@ struct Talk {
     watch: ClientWatch,
     idle: Pool,
     seen: Rc<Cell<Seen>>,
+    /// The request asked to switch protocols.
+    upgrade: bool,
+    /// The upstream answered 101: what it said, until the connection is taken.
+    switching: Option<Switching>,
+    /// Where the handler finds the switched connection once the answer is read.
+    switched: Rc<RefCell<Option<Switch>>>,
 }
 
 impl Talk {
@@ -278,6 +340,21 @@ impl Talk {
             self.raw.drain(..h.len);
             if h.interim {
                 continue;
+            }
+            if h.status == 101 {
+                if !self.upgrade {
+                    return Err(broken("it switched protocols, which the request did not ask".into()));
+                }
+                // What the answer's reader needs to end (the reply is the 101,
+                // `Proxy::switch`); the head's lines wait for it with the connection.
+                out.extend_from_slice(b"Status: 200 OK\r\n\r\n");
+                let lines = h.block.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+                let headers = h.block[lines..h.block.len().saturating_sub(2).max(lines)].to_vec();
+                let early = std::mem::take(&mut self.raw);
+                self.switching = Some(Switching { headers, protocol: h.upgrade, early });
+                self.seen.set(Seen { status: Some(101), head_at: Some(Instant::now()) });
+                self.answer = Some(Answer { framing: Framing::None, keep: false, left: 0, chunks: Chunked::default() });
+                return Ok(true);
             }
             out.extend_from_slice(&h.block);
             self.seen.set(Seen { status: Some(h.status), head_at: Some(Instant::now()) });
@@ -387,6 +464,12 @@ impl Source for Talk {
         self.fed = out.len() > before;
         if done {
             let conn = self.conn.take();
+            if let Some(s) = self.switching.take() {
+                let conn = conn.expect("a connection");
+                let (headers, protocol, early) = (s.headers, s.protocol, s.early);
+                *self.switched.borrow_mut() = Some(Switch { conn, headers, protocol, early });
+                return Ok(true);
+            }
             let whole = self.out.is_empty() && self.sent_body == self.body.len();
             if let Some(c) = conn.filter(|_| whole && !eof && self.answer.as_ref().is_some_and(|a| a.keep)) {
                 let mut idle = self.idle.borrow_mut();

@@ -98,7 +98,7 @@
     put("rps-now", rps === null ? "…" : rps.toFixed(1));
     put("busy_workers", s.busy_workers);
     put("idle_workers", s.idle_workers);
-    for (const k of ["pid", "generation", "uptime", "total_accesses", "conns_total", "conns_keepalive", "conns_writing", "conns_closing"]) {
+    for (const k of ["pid", "generation", "uptime", "total_accesses", "conns_total", "conns_keepalive", "conns_writing", "conns_closing", "conns_tunnels"]) {
       put(k, s[k]);
     }
     put("total_kb", Math.floor(s.total_bytes / 1024));
