@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::raw::RawVhost;
 use super::read::{Keys, Split, absolute};
-use super::{ConfigError, Ctx, Status, Symlinks};
+use super::{Config, ConfigError, Ctx, Status, Symlinks};
 use crate::kinds::files::{self, Files};
 use crate::kinds::{Kind, Reading};
 use crate::location::{self, Finding, Location, Locations, Pattern};
@@ -309,6 +309,28 @@ fn valid_hsts(v: &str) -> bool {
     let max_age = parts.next().and_then(|p| p.strip_prefix("max-age="));
     max_age.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         && parts.all(|p| p.eq_ignore_ascii_case("includeSubDomains") || p.eq_ignore_ascii_case("preload"))
+}
+
+impl Config {
+    /// Every upstream server of the proxy locations (once each, as the pool's table
+    /// names it), with whether it is a backup: what the status page and the metrics
+    /// show.
+    pub fn upstreams(&self) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = Vec::new();
+        for v in &self.vhosts {
+            for l in &v.locations.list {
+                let Kind::Proxy(p) = &l.kind else { continue };
+                let all = p.upstreams.iter().map(|u| (u, false)).chain(p.backups.iter().map(|u| (u, true)));
+                for (u, backup) in all {
+                    let name = u.server();
+                    if !out.iter().any(|(n, _)| *n == name) {
+                        out.push((name, backup));
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

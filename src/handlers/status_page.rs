@@ -28,6 +28,8 @@ impl StatusPage<'_> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let snap =
             Snapshot::take(self.scoreboard, self.master_pid).with_certificates(self.config.certificate_expiries(now));
+        let upstreams = self.scoreboard.upstreams.shown(&self.config.upstreams(), crate::clock::now_ms());
+        let snap = snap.with_upstreams(upstreams);
         let query = ask.query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
         if wants(b"js") || wants(b"css") {

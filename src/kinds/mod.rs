@@ -217,7 +217,7 @@ impl Kind {
             Kind::Cgi(c) => cgi::build(c, at, b)?,
             Kind::FastCgi(f) => fastcgi::build(f, at, b)?,
             Kind::Echo => echo::build(),
-            Kind::Proxy(p) => proxy::build(p, at),
+            Kind::Proxy(p) => proxy::build(p, at, b),
         })
     }
 
