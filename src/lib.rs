@@ -122,7 +122,9 @@
 //!   protocol's records ([`gateway::fcgi`]), and HTTP/1.1 to an upstream server
 //!   a proxy location passes requests to ([`gateway::upstream`]: the upstream's
 //!   address and path mapping, the request head with the forwarding headers, the
-//!   answer's head read as a script's header block, chunks undone); both reach
+//!   answer's head read as a script's header block, chunks undone; which of a
+//!   location's upstreams a try goes to, and which are down, [`gateway::balance`],
+//!   by the counts every worker keeps in [`scoreboard::upstreams`]); both reach
 //!   their server over a [`gateway::backend`] (a unix socket or TCP, and the test a
 //!   kept connection passes before it is used again).
 //! - [`acme`] gets certificates from an ACME CA for the vhosts with `acme = true`:

@@ -613,8 +613,10 @@ fn least_conn_sends_requests_to_the_upstream_not_busy() {
     }
     assert!(!slow.is_finished(), "the slow request still holds its upstream");
     let (held, idle) = if busy == a.port { (&a, &b) } else { (&b, &a) };
-    wait_until(DEADLINE, "gunicorn's access log", || (served(idle, "/app/q") == 10).then_some(()));
-    assert_eq!(served(held, "/app/q"), 0, "none to the busy upstream");
+    wait_until(DEADLINE, "gunicorn's access logs", || {
+        (served(&a, "/app/q") + served(&b, "/app/q") == 10).then_some(())
+    });
+    assert_eq!((served(held, "/app/q"), served(idle, "/app/q")), (0, 10), "none to the busy upstream");
     assert_eq!(slow.join().unwrap(), 200);
 }
 
@@ -660,9 +662,8 @@ fn the_backup_serves_only_while_every_primary_is_down() {
         }
     };
     ask("both-up");
-    wait_until(DEADLINE, "gunicorn's access logs", || {
-        (served(&a, "/app/both-up") + served(&b, "/app/both-up") == 10).then_some(())
-    });
+    let all = |tag: &str, gs: &[&Gunicorn]| gs.iter().map(|g| served(g, tag)).sum::<usize>();
+    wait_until(DEADLINE, "gunicorn's access logs", || (all("/app/both-up", &[&a, &b, &c]) == 10).then_some(()));
     assert_eq!(served(&c, "/app/both-up"), 0, "the backup unused while the primaries are up");
 
     drop((a, b));
@@ -677,7 +678,7 @@ fn the_backup_serves_only_while_every_primary_is_down() {
         (served(&a, "/app/probe") > 0).then_some(())
     });
     ask("one-up");
-    wait_until(DEADLINE, "gunicorn's access log", || (served(&a, "/app/one-up") == 10).then_some(()));
+    wait_until(DEADLINE, "gunicorn's access logs", || (all("/app/one-up", &[&a, &c]) == 10).then_some(()));
     assert_eq!(served(&c, "/app/one-up"), 0, "the backup left ({b_port} still down)");
 }
 
