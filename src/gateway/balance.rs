@@ -116,9 +116,13 @@ impl Chooser {
         balance: Balance,
         health: Health,
     ) -> Chooser {
-        let entries = primaries.iter().chain(backups).map(|n| table.entry_or_own(n)).collect();
-        // The list's turn, one for the pool (two locations with the same list share it).
-        let turn = table.entry_or_own(&format!("turn of {}", primaries.join(" ")));
+        let entries: Vec<&'static Entry> = primaries.iter().chain(backups).map(|n| table.entry_or_own(n)).collect();
+        // The list's turn, one for the pool (two locations with the same list share
+        // it); a lone upstream takes no turn, and no entry for one.
+        let turn = match &entries[..] {
+            [one] => one,
+            _ => table.entry_or_own(&format!("turn of {}", primaries.join(" "))),
+        };
         Chooser { balance, health, entries, backups: primaries.len(), turn }
     }
 
@@ -234,6 +238,28 @@ mod tests {
         assert_eq!(pick(Balance::RoundRobin, 0, 100, &all), None);
         let one = [Candidate { down_until: 500, ..up(0) }];
         assert_eq!(pick(Balance::RoundRobin, 0, 100, &one), Some(0), "a single upstream is always tried");
+    }
+
+    #[test]
+    fn a_chooser_counts_in_the_shared_table() {
+        let table = UpstreamTable::map().unwrap();
+        let names = ["http://a:1".to_string(), "http://b:1".to_string()];
+        let health = Health { max_fails: 2, fail_timeout: Duration::from_secs(60) };
+        let rr = Chooser::new(&table, &names, &[], Balance::RoundRobin, health);
+        let again = Chooser::new(&table, &names, &[], Balance::RoundRobin, health);
+        // Two choosers of one list (two workers) take one turn between them.
+        let picks = [rr.choose(&[]), again.choose(&[]), rr.choose(&[]), again.choose(&[])];
+        assert_eq!(picks, [Some(0), Some(1), Some(0), Some(1)]);
+        let lc = Chooser::new(&table, &names, &[], Balance::LeastConn, health);
+        let busy = Busy::new(rr.entry(0));
+        assert_eq!((lc.choose(&[]), lc.choose(&[])), (Some(1), Some(1)), "another chooser sees the connection");
+        drop(busy);
+        assert_eq!(table.find("http://a:1").unwrap().active(), 0);
+        assert_eq!(again.failed(1), Failure::Counted(1));
+        assert!(matches!(rr.failed(1), Failure::MarkedDown(2)), "the failures of every worker count");
+        assert_eq!((lc.choose(&[]), rr.choose(&[]), rr.choose(&[true, false])), (Some(0), Some(0), None));
+        let lone = Chooser::new(&table, &names[1..], &[], Balance::RoundRobin, health);
+        assert_eq!(lone.choose(&[]), Some(0), "a lone upstream is tried though down");
     }
 
     #[test]
