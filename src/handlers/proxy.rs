@@ -43,7 +43,8 @@ use nix::poll::{PollFd, PollFlags, poll};
 use crate::gateway::backend::{Backend, Dial};
 use crate::gateway::balance::{Busy, Chooser};
 use crate::gateway::child::Stdin;
-use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
+use crate::gateway::output::{self, Failed, Fault, Got, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
+use crate::gateway::spool::Place;
 use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, Upstream, UpstreamAddr};
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
@@ -106,7 +107,6 @@ impl<'c> Proxy<'c> {
     }
 
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        let body_len = ask.link.body.map(|b| b.len());
         let server = ask.req.host.unwrap_or(b"");
         let context = crate::gateway::child::request_context(ask.client, server, ask.req.line);
         let keep = self.config.buffering.then_some(ask.link.answers);
@@ -124,63 +124,7 @@ impl<'c> Proxy<'c> {
             }
             tries += 1;
             let name = format!("upstream {}{context}", up.name);
-            let target = up.upstream.target(ask.req.target, self.prefix);
-            let host =
-                self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.upstream.host.as_bytes()), str::as_bytes);
-            let forwarding = Forwarding {
-                method: ask.req.method_str,
-                target: &target,
-                host,
-                client_host: ask.req.host,
-                client: ask.client,
-                https: ask.link.https,
-                // A body, or a method that carries one, says its length (0 for none).
-                content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
-                via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
-            };
-            let head = upstream::request_head(&forwarding, ask.req.headers);
-            seen.set(Seen::default());
-            let Some(body) = super::script::stdin(ask, &name, reply) else { return };
-            let kept = loop {
-                let Some(c) = up.idle.borrow_mut().pop() else { break None };
-                if !c.stale() {
-                    break Some(c);
-                }
-            };
-            let opened = match kept {
-                Some(c) => Ok((c, false)),
-                None => Conn::open(dial(&up.upstream.addr), self.config.timeout).map(|c| (c, true)),
-            };
-            let got = match opened {
-                Err(e) => Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false })),
-                Ok((conn, fresh)) => {
-                    let talk = Talk {
-                        conn: Some(conn),
-                        fresh,
-                        replayable: replayable(ask.req.method_str),
-                        wrote_any: false,
-                        got_any: false,
-                        out: head,
-                        written: 0,
-                        body,
-                        sent_body: 0,
-                        scratch: Vec::new(),
-                        raw: Vec::new(),
-                        answer: None,
-                        head_request: ask.req.method == Method::Head,
-                        taken: 0,
-                        timeout: self.config.timeout,
-                        deadline: Instant::now() + self.config.timeout,
-                        fed: false,
-                        name: name.clone(),
-                        watch: ClientWatch::default(),
-                        idle: up.idle.clone(),
-                        seen: seen.clone(),
-                        _busy: Busy::new(self.chooser.entry(at)),
-                    };
-                    output::read(talk, ask.link.socket, ask.link.waiting, keep)
-                }
-            };
+            let Some(got) = self.attempt(at, ask, keep, &seen, &name, reply) else { return };
             match got {
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
                 Err(Failed::Fault(f @ (Fault::Broken { .. } | Fault::TimedOut))) => {
@@ -251,6 +195,80 @@ impl<'c> Proxy<'c> {
                 reply.close = true;
             }
         }
+    }
+
+    /// One try of the request on upstream `at`, on a connection this worker kept
+    /// or a new one: its head and body written, its answer read (kept whole with
+    /// `keep`, else streaming). `None`: the request's body could not be read again
+    /// (`reply` says so).
+    fn attempt(
+        &self,
+        at: usize,
+        ask: &Ask<'_>,
+        keep: Option<&Place>,
+        seen: &Rc<Cell<Seen>>,
+        name: &str,
+        reply: &mut Reply<'_>,
+    ) -> Option<Result<Got<Talk>, Failed>> {
+        let up = &self.ups[at];
+        let body_len = ask.link.body.map(|b| b.len());
+        let target = up.upstream.target(ask.req.target, self.prefix);
+        let host =
+            self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.upstream.host.as_bytes()), str::as_bytes);
+        let forwarding = Forwarding {
+            method: ask.req.method_str,
+            target: &target,
+            host,
+            client_host: ask.req.host,
+            client: ask.client,
+            https: ask.link.https,
+            // A body, or a method that carries one, says its length (0 for none).
+            content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
+            via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
+        };
+        let head = upstream::request_head(&forwarding, ask.req.headers);
+        seen.set(Seen::default());
+        let body = super::script::stdin(ask, name, reply)?;
+        let kept = loop {
+            let Some(c) = up.idle.borrow_mut().pop() else { break None };
+            if !c.stale() {
+                break Some(c);
+            }
+        };
+        let opened = match kept {
+            Some(c) => Ok((c, false)),
+            None => Conn::open(dial(&up.upstream.addr), self.config.timeout).map(|c| (c, true)),
+        };
+        Some(match opened {
+            Err(e) => Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false })),
+            Ok((conn, fresh)) => {
+                let talk = Talk {
+                    conn: Some(conn),
+                    fresh,
+                    replayable: replayable(ask.req.method_str),
+                    wrote_any: false,
+                    got_any: false,
+                    out: head,
+                    written: 0,
+                    body,
+                    sent_body: 0,
+                    scratch: Vec::new(),
+                    raw: Vec::new(),
+                    answer: None,
+                    head_request: ask.req.method == Method::Head,
+                    taken: 0,
+                    timeout: self.config.timeout,
+                    deadline: Instant::now() + self.config.timeout,
+                    fed: false,
+                    name: name.to_string(),
+                    watch: ClientWatch::default(),
+                    idle: up.idle.clone(),
+                    seen: Rc::clone(seen),
+                    _busy: Busy::new(self.chooser.entry(at)),
+                };
+                output::read(talk, ask.link.socket, ask.link.waiting, keep)
+            }
+        })
     }
 
     /// Upstream `i` as the pool's table names it.
