@@ -9,7 +9,11 @@
 //! An entry is found by a hash of the upstream's name (its URL without the path,
 //! `http://10.0.0.1:8000` or `unix:/run/app.sock`), claimed by compare-and-swap on
 //! first use, and kept for the master's life: a reload that keeps an upstream keeps
-//! its counts, and the workers of two generations count into the same entry. What
+//! its counts, and the workers of two generations count into the same entry. A
+//! worker killed in the middle of a request leaves its connection counted in
+//! `active` (nothing tells which entry it held): the count only orders upstreams
+//! that are up for least connections, so such a leak tilts ties, never takes an
+//! upstream out. What
 //! to do with the counts (which upstream a request goes to, when one is down) is
 //! `gateway::balance`'s to say; this is only the counting.
 
