@@ -11,9 +11,9 @@
 //! first use, and kept for the master's life: a reload that keeps an upstream keeps
 //! its counts, and the workers of two generations count into the same entry. A
 //! worker killed in the middle of a request leaves its connection counted in
-//! `active` (nothing tells which entry it held): the count only orders upstreams
-//! that are up for least connections, so such a leak tilts ties, never takes an
-//! upstream out. What
+//! `active` (nothing tells which entry it held): the count only orders the
+//! upstreams that are up for least connections, so such a leak tilts that choice
+//! against the upstream until the master restarts, and never marks it down. What
 //! to do with the counts (which upstream a request goes to, when one is down) is
 //! `gateway::balance`'s to say; this is only the counting.
 
