@@ -316,7 +316,7 @@ mod tests {
         let a = sb.upstreams.entry("http://10.0.0.1:8000").unwrap();
         a.answered(200);
         a.answered(503);
-        a.begin();
+        let _held = sb.upstreams.in_use(a, Some(0));
         a.failed(crate::clock::now_ms(), 1, 10_000);
         let page = render(&sb, &config);
         assert_eq!(value(&page, "pika_upstream_requests_total{upstream=\"http://10.0.0.1:8000\",code=\"2xx\"}"), "1");

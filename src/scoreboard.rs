@@ -294,7 +294,7 @@ impl Scoreboard {
         let header = &sys::map_shared::<Header>(1)?[0];
         let slots = sys::map_shared::<Slot>(slots)?;
         let failures = FailureTable::map()?;
-        let upstreams = UpstreamTable::map()?;
+        let upstreams = UpstreamTable::map(slots.len())?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         header.started.store(now, Relaxed);
         header.generation_started.store(now, Relaxed);

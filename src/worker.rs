@@ -127,6 +127,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let slot = &ctx.scoreboard.slots[ctx.slot];
     slot.pid.store(std::process::id() as i32, Relaxed);
     crate::rules::apply::share_failures(ctx.scoreboard.failures);
+    crate::scoreboard::upstreams::serve_in_slot(ctx.slot);
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.count_errors(&slot.traffic.log_write_errors);

@@ -715,3 +715,29 @@ fn metrics_and_status_show_each_upstream_up_or_down() {
     let html = get(p.addr, "/server-status").text();
     assert!(html.contains(&format!("<td>http://127.0.0.1:{dead}</td><td>down (")), "{html}");
 }
+
+#[test]
+fn a_worker_killed_holding_an_upstream_connection_gives_it_back() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let (a, b) = (Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"));
+    let site = pooled(&[a.port, b.port], "proxy_balance = \"least_conn\"");
+    let p = Pika::start(&site, "-F");
+    let mut slow = connect(p.addr);
+    slow.write_all(b"GET /app/slow HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let busy = wait_until(DEADLINE, "the slow request to hold an upstream", || {
+        [a.port, b.port].into_iter().find(|&port| status_line(p.addr, port).is_some_and(|l| l.contains(" primary 1 ")))
+    });
+    // The worker waiting on it, by the status page's row of its request.
+    let json = get(p.addr, "/server-status?json").text();
+    let row = json.split("{\"slot\":").find(|r| r.contains("\"request\":\"GET /app/slow")).expect("its row");
+    let pid: i32 = row.split("\"pid\":").nth(1).and_then(|r| r.split(',').next()).unwrap().parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The master takes its connection back: least connections does not shun the
+    // upstream for a connection no one holds.
+    wait_until(DEADLINE, "the connection given back", || {
+        status_line(p.addr, busy).is_some_and(|l| l.starts_with("up primary 0 ")).then_some(())
+    });
+    assert!(site.error_log().contains(&format!("worker {pid} (slot")), "{}", site.error_log());
+    assert!(site.error_log().contains("ended holding 1 upstream connections"), "{}", site.error_log());
+    drop(slow);
+}

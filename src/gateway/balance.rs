@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::scoreboard::upstreams::{Entry, Failure, UpstreamTable};
+use crate::scoreboard::upstreams::{Entry, Failure, InUse, UpstreamTable};
 
 /// How a request's upstream is chosen among those that are up (`proxy_balance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,6 +99,7 @@ pub const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A location's upstreams in one worker: their entries in the pool's table
 /// (primaries, then backups) and the list's turn.
 pub struct Chooser {
+    table: UpstreamTable,
     balance: Balance,
     health: Health,
     entries: Vec<&'static Entry>,
@@ -123,7 +124,7 @@ impl Chooser {
             [one] => one,
             _ => table.entry_or_own(&format!("turn of {}", primaries.join(" "))),
         };
-        Chooser { balance, health, entries, backups: primaries.len(), turn }
+        Chooser { table: *table, balance, health, entries, backups: primaries.len(), turn }
     }
 
     pub fn len(&self) -> usize {
@@ -157,26 +158,16 @@ impl Chooser {
         self.entries[i]
     }
 
+    /// A connection to upstream `i` in use by this worker, counted for the pool
+    /// while the value lives.
+    pub fn in_use(&self, i: usize) -> InUse {
+        self.table.in_use_here(self.entries[i])
+    }
+
     /// A try of upstream `i` failed.
     pub fn failed(&self, i: usize) -> Failure {
         let window = u64::try_from(self.health.fail_timeout.as_millis()).unwrap_or(u64::MAX);
         self.entries[i].failed(crate::clock::now_ms(), self.health.max_fails, window)
-    }
-}
-
-/// A connection in use to an upstream, counted in its entry while it lives.
-pub struct Busy(&'static Entry);
-
-impl Busy {
-    pub fn new(e: &'static Entry) -> Busy {
-        e.begin();
-        Busy(e)
-    }
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.end();
     }
 }
 
@@ -242,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_chooser_counts_in_the_shared_table() {
-        let table = UpstreamTable::map().unwrap();
+        let table = UpstreamTable::map(1).unwrap();
         let names = ["http://a:1".to_string(), "http://b:1".to_string()];
         let health = Health { max_fails: 2, fail_timeout: Duration::from_secs(60) };
         let rr = Chooser::new(&table, &names, &[], Balance::RoundRobin, health);
@@ -251,7 +242,7 @@ mod tests {
         let picks = [rr.choose(&[]), again.choose(&[]), rr.choose(&[]), again.choose(&[])];
         assert_eq!(picks, [Some(0), Some(1), Some(0), Some(1)]);
         let lc = Chooser::new(&table, &names, &[], Balance::LeastConn, health);
-        let busy = Busy::new(rr.entry(0));
+        let busy = rr.in_use(0);
         assert_eq!((lc.choose(&[]), lc.choose(&[])), (Some(1), Some(1)), "another chooser sees the connection");
         drop(busy);
         assert_eq!(table.find("http://a:1").unwrap().active(), 0);

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, poll};
 
 use crate::gateway::backend::{Backend, Dial};
-use crate::gateway::balance::{Busy, Chooser};
+use crate::gateway::balance::Chooser;
 use crate::gateway::child::Stdin;
 use crate::gateway::output::{self, Failed, Fault, Got, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
 use crate::gateway::spool::Place;
@@ -49,7 +49,7 @@ use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, Upstream, Ups
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
 use crate::http::response::{Body, Reply, Upstreamed};
-use crate::scoreboard::upstreams::{Failure, UpstreamTable};
+use crate::scoreboard::upstreams::{Failure, InUse, UpstreamTable};
 
 use super::Ask;
 use super::fastcgi::replayable;
@@ -264,7 +264,7 @@ impl<'c> Proxy<'c> {
                     watch: ClientWatch::default(),
                     idle: up.idle.clone(),
                     seen: Rc::clone(seen),
-                    _busy: Busy::new(self.chooser.entry(at)),
+                    _busy: self.chooser.in_use(at),
                 };
                 output::read(talk, ask.link.socket, ask.link.waiting, keep)
             }
@@ -365,7 +365,7 @@ struct Talk {
     idle: Pool,
     seen: Rc<Cell<Seen>>,
     /// The connection counted in use for the pool's least-connections choice.
-    _busy: Busy,
+    _busy: InUse,
 }
 
 impl Talk {

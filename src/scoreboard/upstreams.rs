@@ -9,15 +9,16 @@
 //! An entry is found by a hash of the upstream's name (its URL without the path,
 //! `http://10.0.0.1:8000` or `unix:/run/app.sock`), claimed by compare-and-swap on
 //! first use, and kept for the master's life: a reload that keeps an upstream keeps
-//! its counts, and the workers of two generations count into the same entry. A
-//! worker killed in the middle of a request leaves its connection counted in
-//! `active` (nothing tells which entry it held): the count only orders the
-//! upstreams that are up for least connections, so such a leak tilts that choice
-//! against the upstream until the master restarts, and never marks it down. What
+//! its counts, and the workers of two generations count into the same entry. Each
+//! worker also counts the connections it holds in a row of its slot's, so that
+//! when one dies holding some (killed by the watchdog while it waited on a slow
+//! upstream, say) the master takes them back from the entries as it reaps it
+//! ([`UpstreamTable::release`]), and least connections does not shun an upstream
+//! for connections no one holds. What
 //! to do with the counts (which upstream a request goes to, when one is down) is
 //! `gateway::balance`'s to say; this is only the counting.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::sys;
 
@@ -55,6 +56,40 @@ pub struct Entry {
 #[allow(unsafe_code)]
 unsafe impl sys::SharedAtomic for Entry {}
 
+/// One worker slot's row: the connections its worker holds to each entry.
+#[repr(C)]
+pub struct Held([AtomicU16; ENTRIES]);
+
+// SAFETY: only atomics, `repr(C)`, all-zero is a valid value (nothing held).
+#[allow(unsafe_code)]
+unsafe impl sys::SharedAtomic for Held {}
+
+/// The slot this process serves in (a worker's, set as it starts); `usize::MAX`:
+/// none (the master, a test), whose connections no row counts.
+static SLOT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// This process is the worker in `slot`: its connections count in that slot's row.
+pub fn serve_in_slot(slot: usize) {
+    SLOT.store(slot, Relaxed);
+}
+
+/// A connection in use to an upstream, counted while it lives: in its entry's
+/// `active`, and in the worker's row, from which the master takes it back should
+/// the worker die holding it.
+pub struct InUse {
+    entry: &'static Entry,
+    held: Option<&'static AtomicU16>,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        if let Some(h) = self.held {
+            let _ = h.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        }
+        self.entry.end();
+    }
+}
+
 /// What a failure did to the upstream's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -67,13 +102,13 @@ pub enum Failure {
 }
 
 impl Entry {
-    /// A connection to it is in use.
-    pub fn begin(&self) {
+    /// A connection to it is in use ([`InUse`] says when it no longer is).
+    fn begin(&self) {
         self.active.fetch_add(1, Relaxed);
     }
 
     /// A connection to it is no longer in use.
-    pub fn end(&self) {
+    fn end(&self) {
         let _ = self.active.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
     }
 
@@ -148,8 +183,11 @@ pub struct Shown {
 }
 
 /// The upstreams, in shared memory.
+#[derive(Clone, Copy)]
 pub struct UpstreamTable {
     entries: &'static [Entry],
+    /// One row per worker slot.
+    held: &'static [Held],
 }
 
 /// FNV-1a of the name, never 0.
@@ -159,9 +197,44 @@ fn key(name: &str) -> u64 {
 }
 
 impl UpstreamTable {
-    /// Maps an empty table, shared with every process forked afterwards.
-    pub fn map() -> std::io::Result<UpstreamTable> {
-        Ok(UpstreamTable { entries: sys::map_shared::<Entry>(ENTRIES)? })
+    /// Maps an empty table, with a row for each of `slots` worker slots, shared
+    /// with every process forked afterwards.
+    pub fn map(slots: usize) -> std::io::Result<UpstreamTable> {
+        Ok(UpstreamTable { entries: sys::map_shared::<Entry>(ENTRIES)?, held: sys::map_shared::<Held>(slots)? })
+    }
+
+    /// Counts a connection to `e` in use by the worker in `slot` (`None`: not a
+    /// worker's) until the value is dropped.
+    pub fn in_use(&self, e: &'static Entry, slot: Option<usize>) -> InUse {
+        e.begin();
+        // An entry of this process's own (the table full) has no place in a row.
+        let at = std::ptr::from_ref(e).addr().wrapping_sub(self.entries.as_ptr().addr()) / size_of::<Entry>();
+        let held = slot.and_then(|s| self.held.get(s)).filter(|_| at < ENTRIES).map(|row| &row.0[at]);
+        if let Some(h) = held {
+            h.fetch_add(1, Relaxed);
+        }
+        InUse { entry: e, held }
+    }
+
+    /// Counts a connection to `e` in use by this process (see [`serve_in_slot`]).
+    pub fn in_use_here(&self, e: &'static Entry) -> InUse {
+        let slot = SLOT.load(Relaxed);
+        self.in_use(e, (slot != usize::MAX).then_some(slot))
+    }
+
+    /// The worker in `slot` is gone: the connections it still held (it was killed,
+    /// or crashed) are no longer in use. Returns how many there were.
+    pub fn release(&self, slot: usize) -> u64 {
+        let Some(row) = self.held.get(slot) else { return 0 };
+        let mut released = 0;
+        for (e, h) in self.entries.iter().zip(&row.0) {
+            let n = u64::from(h.swap(0, Relaxed));
+            if n > 0 {
+                let _ = e.active.fetch_update(Relaxed, Relaxed, |a| Some(a.saturating_sub(n)));
+                released += n;
+            }
+        }
+        released
     }
 
     /// The entry named `name`, claimed if it has none; `None` when the table is full.
@@ -238,7 +311,7 @@ mod tests {
     #[test]
     fn entries_are_found_by_name_and_claimed_once() {
         assert_eq!(std::mem::size_of::<Entry>(), 128);
-        let t = UpstreamTable::map().unwrap();
+        let t = UpstreamTable::map(2).unwrap();
         assert!(t.find("http://a:1").is_none());
         let a = t.entry("http://a:1").unwrap();
         let b = t.entry("unix:/run/b.sock").unwrap();
@@ -255,8 +328,28 @@ mod tests {
     }
 
     #[test]
+    fn what_a_dead_worker_held_is_taken_back() {
+        let t = UpstreamTable::map(2).unwrap();
+        let (a, b) = (t.entry("http://a:1").unwrap(), t.entry("http://b:1").unwrap());
+        let kept = [t.in_use(a, Some(1)), t.in_use(a, Some(1)), t.in_use(b, Some(1))];
+        let other = t.in_use(a, Some(0));
+        let gone = t.in_use(b, Some(1));
+        drop(gone);
+        let not_a_worker = t.in_use(b, None);
+        assert_eq!((a.active(), b.active()), (3, 2));
+        // The worker in slot 1 is killed: its values are never dropped.
+        std::mem::forget(kept);
+        assert_eq!(t.release(1), 3);
+        assert_eq!((a.active(), b.active()), (1, 1));
+        assert_eq!(t.release(1), 0, "once");
+        drop((other, not_a_worker));
+        assert_eq!((a.active(), b.active()), (0, 0));
+        assert_eq!(t.release(7), 0, "no such slot");
+    }
+
+    #[test]
     fn a_full_table_says_so() {
-        let t = UpstreamTable::map().unwrap();
+        let t = UpstreamTable::map(2).unwrap();
         for i in 0..ENTRIES {
             assert!(t.entry(&format!("http://h{i}:1")).is_some());
         }
@@ -266,7 +359,7 @@ mod tests {
 
     #[test]
     fn max_fails_within_the_window_mark_it_down_for_the_window() {
-        let t = UpstreamTable::map().unwrap();
+        let t = UpstreamTable::map(2).unwrap();
         let e = t.entry("http://a:1").unwrap();
         assert_eq!(e.failed(1000, 3, 10_000), Failure::Counted(1));
         assert_eq!(e.failed(2000, 3, 10_000), Failure::Counted(2));
