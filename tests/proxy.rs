@@ -741,3 +741,55 @@ fn a_worker_killed_holding_an_upstream_connection_gives_it_back() {
     assert!(site.error_log().contains("ended holding 1 upstream connections"), "{}", site.error_log());
     drop(slow);
 }
+
+/// An upstream that reads each request whole and hangs up without an answer; the
+/// request lines it read.
+fn hangs_up_unanswered() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let len =
+                text.lines().find_map(|l| l.strip_prefix("Content-Length: ")).map_or(0, |v| v.trim().parse().unwrap());
+            let _ = conn.read_exact(&mut vec![0u8; len]);
+            noted.lock().unwrap().push(text.lines().next().unwrap_or("").to_string());
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn a_request_sent_to_an_upstream_that_failed_goes_on_only_if_it_may_run_twice() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let (closer, got) = hangs_up_unanswered();
+    // Never marked down: the requests keep alternating between the two.
+    let site = pooled(&[closer, g.port], "proxy_max_fails = 0");
+    let p = Pika::start(&site, "-F");
+    for i in 0..6 {
+        let r = get(p.addr, &format!("/app/get{i}"));
+        assert_eq!(r.status, 200, "a GET the closer dropped goes on to gunicorn: {}", site.error_log());
+        let r = post(p.addr, &format!("/app/post{i}"), "once");
+        let at_closer = got.lock().unwrap().iter().any(|l| l.starts_with(&format!("POST /app/post{i} ")));
+        // A POST the closer read is not sent again: 502, never run twice.
+        assert_eq!(r.status, if at_closer { 502 } else { 200 }, "post{i}: {}", site.error_log());
+    }
+    let got = got.lock().unwrap().clone();
+    let (gets, posts) =
+        (got.iter().filter(|l| l.starts_with("GET ")).count(), got.iter().filter(|l| l.starts_with("POST ")).count());
+    assert!(gets > 0 && posts > 0, "the closer had its turns: {got:?}");
+    wait_until(DEADLINE, "gunicorn's access log", || (served(&g, "/app/get") == 6).then_some(()));
+    assert_eq!(served(&g, "POST /app/post"), 6 - posts, "gunicorn ran only the POSTs the closer never read");
+}
