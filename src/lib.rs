@@ -11,13 +11,13 @@
 //! |---|---|---|
 //! | [`base`] | every `unsafe` call ([`base::sys`]), formatting without `core::fmt`, the clock, address ranges, files opened safely as root, the master's dummy connection | 1 |
 //! | [`http`] | the protocol's pure rules: parsing, paths, ranges, preconditions, the response head, forwarded clients, the PROXY header, which vhost a name picks | 2 |
-//! | [`scoreboard`] | the shared memory master and workers count in: slots, counters, the failing logins | 3 |
+//! | [`scoreboard`] | the shared memory master and workers count in: slots, counters, the failing logins, the proxy upstreams' state | 3 |
 //! | [`keys`] | a config's keys read and written (`Ctx`, `Keys`, units, the TOML of `-T`), and the files it read, watched | 3 |
 //! | [`tls`] | certificates by SNI, the rustls setup, the session-ticket keys, `-t`'s checks | 3 |
 //! | [`log`] | the error log, access logs (formats, filters, held records), rotation | 3 |
 //! | [`acme`] | certificates from an ACME CA: schedule, state, the child that talks to the CA, challenges, expiry | 3 |
 //! | [`status`] | the scoreboard as people read it: `?auto`, `?json`, the HTML page, the status file's lines | 3 |
-//! | [`gateway`] | running programs: CGI meta-variables and children, FastCGI records, HTTP to an upstream, request bodies read by the event loop, the answer spool | 4 |
+//! | [`gateway`] | running programs: CGI meta-variables and children, FastCGI records, HTTP to an upstream and which upstream a try goes to, request bodies read by the event loop, the answer spool | 4 |
 //! | [`exchange`] | a request as the rules and handlers see it ([`exchange::Ask`]), the methods a handler answers | 4 |
 //! | [`rules`] | per-location rules: access, Basic auth, `return`, `rewrite`, headers, compression; the gate and the decor | 4 |
 //! | [`kinds`] | what answers at a location, one room per kind (files, status, health, metrics, CGI, FastCGI, proxy, echo): keys, checks, `-T`, handler | 4 |

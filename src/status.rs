@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::acme::expiry::Expiry;
 use crate::base::text::{html_escape, json_string};
+use crate::scoreboard::counters::CLASSES;
+use crate::scoreboard::upstreams::Shown;
 use crate::scoreboard::{Scoreboard, State, now_ms};
 
 /// A Unix time as `2027-03-01T12:00:00Z`.
@@ -58,6 +60,8 @@ pub struct Snapshot {
     pub letters: String,
     /// The vhosts' certificates and their days left.
     pub certificates: Vec<Expiry>,
+    /// The proxy locations' upstream servers, as the pool counted them.
+    pub upstreams: Vec<Shown>,
 }
 
 impl Snapshot {
@@ -105,12 +109,19 @@ impl Snapshot {
             rows,
             letters,
             certificates: Vec::new(),
+            upstreams: Vec::new(),
         }
     }
 
     /// Adds the certificates (with their days left) to what the page shows.
     pub fn with_certificates(mut self, certificates: Vec<Expiry>) -> Snapshot {
         self.certificates = certificates;
+        self
+    }
+
+    /// Adds the proxy locations' upstreams to what the page shows.
+    pub fn with_upstreams(mut self, upstreams: Vec<Shown>) -> Snapshot {
+        self.upstreams = upstreams;
         self
     }
 
@@ -200,6 +211,20 @@ impl Snapshot {
             let what = if c.placeholder { "placeholder" } else { "issued" };
             let _ = writeln!(s, "ACMECertificate: {} {what} {next} {failures}", c.vhost);
         }
+        for u in &self.upstreams {
+            // One line per upstream: its name, up or down, primary or backup,
+            // connections in use, answers, tries that got none.
+            let answers: u64 = u.answered.iter().sum();
+            let _ = writeln!(
+                s,
+                "Upstream: {} {} {} {} {answers} {}",
+                u.name,
+                up_word(u),
+                if u.backup { "backup" } else { "primary" },
+                u.active,
+                u.failed
+            );
+        }
         s
     }
 
@@ -268,6 +293,26 @@ impl Snapshot {
                 s.push('}');
             }
             s.push('}');
+        }
+        s.push_str("],\"upstreams\":[");
+        for (i, u) in self.upstreams.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                "{{\"name\":{},\"up\":{},\"down_for\":{},\"backup\":{},\"active\":{},\"failed\":{},\"answered\":{{",
+                json_string(&u.name),
+                u.up,
+                u.down_for,
+                u.backup,
+                u.active,
+                u.failed
+            );
+            for (j, (class, n)) in CLASSES.iter().zip(u.answered).enumerate() {
+                let _ = write!(s, "{}\"{class}\":{n}", if j > 0 { "," } else { "" });
+            }
+            s.push_str("}}");
         }
         s.push_str("]}\n");
         s
@@ -341,6 +386,22 @@ impl Snapshot {
             }
             s.push_str("</table>\n");
         }
+        if !self.upstreams.is_empty() {
+            s.push_str("<h2>Upstreams</h2>\n<table id=\"upstreams\" border=\"1\"><tr><th>Upstream</th><th>State</th><th>Role</th><th>Connections</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>Failed tries</th></tr>\n");
+            for u in &self.upstreams {
+                let [a, b, c, d, e] = u.answered;
+                let _ = writeln!(
+                    s,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{a}</td><td>{b}</td><td>{c}</td><td>{d}</td><td>{e}</td><td>{}</td></tr>",
+                    html_escape(&u.name),
+                    up_cell(u),
+                    if u.backup { "backup" } else { "primary" },
+                    u.active,
+                    u.failed
+                );
+            }
+            s.push_str("</table>\n");
+        }
         s.push_str("</body></html>\n");
         s
     }
@@ -372,6 +433,16 @@ impl Snapshot {
         let _ = writeln!(s, "scoreboard: {}", self.letters);
         s
     }
+}
+
+/// `up`, or `down` while marked so.
+fn up_word(u: &Shown) -> &'static str {
+    if u.up { "up" } else { "down" }
+}
+
+/// The status page's state of an upstream: up, or down and for how long yet.
+fn up_cell(u: &Shown) -> String {
+    if u.up { "up".into() } else { format!("down ({} s more)", u.down_for) }
 }
 
 /// When an ACME certificate is next asked for: a date, or `now` when it is due (an

@@ -91,9 +91,13 @@ impl Gunicorn {
 
     /// With gunicorn's `--keep-alive` seconds (how long it keeps an idle connection).
     fn start_with(bin: &Path, worker_class: &str, keep_alive: &str) -> Gunicorn {
+        Gunicorn::start_at(bin, worker_class, keep_alive, free_port())
+    }
+
+    /// On TCP port `port` (a stopped one started again where it was).
+    fn start_at(bin: &Path, worker_class: &str, keep_alive: &str, port: u16) -> Gunicorn {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("app.py"), APP).unwrap();
-        let port = free_port();
         let sock = dir.path().join("app.sock");
         let child = Command::new(bin)
             .args(["--workers", "2", "--worker-class", worker_class, "--threads", "1", "--keep-alive", keep_alive])
@@ -518,4 +522,274 @@ fn a_broken_kept_connection_is_retried_only_when_safe() {
     assert_eq!(lines, ["GET /one HTTP/1.1", "GET /two HTTP/1.1", "GET /two HTTP/1.1", "POST /pay HTTP/1.1"]);
     let log = site.error_log();
     assert_eq!(log.lines().filter(|l| l.contains("POST /pay")).count(), 1, "{log}");
+}
+
+/// The requests of gunicorn `g`'s access log whose line holds `needle`.
+fn served(g: &Gunicorn, needle: &str) -> usize {
+    let log = std::fs::read_to_string(g._dir.path().join("access.log")).unwrap_or_default();
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// A site on a pool of three workers whose `/app/` passes to `upstreams` (ports),
+/// with `extra` keys on that location, the status page and the metrics.
+fn pooled(upstreams: &[u16], extra: &str) -> Site {
+    let site = Site::new();
+    let list: Vec<String> = upstreams.iter().map(|p| format!("\"http://127.0.0.1:{p}\"")).collect();
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 3\nmin_spare = 3\nmax_spare = 4\n[status]\nenabled = true\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nprefix = \"/app/\"\nproxy = [{}]\n{extra}\n\
+             [[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n",
+            list.join(", ")
+        ),
+    );
+    site
+}
+
+/// A POST of `body` to `path`, on a connection of its own.
+fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    raw(addr, req.as_bytes())
+}
+
+/// The value of the metrics line that starts with `series `.
+fn metric(addr: SocketAddr, series: &str) -> Option<String> {
+    let page = get(addr, "/metrics").text();
+    page.lines().find_map(|l| Some(l.strip_prefix(series)?.strip_prefix(' ')?.to_string()))
+}
+
+/// The status page's `?auto` line of upstream port `port`, its fields after the name.
+fn status_line(addr: SocketAddr, port: u16) -> Option<String> {
+    let page = get(addr, "/server-status?auto").text();
+    let name = format!("Upstream: http://127.0.0.1:{port} ");
+    page.lines().find_map(|l| Some(l.strip_prefix(&name)?.to_string()))
+}
+
+#[test]
+fn round_robin_spreads_requests_across_the_upstreams_for_the_whole_pool() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let (a, b) = (Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"));
+    let site = pooled(&[a.port, b.port], "");
+    let p = Pika::start(&site, "-F");
+    // Four clients at once, each request on a connection of its own, so several
+    // workers serve them: the turn is the pool's, and each upstream takes exactly
+    // one request in two.
+    let addr = p.addr;
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            std::thread::spawn(move || (0..5).map(|i| get(addr, &format!("/app/rr{c}-{i}")).status).collect::<Vec<_>>())
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), [200; 5], "{}", site.error_log());
+    }
+    wait_until(DEADLINE, "gunicorn's access logs", || {
+        (served(&a, "/app/rr") + served(&b, "/app/rr") == 20).then_some(())
+    });
+    assert_eq!((served(&a, "/app/rr"), served(&b, "/app/rr")), (10, 10));
+}
+
+#[test]
+fn least_conn_sends_requests_to_the_upstream_not_busy() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let (a, b) = (Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"));
+    let site = pooled(&[a.port, b.port], "proxy_balance = \"least_conn\"");
+    let p = Pika::start(&site, "-F");
+    // A slow request (5 s) holds a connection to one upstream, in one worker.
+    let addr = p.addr;
+    let slow = std::thread::spawn(move || get(addr, "/app/slow").status);
+    let busy = wait_until(DEADLINE, "the slow request to hold an upstream", || {
+        [a.port, b.port].into_iter().find(|&port| status_line(p.addr, port).is_some_and(|l| l.contains(" primary 1 ")))
+    });
+    // The other workers send every request meanwhile to the other upstream (its
+    // second sync worker would answer them as well, round robin would send half).
+    for i in 0..10 {
+        assert_eq!(get(p.addr, &format!("/app/q{i}")).status, 200, "{}", site.error_log());
+    }
+    assert!(!slow.is_finished(), "the slow request still holds its upstream");
+    let (held, idle) = if busy == a.port { (&a, &b) } else { (&b, &a) };
+    wait_until(DEADLINE, "gunicorn's access logs", || {
+        (served(&a, "/app/q") + served(&b, "/app/q") == 10).then_some(())
+    });
+    assert_eq!((served(held, "/app/q"), served(idle, "/app/q")), (0, 10), "none to the busy upstream");
+    assert_eq!(slow.join().unwrap(), 200);
+}
+
+#[test]
+fn a_stopped_upstream_fails_max_fails_tries_for_the_pool_and_no_request() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let a = Gunicorn::start(&bin, "sync");
+    let stopped = Gunicorn::start(&bin, "sync");
+    let port = stopped.port;
+    drop(stopped);
+    let site = pooled(&[a.port, port], "proxy_max_fails = 2\nproxy_fail_timeout = \"60s\"");
+    let p = Pika::start(&site, "-F");
+    // GETs and POSTs, each on a connection of its own (several workers): a refused
+    // connect sent nothing, so a POST goes on to the other upstream as a GET does.
+    for i in 0..30 {
+        let r = if i % 3 == 0 { post(p.addr, &format!("/app/post{i}"), "hello") } else { get(p.addr, "/app/get") };
+        assert_eq!(r.status, 200, "request {i}: {}", site.error_log());
+        if i % 3 == 0 {
+            let (l, body) = echo(&r);
+            assert!(has(&l, "method POST") && body == b"hello", "{l:?}");
+        }
+    }
+    // Only the first two tries met the stopped one, whichever workers made them.
+    let log = site.error_log();
+    let name = format!("upstream http://127.0.0.1:{port}");
+    let refused = log.lines().filter(|l| l.contains(&name) && l.contains("cannot connect")).count();
+    assert_eq!(refused, 2, "{log}");
+    assert_eq!(log.lines().filter(|l| l.contains(&name) && l.contains("down for 60s")).count(), 1, "said once: {log}");
+}
+
+#[test]
+fn the_backup_serves_only_while_every_primary_is_down() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let (a, b, c) = (Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"));
+    let (a_port, b_port) = (a.port, b.port);
+    let extra = format!("proxy_backup = \"http://127.0.0.1:{}\"\nproxy_fail_timeout = \"1s\"", c.port);
+    let site = pooled(&[a.port, b.port], &extra);
+    let p = Pika::start(&site, "-F");
+    let ask = |tag: &str| {
+        for i in 0..10 {
+            let r = get(p.addr, &format!("/app/{tag}{i}"));
+            assert_eq!(r.status, 200, "{tag}{i}: {}", site.error_log());
+        }
+    };
+    ask("both-up");
+    let all = |tag: &str, gs: &[&Gunicorn]| gs.iter().map(|g| served(g, tag)).sum::<usize>();
+    wait_until(DEADLINE, "gunicorn's access logs", || (all("/app/both-up", &[&a, &b, &c]) == 10).then_some(()));
+    assert_eq!(served(&c, "/app/both-up"), 0, "the backup unused while the primaries are up");
+
+    drop((a, b));
+    ask("none-up");
+    wait_until(DEADLINE, "the backup's access log", || (served(&c, "/app/none-up") == 10).then_some(()));
+
+    // One primary back: once it is tried again (its second of being down past), the
+    // requests leave the backup.
+    let a = Gunicorn::start_at(&bin, "sync", "30", a_port);
+    wait_until(DEADLINE, "the primary to be used again", || {
+        get(p.addr, "/app/probe");
+        (served(&a, "/app/probe") > 0).then_some(())
+    });
+    ask("one-up");
+    wait_until(DEADLINE, "gunicorn's access logs", || (all("/app/one-up", &[&a, &c]) == 10).then_some(()));
+    assert_eq!(served(&c, "/app/one-up"), 0, "the backup left ({b_port} still down)");
+}
+
+#[test]
+fn metrics_and_status_show_each_upstream_up_or_down() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let a = Gunicorn::start(&bin, "sync");
+    let dead = free_port();
+    let site = pooled(&[a.port, dead], "proxy_fail_timeout = \"60s\"");
+    let p = Pika::start(&site, "-F");
+    let up = |port: u16| format!("pika_upstream_up{{upstream=\"http://127.0.0.1:{port}\"}}");
+    assert_eq!(metric(p.addr, &up(a.port)).as_deref(), Some("1"));
+    assert_eq!(metric(p.addr, &up(dead)).as_deref(), Some("1"), "up until it fails");
+    assert!(
+        status_line(p.addr, dead).is_some_and(|l| l.starts_with("up primary 0 0 0")),
+        "{:?}",
+        status_line(p.addr, dead)
+    );
+    for _ in 0..4 {
+        assert_eq!(get(p.addr, "/app/m").status, 200, "{}", site.error_log());
+    }
+    assert_eq!(metric(p.addr, &up(a.port)).as_deref(), Some("1"));
+    assert_eq!(metric(p.addr, &up(dead)).as_deref(), Some("0"));
+    let answered = format!("pika_upstream_requests_total{{upstream=\"http://127.0.0.1:{}\",code=\"2xx\"}}", a.port);
+    assert_eq!(metric(p.addr, &answered).as_deref(), Some("4"));
+    let fails = format!("pika_upstream_fails_total{{upstream=\"http://127.0.0.1:{dead}\"}}");
+    assert_eq!(metric(p.addr, &fails).as_deref(), Some("1"), "one try, then down for the pool");
+    let conns = format!("pika_upstream_connections{{upstream=\"http://127.0.0.1:{}\"}}", a.port);
+    assert_eq!(metric(p.addr, &conns).as_deref(), Some("0"));
+    assert_eq!(status_line(p.addr, a.port).as_deref(), Some("up primary 0 4 0"));
+    assert_eq!(status_line(p.addr, dead).as_deref(), Some("down primary 0 0 1"));
+    let json = get(p.addr, "/server-status?json").text();
+    assert!(json.contains(&format!("{{\"name\":\"http://127.0.0.1:{dead}\",\"up\":false,")), "{json}");
+    let html = get(p.addr, "/server-status").text();
+    assert!(html.contains(&format!("<td>http://127.0.0.1:{dead}</td><td>down (")), "{html}");
+}
+
+#[test]
+fn a_worker_killed_holding_an_upstream_connection_gives_it_back() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let (a, b) = (Gunicorn::start(&bin, "sync"), Gunicorn::start(&bin, "sync"));
+    let site = pooled(&[a.port, b.port], "proxy_balance = \"least_conn\"");
+    let p = Pika::start(&site, "-F");
+    let mut slow = connect(p.addr);
+    slow.write_all(b"GET /app/slow HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let busy = wait_until(DEADLINE, "the slow request to hold an upstream", || {
+        [a.port, b.port].into_iter().find(|&port| status_line(p.addr, port).is_some_and(|l| l.contains(" primary 1 ")))
+    });
+    // The worker waiting on it, by the status page's row of its request.
+    let json = get(p.addr, "/server-status?json").text();
+    let row = json.split("{\"slot\":").find(|r| r.contains("\"request\":\"GET /app/slow")).expect("its row");
+    let pid: i32 = row.split("\"pid\":").nth(1).and_then(|r| r.split(',').next()).unwrap().parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The master takes its connection back: least connections does not shun the
+    // upstream for a connection no one holds.
+    wait_until(DEADLINE, "the connection given back", || {
+        status_line(p.addr, busy).is_some_and(|l| l.starts_with("up primary 0 ")).then_some(())
+    });
+    assert!(site.error_log().contains(&format!("worker {pid} (slot")), "{}", site.error_log());
+    assert!(site.error_log().contains("ended holding 1 upstream connections"), "{}", site.error_log());
+    drop(slow);
+}
+
+/// An upstream that reads each request whole and hangs up without an answer; the
+/// request lines it read.
+fn hangs_up_unanswered() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let len =
+                text.lines().find_map(|l| l.strip_prefix("Content-Length: ")).map_or(0, |v| v.trim().parse().unwrap());
+            let _ = conn.read_exact(&mut vec![0u8; len]);
+            noted.lock().unwrap().push(text.lines().next().unwrap_or("").to_string());
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn a_request_sent_to_an_upstream_that_failed_goes_on_only_if_it_may_run_twice() {
+    let Some(bin) = need_tool("gunicorn") else { return };
+    let g = Gunicorn::start(&bin, "sync");
+    let (closer, got) = hangs_up_unanswered();
+    // Never marked down: the requests keep alternating between the two.
+    let site = pooled(&[closer, g.port], "proxy_max_fails = 0");
+    let p = Pika::start(&site, "-F");
+    for i in 0..6 {
+        let r = get(p.addr, &format!("/app/get{i}"));
+        assert_eq!(r.status, 200, "a GET the closer dropped goes on to gunicorn: {}", site.error_log());
+        let r = post(p.addr, &format!("/app/post{i}"), "once");
+        let at_closer = got.lock().unwrap().iter().any(|l| l.starts_with(&format!("POST /app/post{i} ")));
+        // A POST the closer read is not sent again: 502, never run twice.
+        assert_eq!(r.status, if at_closer { 502 } else { 200 }, "post{i}: {}", site.error_log());
+    }
+    let got = got.lock().unwrap().clone();
+    let (gets, posts) =
+        (got.iter().filter(|l| l.starts_with("GET ")).count(), got.iter().filter(|l| l.starts_with("POST ")).count());
+    assert!(gets > 0 && posts > 0, "the closer had its turns: {got:?}");
+    wait_until(DEADLINE, "gunicorn's access log", || (served(&g, "/app/get") == 6).then_some(()));
+    assert_eq!(served(&g, "POST /app/post"), 6 - posts, "gunicorn ran only the POSTs the closer never read");
 }

@@ -482,6 +482,24 @@ impl Config {
         crate::http::host::select(&self.vhosts, |v| &v.server_names, host)
     }
 
+    /// Every upstream server of the proxy locations (once each, as the pool's table
+    /// names it), with whether it is a backup: what the status page and the metrics
+    /// show.
+    pub fn upstreams(&self) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = Vec::new();
+        for v in &self.vhosts {
+            for l in &v.locations.list {
+                for (u, backup) in l.kind.upstreams() {
+                    let name = u.server();
+                    if !out.iter().any(|(n, _)| *n == name) {
+                        out.push((name, backup));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Every vhost's certificate and how long it has left, at `now` (Unix seconds).
     pub fn certificate_expiries(&self, now: i64) -> Vec<crate::acme::expiry::Expiry> {
         let certs = self.vhosts.iter().filter_map(|v| Some((&v.server_names[..], v.tls.as_deref()?, v.acme)));

@@ -522,7 +522,22 @@ fn proxy_locations_are_read_and_checked() {
     let Kind::Proxy(p) = kind("proxy = \"http://127.0.0.1:8000/v2/\"\nproxy_timeout = \"5s\"").unwrap() else {
         panic!("proxy expected")
     };
-    assert_eq!((p.upstream.path.as_deref(), p.timeout.as_secs(), p.buffering, p.host), (Some("/v2/"), 5, true, None));
+    assert_eq!(
+        (p.upstreams[0].path.as_deref(), p.timeout.as_secs(), p.buffering, p.host),
+        (Some("/v2/"), 5, true, None)
+    );
+    assert_eq!((p.upstreams.len(), p.backups.len(), p.balance.name()), (1, 0, "round_robin"));
+    assert_eq!((p.health.max_fails, p.health.fail_timeout.as_secs()), (1, 10), "nginx's defaults");
+    let Kind::Proxy(p) = kind(
+        "proxy = [\"http://10.0.0.1:8000\", \"unix:/run/app.sock\"]\nproxy_backup = [\"http://10.0.0.3:8000\"]\n\
+         proxy_balance = \"least_conn\"\nproxy_max_fails = 3\nproxy_fail_timeout = \"30s\"",
+    )
+    .unwrap() else {
+        panic!("proxy expected")
+    };
+    let servers: Vec<String> = p.upstreams.iter().chain(&p.backups).map(|u| u.server()).collect();
+    assert_eq!(servers, ["http://10.0.0.1:8000", "unix:/run/app.sock", "http://10.0.0.3:8000"]);
+    assert_eq!((p.balance.name(), p.health.max_fails, p.health.fail_timeout.as_secs()), ("least_conn", 3, 30));
     let Kind::Proxy(p) =
         kind("proxy = \"unix:/run/app.sock\"\nproxy_buffering = false\nproxy_host = \"a.example\"").unwrap()
     else {
@@ -538,6 +553,13 @@ fn proxy_locations_are_read_and_checked() {
         ("proxy = \"http://a\"\nproxy_timeout = 0", "more than zero"),
         ("proxy = \"http://a\"\nproxy_host = \"a b\"", "host name"),
         ("proxy_timeout = 5", "proxy_timeout"),
+        ("proxy = []", "an empty list"),
+        ("proxy = [\"http://a:1\", \"http://a:1/x/\"]", "listed twice"),
+        ("proxy = [\"http://a:1\", \"a:2\"]", "http://host:port"),
+        ("proxy = \"http://a:1\"\nproxy_backup = \"http://a:1\"", "in proxy too"),
+        ("proxy = \"http://a:1\"\nproxy_balance = \"random\"", "least_conn"),
+        ("proxy = \"http://a:1\"\nproxy_fail_timeout = \"0s\"", "a second or more"),
+        ("proxy = \"http://a:1\"\nproxy_max_fails = -1", "proxy_max_fails"),
     ] {
         let e = kind(bad).unwrap_err();
         assert!(e.contains(says), "{bad}: {e}");

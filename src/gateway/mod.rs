@@ -1,7 +1,8 @@
 //! Dynamic answers: CGI scripts (RFC 3875) run as child processes of the worker,
 //! FastCGI applications (PHP-FPM) reached over a socket, and upstream HTTP servers
 //! a proxy location passes requests to ([`upstream`]: their answers read as a
-//! script's are).
+//! script's are; which of several a request goes to, and which are down for the
+//! pool, [`balance`]).
 //!
 //! Both share what a script is told and how its answer is read: the
 //! meta-variables ([`mod@env`]), which file a path runs ([`script`]), the header
@@ -17,6 +18,7 @@ use crate::base::sys::ScriptLimits;
 
 pub mod answer;
 pub mod backend;
+pub mod balance;
 pub mod child;
 pub mod env;
 pub mod fcgi;
@@ -61,7 +63,14 @@ pub struct FastCgiConfig {
 /// A proxy location's settings (`proxy`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
-    pub upstream: upstream::Upstream,
+    /// `proxy`: the upstream servers, as written (one or a list).
+    pub upstreams: Vec<upstream::Upstream>,
+    /// `proxy_backup`: those used only while every one of `upstreams` is down.
+    pub backups: Vec<upstream::Upstream>,
+    /// `proxy_balance`: how a request's upstream is chosen among those up.
+    pub balance: balance::Balance,
+    /// `proxy_max_fails` and `proxy_fail_timeout`: when one is down for the pool.
+    pub health: balance::Health,
     /// `proxy_host`: the `Host` sent upstream (else the client's, else the URL's).
     pub host: Option<String>,
     /// `proxy_timeout`: for the connect, the answer's head, and between reads.

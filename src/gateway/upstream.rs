@@ -87,6 +87,18 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// The server, as the status page, the metrics and the pool's table name it: the
+    /// URL without its path (`http://10.0.0.1:8000`, `unix:/run/app.sock`), so the
+    /// locations that pass to one server share its state.
+    pub fn server(&self) -> String {
+        match &self.addr {
+            UpstreamAddr::Unix(p) => format!("unix:{}", p.display()),
+            UpstreamAddr::Tcp(_) => format!("http://{}", self.host),
+        }
+    }
+}
+
 impl std::fmt::Display for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.addr {
@@ -467,6 +479,7 @@ mod tests {
             (UpstreamAddr::Tcp("127.0.0.1:8000".into()), "127.0.0.1:8000", None)
         );
         let u = Upstream::parse("http://app/api/").unwrap();
+        assert_eq!((u.to_string().as_str(), u.server().as_str()), ("http://app/api/", "http://app"));
         assert_eq!((u.addr, u.path.as_deref()), (UpstreamAddr::Tcp("app:80".into()), Some("/api/")));
         let u = Upstream::parse("http://[::1]:9000/").unwrap();
         assert_eq!(u.addr, UpstreamAddr::Tcp("[::1]:9000".into()));

@@ -210,11 +210,22 @@ impl Kind {
             Kind::Cgi(c) => Handler::Cgi(cgi::build(c, at, b.symlinks, b.server_name)?),
             Kind::FastCgi(f) => Handler::FastCgi(fastcgi::build(f, at, b.symlinks, b.server_name)?),
             Kind::Echo => Handler::Echo(echo::Echo),
-            Kind::Proxy(p) => Handler::Proxy(proxy::build(p, at)),
+            Kind::Proxy(p) => Handler::Proxy(proxy::build(p, at, &b.status.server.scoreboard.upstreams)),
         })
     }
 
     /// Whether it runs scripts (CGI, FastCGI).
+    /// A proxy's upstream servers, each with whether it is a backup; none for
+    /// another kind.
+    pub fn upstreams(&self) -> impl Iterator<Item = (&crate::gateway::upstream::Upstream, bool)> {
+        let proxy = match self {
+            Kind::Proxy(p) => Some(p),
+            _ => None,
+        };
+        let primaries = proxy.into_iter().flat_map(|p| p.upstreams.iter().map(|u| (u, false)));
+        primaries.chain(proxy.into_iter().flat_map(|p| p.backups.iter().map(|u| (u, true))))
+    }
+
     pub fn runs_scripts(&self) -> bool {
         self.scripts_dir().is_some()
     }

@@ -361,6 +361,10 @@ impl Master {
             slot.pid.store(0, Relaxed);
             slot.body_spool.store(0, Relaxed);
             slot.answer_spool.store(0, Relaxed);
+            let released = self.scoreboard.upstreams.release(child.slot);
+            if released > 0 {
+                log::info!("worker {pid} (slot {}) ended holding {released} upstream connections", child.slot);
+            }
             slot.set_state(State::Dead);
             let current = child.generation == self.generation;
             let stuck = matches!(child.fate, Fate::Stuck { .. });

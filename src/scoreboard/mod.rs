@@ -4,7 +4,9 @@
 //! It holds only atomics. Each slot has one writer (the worker in it); the master and
 //! the status page only read slots, and write the header (generation, log epoch).
 //! Beside them, the clients whose logins keep failing ([`failures`]), which every
-//! worker counts into.
+//! worker counts into, and the upstream servers of the proxy locations ([`upstreams`]:
+//! connections, answers, failures, down or up), which every worker counts into and
+//! chooses by.
 //! The master never trusts a pid read from here for `kill()` (a worker could write
 //! anything into its slot): it signals only pids from its own table.
 
@@ -12,11 +14,13 @@ use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering::Rel
 
 pub mod counters;
 pub mod failures;
+pub mod upstreams;
 
 use crate::base::sys;
 pub use counters::add;
 use counters::{PoolEvents, Traffic};
 use failures::FailureTable;
+use upstreams::UpstreamTable;
 
 /// What a worker is doing. The letters are Apache's, so `?auto` output reads the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +280,8 @@ pub struct Scoreboard {
     pub slots: &'static [Slot],
     /// The clients failing to log in, shared by every worker.
     pub failures: &'static FailureTable,
+    /// The proxy locations' upstream servers, shared by every worker.
+    pub upstreams: UpstreamTable,
 }
 
 impl Scoreboard {
@@ -284,10 +290,11 @@ impl Scoreboard {
         let header = &sys::map_shared::<Header>(1)?[0];
         let slots = sys::map_shared::<Slot>(slots)?;
         let failures = FailureTable::map()?;
+        let upstreams = UpstreamTable::map(slots.len())?;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         header.started.store(now, Relaxed);
         header.generation_started.store(now, Relaxed);
-        Ok(Scoreboard { header, slots, failures })
+        Ok(Scoreboard { header, slots, failures, upstreams })
     }
 
     pub fn generation(&self) -> u32 {

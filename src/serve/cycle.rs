@@ -673,8 +673,14 @@ mod tests {
         let config = crate::config::parse(&text, &dir.path().join("conf/pika.toml")).unwrap();
         let sb = Scoreboard::new(2).unwrap();
         let certificates = |_| Vec::new();
-        let server =
-            View { scoreboard: &sb, master_pid: 1, workers_max: 1, max_connections: 1, certificates: &certificates };
+        let server = View {
+            scoreboard: &sb,
+            master_pid: 1,
+            workers_max: 1,
+            max_connections: 1,
+            certificates: &certificates,
+            upstreams: &[],
+        };
         let sites = Site::open_all(&config, StatusPage { server }).unwrap();
         let logs = AccessLogs::open(&[]).unwrap();
         let disks = (spool::Disk::bodies(&sb.slots[1], sb.slots), spool::Disk::answers(&sb.slots[1], sb.slots));

@@ -67,6 +67,7 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let slot = &ctx.scoreboard.slots[ctx.slot];
     slot.pid.store(std::process::id() as i32, Relaxed);
     crate::rules::apply::share_failures(ctx.scoreboard.failures);
+    crate::scoreboard::upstreams::serve_in_slot(ctx.slot);
     let mut logs = std::mem::replace(&mut ctx.logs, AccessLogs::none());
     logs.watch_epoch(&ctx.scoreboard.header.log_epoch, ctx.log_epoch);
     logs.count_errors(&slot.traffic.log_write_errors);
@@ -97,12 +98,14 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     };
     let master_pid = ctx.master.map_or(std::process::id() as i32, |p| p.as_raw());
     let certificates = |now| ctx.config.certificate_expiries(now);
+    let upstreams = ctx.config.upstreams();
     let server = View {
         scoreboard: ctx.scoreboard,
         master_pid,
         workers_max: ctx.config.workers.max,
         max_connections: ctx.config.workers.max_connections,
         certificates: &certificates,
+        upstreams: &upstreams,
     };
     let status = StatusPage { server };
     let sites = match Site::open_all(ctx.config, status) {

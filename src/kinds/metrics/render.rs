@@ -172,7 +172,56 @@ pub fn render(server: &View<'_>) -> String {
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
     certificates(&mut s, server);
+    upstreams(&mut s, server);
     s
+}
+
+/// A label's value as Prometheus' text format writes it: backslash, quote and
+/// line feed escaped (a unix socket's path may hold them).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The proxy locations' upstream servers, as the whole pool counted them: answers by
+/// status class, tries that got none, connections in use, up or down.
+fn upstreams(s: &mut String, server: &View<'_>) {
+    let shown = server.scoreboard.upstreams.shown(server.upstreams, crate::base::clock::now_ms());
+    if shown.is_empty() {
+        return;
+    }
+    head(
+        s,
+        "pika_upstream_requests_total",
+        "counter",
+        "Answers from each proxy upstream, by the class of its status (nginx's $upstream_status).",
+    );
+    for u in &shown {
+        for (class, n) in CLASSES.iter().zip(u.answered) {
+            let _ = writeln!(s, "pika_upstream_requests_total{{upstream=\"{}\",code=\"{class}\"}} {n}", label(&u.name));
+        }
+    }
+    head(
+        s,
+        "pika_upstream_fails_total",
+        "counter",
+        "Tries of each proxy upstream that got no answer: refused, broken off, or silent past proxy_timeout.",
+    );
+    for u in &shown {
+        let _ = writeln!(s, "pika_upstream_fails_total{{upstream=\"{}\"}} {}", label(&u.name), u.failed);
+    }
+    head(
+        s,
+        "pika_upstream_up",
+        "gauge",
+        "1 unless the proxy upstream is marked down for the pool (proxy_max_fails failed tries within proxy_fail_timeout).",
+    );
+    for u in &shown {
+        let _ = writeln!(s, "pika_upstream_up{{upstream=\"{}\"}} {}", label(&u.name), u8::from(u.up));
+    }
+    head(s, "pika_upstream_connections", "gauge", "Connections to each proxy upstream in use by the workers now.");
+    for u in &shown {
+        let _ = writeln!(s, "pika_upstream_connections{{upstream=\"{}\"}} {}", label(&u.name), u.active);
+    }
 }
 
 /// Each vhost's certificate: when it expires, and for ACME's when it is next asked
@@ -235,7 +284,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("htdocs")).unwrap();
         let text = "[server]\nlisten = [\"8080\"]\nmime_types = \"builtin\"\n[workers]\nmax = 9\nmax_connections = 77\n\
-                    [[vhost]]\nroot = \"htdocs\"\n";
+                    [[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/app/\"\n\
+                    proxy = [\"http://10.0.0.1:8000/x/\", \"http://10.0.0.2:8000\"]\nproxy_backup = \"unix:/run/a\\\"b.sock\"\n";
         let config = crate::config::parse(text, &dir.path().join("conf/pika.toml")).unwrap();
         let sb = Scoreboard::new(3).unwrap();
         let get = |status, us, cached| Outcome {
@@ -269,14 +319,29 @@ mod tests {
         sb.header.pool.exited(ExitCause::Signal);
         add(&sb.slots[2].traffic.log_write_errors, 3);
         let certs = |now| config.certificate_expiries(now);
+        let list = config.upstreams();
         let server = View {
             scoreboard: &sb,
             master_pid: 1,
             workers_max: config.workers.max,
             max_connections: config.workers.max_connections,
             certificates: &certs,
+            upstreams: &list,
         };
+        let a = sb.upstreams.entry("http://10.0.0.1:8000").unwrap();
+        a.answered(200);
+        a.answered(503);
+        let _held = sb.upstreams.in_use(a, Some(0));
+        a.failed(crate::base::clock::now_ms(), 1, 10_000);
         let page = render(&server);
+        assert_eq!(value(&page, "pika_upstream_requests_total{upstream=\"http://10.0.0.1:8000\",code=\"2xx\"}"), "1");
+        assert_eq!(value(&page, "pika_upstream_requests_total{upstream=\"http://10.0.0.1:8000\",code=\"5xx\"}"), "1");
+        assert_eq!(value(&page, "pika_upstream_requests_total{upstream=\"http://10.0.0.2:8000\",code=\"2xx\"}"), "0");
+        assert_eq!(value(&page, "pika_upstream_fails_total{upstream=\"http://10.0.0.1:8000\"}"), "1");
+        assert_eq!(value(&page, "pika_upstream_up{upstream=\"http://10.0.0.1:8000\"}"), "0");
+        assert_eq!(value(&page, "pika_upstream_up{upstream=\"http://10.0.0.2:8000\"}"), "1");
+        assert_eq!(value(&page, "pika_upstream_up{upstream=\"unix:/run/a\\\"b.sock\"}"), "1", "escaped");
+        assert_eq!(value(&page, "pika_upstream_connections{upstream=\"http://10.0.0.1:8000\"}"), "1");
         assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"2xx\"}"), "2");
         assert_eq!(value(&page, "pika_http_requests_total{method=\"GET\",code=\"4xx\"}"), "1");
         assert_eq!(value(&page, "pika_http_requests_total{method=\"other\",code=\"4xx\"}"), "1", "a refused one too");

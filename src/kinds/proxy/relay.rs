@@ -13,7 +13,15 @@
 //! `proxy_buffering`); with `proxy_buffering = false` it is sent as it comes
 //! (server-sent events, long polls), the upstream held until the client has it.
 //!
-//! Each worker keeps up to [`MAX_IDLE`] idle connections to a location's upstream,
+//! A location may pass to several upstreams (`proxy = [...]`, `proxy_backup`): each
+//! try goes to the one [`crate::gateway::balance`] chooses by the whole pool's
+//! counts (in turn, or the fewest connections in use), and a try that fails
+//! (refused, broken off, silent past `proxy_timeout`) is counted against its
+//! upstream for the pool (`proxy_max_fails` in `proxy_fail_timeout` mark it down)
+//! and goes on to another upstream when it may: nothing of an answer came, and the
+//! request may run twice (an idempotent method) or none of it was written.
+//!
+//! Each worker keeps up to [`MAX_IDLE`] idle connections to each of a location's upstreams,
 //! put back at the clean end of an answer. One found with anything to read before a
 //! request (the upstream closed it while idle) is dropped unused; one that breaks
 //! before the first byte of an answer is tried again once on a fresh connection
@@ -40,12 +48,15 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, poll};
 
 use crate::gateway::backend::{Backend, Dial};
+use crate::gateway::balance::Chooser;
 use crate::gateway::child::Stdin;
-use crate::gateway::output::{self, Failed, Fault, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
-use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, UpstreamAddr};
+use crate::gateway::output::{self, Failed, Fault, Got, MAX_HEAD, MAX_OUTPUT, Source, poll_ms};
+use crate::gateway::spool::Place;
+use crate::gateway::upstream::{self, Chunked, Forwarding, Framing, Upstream, UpstreamAddr};
 use crate::gateway::{ClientWatch, ProxyConfig};
 use crate::http::request::Method;
 use crate::http::response::{Body, Reply, Switched, Upstreamed};
+use crate::scoreboard::upstreams::{Failure, InUse, UpstreamTable};
 
 use crate::exchange::Ask;
 use crate::kinds::fastcgi::app::replayable;
@@ -72,103 +83,95 @@ fn dial(addr: &UpstreamAddr) -> Dial<'_> {
 
 type Pool = Rc<RefCell<Vec<Conn>>>;
 
+/// One of a location's upstreams, in one worker.
+struct Up<'c> {
+    upstream: &'c Upstream,
+    /// Its idle connections, kept by this worker.
+    idle: Pool,
+    /// As the error log names it.
+    name: Rc<str>,
+}
+
 /// The proxy handler of one location, in one worker.
 pub struct Proxy<'c> {
     pub config: &'c ProxyConfig,
     /// The location's prefix, which a path in the upstream's URL replaces.
     pub prefix: Option<&'c str>,
-    idle: Pool,
-    /// The upstream as the error log names it.
-    name: Rc<str>,
+    /// The upstreams: those of `proxy`, then those of `proxy_backup`.
+    ups: Vec<Up<'c>>,
+    /// Which of them a try goes to, by the pool's counts.
+    chooser: Chooser,
 }
 
 impl<'c> Proxy<'c> {
-    pub fn new(config: &'c ProxyConfig, prefix: Option<&'c str>) -> Self {
-        Proxy { config, prefix, idle: Rc::default(), name: config.upstream.to_string().into() }
+    pub fn new(config: &'c ProxyConfig, prefix: Option<&'c str>, table: &UpstreamTable) -> Self {
+        let all = config.upstreams.iter().chain(&config.backups);
+        let ups = all.map(|u| Up { upstream: u, idle: Rc::default(), name: u.to_string().into() }).collect();
+        let servers = |l: &[Upstream]| l.iter().map(Upstream::server).collect::<Vec<_>>();
+        let chooser =
+            Chooser::new(table, &servers(&config.upstreams), &servers(&config.backups), config.balance, config.health);
+        Proxy { config, prefix, ups, chooser }
     }
 
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
-        let up = &self.config.upstream;
-        let target = up.target(ask.req.target, self.prefix);
-        let host = self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.host.as_bytes()), str::as_bytes);
-        let body_len = ask.link.body.map(|b| b.len());
-        // Not with a body: the connection switches once the head is read, and what
-        // the upstream had not read of a body would be lost.
-        let upgrade = upstream::upgrade_asked(ask.req.headers, ask.req.http11, &self.config.upgrades)
-            .filter(|_| body_len.unwrap_or(0) == 0);
-        let forwarding = Forwarding {
-            method: ask.req.method_str,
-            target: &target,
-            host,
-            client_host: ask.req.host,
-            client: ask.client,
-            https: ask.link.https,
-            // A body, or a method that carries one, says its length (0 for none).
-            content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
-            via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
-            upgrade: upgrade.as_deref(),
-        };
-        let head = upstream::request_head(&forwarding, ask.req.headers);
         let server = ask.req.host.unwrap_or(b"");
         let context = crate::gateway::child::request_context(ask.client, server, ask.req.line);
-        let name = format!("upstream {}{context}", self.name);
         let keep = self.config.buffering.then_some(ask.link.answers);
         let began = Instant::now();
         let seen: Rc<Cell<Seen>> = Rc::default();
+        // Not with a body: the connection switches once the head is read, and what
+        // the upstream had not read of a body would be lost.
+        let upgrade = upstream::upgrade_asked(ask.req.headers, ask.req.http11, &self.config.upgrades)
+            .filter(|_| ask.link.body.map_or(0, |b| b.len()) == 0);
         let switched: Rc<RefCell<Option<Switch>>> = Rc::default();
+        let mut tried = vec![false; self.ups.len()];
+        // The upstreams tried, as the access log names them (nginx's `$upstream_addr`).
+        let mut names: Vec<&str> = Vec::new();
+        let mut at = self.chooser.choose(&tried).unwrap_or(0);
         let mut tries = 0;
-        let got = loop {
+        let (got, name) = loop {
+            let up = &self.ups[at];
+            if tries == 0 {
+                names.push(&up.name);
+            }
             tries += 1;
-            let Some(body) = crate::kinds::script::stdin(ask, &name, reply) else { return };
-            let kept = loop {
-                let Some(c) = self.idle.borrow_mut().pop() else { break None };
-                if !c.stale() {
-                    break Some(c);
-                }
-            };
-            let (conn, fresh) = match kept {
-                Some(c) => (c, false),
-                None => match Conn::open(dial(&up.addr), self.config.timeout) {
-                    Ok(c) => (c, true),
-                    Err(e) => {
-                        break Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false }));
-                    }
-                },
-            };
-            let talk = Talk {
-                conn: Some(conn),
-                fresh,
-                replayable: replayable(ask.req.method_str),
-                wrote_any: false,
-                got_any: false,
-                out: head.clone(),
-                written: 0,
-                body,
-                sent_body: 0,
-                scratch: Vec::new(),
-                raw: Vec::new(),
-                answer: None,
-                head_request: ask.req.method == Method::Head,
-                taken: 0,
-                timeout: self.config.timeout,
-                deadline: Instant::now() + self.config.timeout,
-                fed: false,
-                name: name.clone(),
-                watch: ClientWatch::default(),
-                idle: self.idle.clone(),
-                seen: seen.clone(),
-                upgrade: upgrade.is_some(),
-                switching: None,
-                switched: switched.clone(),
-            };
-            match output::read(talk, ask.link.socket, ask.link.waiting, keep) {
+            let name = format!("upstream {}{context}", up.name);
+            let asked = Asked { keep, seen: &seen, name: &name, upgrade: upgrade.as_deref(), switched: &switched };
+            let Some(got) = self.attempt(at, ask, asked, reply) else { return };
+            match got {
                 Err(Failed::Fault(Fault::Broken { retry: true, .. })) if tries < 2 => continue,
-                other => break other,
+                Err(Failed::Fault(f @ (Fault::Broken { .. } | Fault::TimedOut))) => {
+                    tried[at] = true;
+                    self.failed(at);
+                    // Another upstream, when the request may run twice or none of it
+                    // reached this one, and nothing of an answer came (nginx's
+                    // `proxy_next_upstream error timeout`, non-idempotent requests
+                    // passed on only when not sent).
+                    let s = seen.get();
+                    let next = (!s.got && (!s.sent || replayable(ask.req.method_str)))
+                        .then(|| self.chooser.choose(&tried))
+                        .flatten();
+                    if let Some(next) = next {
+                        log::error!("{name}: {}; trying {}", fault_words(&f, self.config.timeout), self.ups[next].name);
+                        (at, tries) = (next, 0);
+                        continue;
+                    }
+                    break (Err(Failed::Fault(f)), name);
+                }
+                Ok(got) => {
+                    if let Some(status) = seen.get().status
+                        && self.chooser.entry(at).answered(status)
+                    {
+                        log::warn!("upstream {}: up again (it answered)", self.chooser_name(at));
+                    }
+                    break (Ok(got), name);
+                }
+                other => break (other, name),
             }
         };
         let s = seen.get();
         reply.upstream = Some(Upstreamed {
-            addr: self.name.clone(),
+            addr: if names.len() == 1 { self.ups[at].name.clone() } else { names.join(", ").into() },
             status: s.status,
             header_time: s.head_at.map(|at| at.duration_since(began)),
             time: began.elapsed(),
@@ -190,13 +193,12 @@ impl<'c> Proxy<'c> {
                     s.until_ms = None;
                 }
             }
-            Some(Fault::Broken { why, .. }) => {
-                log::error!("{name}: {why}");
+            Some(f @ Fault::Broken { .. }) => {
+                log::error!("{name}: {}", fault_words(&f, self.config.timeout));
                 reply.error(502, "The upstream server is not available.");
             }
-            Some(Fault::TimedOut) => {
-                let t = self.config.timeout;
-                log::error!("{name}: no answer within proxy_timeout ({t:?})");
+            Some(f @ Fault::TimedOut) => {
+                log::error!("{name}: {}", fault_words(&f, self.config.timeout));
                 reply.error(504, "The upstream server did not answer in time.");
             }
             Some(Fault::TooLong) => {
@@ -210,6 +212,123 @@ impl<'c> Proxy<'c> {
             }
         }
     }
+
+    /// One try of the request on upstream `at`, on a connection this worker kept
+    /// or a new one: its head and body written, its answer read (kept whole with
+    /// `keep`, else streaming). `None`: the request's body could not be read again
+    /// (`reply` says so).
+    fn attempt(
+        &self,
+        at: usize,
+        ask: &Ask<'_>,
+        Asked { keep, seen, name, upgrade, switched }: Asked<'_>,
+        reply: &mut Reply<'_>,
+    ) -> Option<Result<Got<Talk>, Failed>> {
+        let up = &self.ups[at];
+        let body_len = ask.link.body.map(|b| b.len());
+        let target = up.upstream.target(ask.req.target, self.prefix);
+        let host =
+            self.config.host.as_deref().map_or(ask.req.host.unwrap_or(up.upstream.host.as_bytes()), str::as_bytes);
+        let forwarding = Forwarding {
+            method: ask.req.method_str,
+            target: &target,
+            host,
+            client_host: ask.req.host,
+            client: ask.client,
+            https: ask.link.https,
+            // A body, or a method that carries one, says its length (0 for none).
+            content_length: body_len.filter(|&n| n > 0 || matches!(ask.req.method_str, "POST" | "PUT" | "PATCH")),
+            via: self.config.via.then_some(if ask.req.http11 { "1.1" } else { "1.0" }),
+            upgrade,
+        };
+        let head = upstream::request_head(&forwarding, ask.req.headers);
+        seen.set(Seen::default());
+        let body = crate::kinds::script::stdin(ask, name, reply)?;
+        let kept = loop {
+            let Some(c) = up.idle.borrow_mut().pop() else { break None };
+            if !c.stale() {
+                break Some(c);
+            }
+        };
+        let opened = match kept {
+            Some(c) => Ok((c, false)),
+            None => Conn::open(dial(&up.upstream.addr), self.config.timeout).map(|c| (c, true)),
+        };
+        Some(match opened {
+            Err(e) => Err(Failed::Fault(Fault::Broken { why: format!("cannot connect: {e}"), retry: false })),
+            Ok((conn, fresh)) => {
+                let talk = Talk {
+                    conn: Some(conn),
+                    fresh,
+                    replayable: replayable(ask.req.method_str),
+                    wrote_any: false,
+                    got_any: false,
+                    out: head,
+                    written: 0,
+                    body,
+                    sent_body: 0,
+                    scratch: Vec::new(),
+                    raw: Vec::new(),
+                    answer: None,
+                    head_request: ask.req.method == Method::Head,
+                    taken: 0,
+                    timeout: self.config.timeout,
+                    deadline: Instant::now() + self.config.timeout,
+                    fed: false,
+                    name: name.to_string(),
+                    watch: ClientWatch::default(),
+                    idle: up.idle.clone(),
+                    seen: Rc::clone(seen),
+                    _busy: self.chooser.in_use(at),
+                    upgrade: upgrade.is_some(),
+                    switching: None,
+                    switched: Rc::clone(switched),
+                };
+                output::read(talk, ask.link.socket, ask.link.waiting, keep)
+            }
+        })
+    }
+
+    /// Upstream `i` as the pool's table names it.
+    fn chooser_name(&self, i: usize) -> String {
+        self.ups[i].upstream.server()
+    }
+
+    /// A try of upstream `i` failed: counted for the pool; its being marked down
+    /// said once.
+    fn failed(&self, i: usize) {
+        let h = self.config.health;
+        if let Failure::MarkedDown(n) = self.chooser.failed(i) {
+            log::warn!(
+                "upstream {}: down for {:?} after {n} failed tries within {:?} (proxy_max_fails {})",
+                self.chooser_name(i),
+                h.fail_timeout,
+                h.fail_timeout,
+                h.max_fails
+            );
+        }
+    }
+}
+
+/// What the error log says of a try that failed.
+fn fault_words(f: &Fault, timeout: Duration) -> String {
+    match f {
+        Fault::TimedOut => format!("no answer within proxy_timeout ({timeout:?})"),
+        Fault::Broken { why, .. } => why.clone(),
+        Fault::TooLong => format!("answer over {MAX_OUTPUT} bytes"),
+        Fault::ClientGone => "the client went away".into(),
+    }
+}
+
+/// What one try of a request carries from the handler: where a kept answer goes,
+/// what the access log is told, the try's name for the error log, the protocol
+/// the client asked to switch to, and where a 101's connection is left.
+struct Asked<'a> {
+    keep: Option<&'a Place>,
+    seen: &'a Rc<Cell<Seen>>,
+    name: &'a str,
+    upgrade: Option<&'a [u8]>,
+    switched: &'a Rc<RefCell<Option<Switch>>>,
 }
 
 impl Proxy<'_> {
@@ -254,6 +373,18 @@ struct Switch {
 struct Seen {
     status: Option<u16>,
     head_at: Option<Instant>,
+    /// Bytes of the request were written, of the answer read: whether a failed try
+    /// may go to another upstream.
+    sent: bool,
+    got: bool,
+}
+
+/// Notes in what the handler sees that bytes went out or came in.
+fn note(seen: &Cell<Seen>, sent: bool, got: bool) {
+    let mut s = seen.get();
+    s.sent |= sent;
+    s.got |= got;
+    seen.set(s);
 }
 
 /// The upstream's answer being read: its head, then its body by its framing.
@@ -299,6 +430,8 @@ struct Talk {
     watch: ClientWatch,
     idle: Pool,
     seen: Rc<Cell<Seen>>,
+    /// The connection counted in use for the pool's least-connections choice.
+    _busy: InUse,
     /// The request asked to switch protocols.
     upgrade: bool,
     /// The upstream answered 101: what it said, until the connection is taken.
@@ -352,12 +485,12 @@ impl Talk {
                 let headers = h.block[lines..h.block.len().saturating_sub(2).max(lines)].to_vec();
                 let early = std::mem::take(&mut self.raw);
                 self.switching = Some(Switching { headers, protocol: h.upgrade, early });
-                self.seen.set(Seen { status: Some(101), head_at: Some(Instant::now()) });
+                self.seen.set(Seen { status: Some(101), head_at: Some(Instant::now()), ..self.seen.get() });
                 self.answer = Some(Answer { framing: Framing::None, keep: false, left: 0, chunks: Chunked::default() });
                 return Ok(true);
             }
             out.extend_from_slice(&h.block);
-            self.seen.set(Seen { status: Some(h.status), head_at: Some(Instant::now()) });
+            self.seen.set(Seen { status: Some(h.status), head_at: Some(Instant::now()), ..self.seen.get() });
             let left = if let Framing::Length(n) = h.framing { n } else { 0 };
             self.answer = Some(Answer { framing: h.framing, keep: h.keep, left, chunks: Chunked::default() });
         }
@@ -428,6 +561,7 @@ impl Source for Talk {
                 Ok(n) => {
                     self.written += n;
                     self.wrote_any |= n > 0;
+                    note(&self.seen, n > 0, false);
                     if self.written == self.out.len() {
                         self.out.clear();
                         self.written = 0;
@@ -453,6 +587,7 @@ impl Source for Talk {
             Ok(0) => true,
             Ok(_) => {
                 self.got_any = true;
+                note(&self.seen, false, true);
                 self.deadline = Instant::now() + self.timeout;
                 false
             }

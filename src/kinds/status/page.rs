@@ -36,16 +36,19 @@ pub struct View<'c> {
     pub max_connections: u32,
     /// Each vhost's certificate and its expiry, as of a time (Unix seconds).
     pub certificates: &'c dyn Fn(i64) -> Vec<Expiry>,
+    /// The proxy locations' upstream servers as the pool's table names them, each
+    /// with whether it is a backup.
+    pub upstreams: &'c [(String, bool)],
 }
 
 impl StatusPage<'_> {
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let snap = Snapshot::take(self.server.scoreboard, self.server.master_pid).with_certificates((self
-            .server
-            .certificates)(
-            now
-        ));
+        let snap = Snapshot::take(self.server.scoreboard, self.server.master_pid)
+            .with_certificates((self.server.certificates)(now))
+            .with_upstreams(
+                self.server.scoreboard.upstreams.shown(self.server.upstreams, crate::base::clock::now_ms()),
+            );
         let query = ask.query.unwrap_or(b"");
         let wants = |key: &[u8]| query.split(|&b| b == b'&' || b == b';').any(|k| k == key);
         if wants(b"js") || wants(b"css") {
