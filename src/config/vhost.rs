@@ -282,8 +282,8 @@ impl Ctx<'_> {
             _ => None,
         };
         let rules = Rules::read(&mut keys, self, &rules::Reading { root, regex, location: true })?;
-        if let Some(key) = rules.files_only(matches!(kind, Kind::FastCgi(_)))
-            && !matches!(kind, Kind::Files(_))
+        if let Some(key) = rules.files_only(kind.tries_files_itself())
+            && !kind.serves_files()
         {
             return Err(self.spanned(l, format!("{key} needs a location that serves files")));
         }

@@ -215,6 +215,17 @@ impl Kind {
     }
 
     /// Whether it runs scripts (CGI, FastCGI).
+    /// Whether it serves files (the keys only files locations take are its).
+    pub fn serves_files(&self) -> bool {
+        matches!(self, Kind::Files(_))
+    }
+
+    /// Whether it takes `try_files` for its own (a FastCGI application, as nginx's
+    /// PHP recipes write it) though it serves no files.
+    pub fn tries_files_itself(&self) -> bool {
+        matches!(self, Kind::FastCgi(_))
+    }
+
     /// A proxy's upstream servers, each with whether it is a backup; none for
     /// another kind.
     pub fn upstreams(&self) -> impl Iterator<Item = (&crate::gateway::upstream::Upstream, bool)> {
