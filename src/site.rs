@@ -166,7 +166,7 @@ impl<'c> Site<'c> {
     /// [`Site::place`] turns into what answers. A request is routed once: what this
     /// finds is kept with a request whose body the event loop reads, for its second
     /// turn.
-    #[inline]
+    #[inline(always)]
     pub fn pick(&self, path: &[u8]) -> Picked {
         #[cfg(test)]
         PICKS.with(|n| n.set(n.get() + 1));
@@ -176,7 +176,7 @@ impl<'c> Site<'c> {
 
     /// The place a [`Picked`] route names, and the access rules of the prefix a
     /// regex location took its path from.
-    #[inline]
+    #[inline(always)]
     pub fn place(&self, p: Picked) -> (&Place<'c>, Option<&Gate>) {
         let at = p.at.map_or(&self.files, |i| self.at.get(i));
         (at, p.under.and_then(|u| self.at.get(u).guards.as_ref()))
