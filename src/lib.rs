@@ -284,6 +284,7 @@ pub mod acme;
 pub mod cidr;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod ctl;
 pub mod daemon;

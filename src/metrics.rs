@@ -169,7 +169,28 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
     certificates(&mut s, config);
+    cluster(&mut s);
     s
+}
+
+/// The fleet (`[cluster]`): whether Redis answers, and when the ticket keys last
+/// agreed with the fleet's.
+fn cluster(s: &mut String) {
+    let Some(c) = crate::cluster::status::lookup() else { return };
+    head(
+        s,
+        "pika_cluster_up",
+        "gauge",
+        "1 while the fleet's Redis answers this node's master (0 while it does not, or not yet).",
+    );
+    let _ = writeln!(s, "pika_cluster_up {}", u8::from(c.link == crate::cluster::status::Link::Up));
+    head(
+        s,
+        "pika_cluster_ticket_keys_timestamp_seconds",
+        "gauge",
+        "When this node's session-ticket keys last agreed with the fleet's (0: not yet).",
+    );
+    let _ = writeln!(s, "pika_cluster_ticket_keys_timestamp_seconds {}", c.tickets.max(0));
 }
 
 /// Each vhost's certificate: when it expires, and for ACME's when it is next asked

@@ -195,6 +195,9 @@ impl Snapshot {
             let what = if c.placeholder { "placeholder" } else { "issued" };
             let _ = writeln!(s, "ACMECertificate: {} {what} {next} {failures}", c.vhost);
         }
+        if let Some(line) = cluster_line() {
+            let _ = writeln!(s, "Cluster: {line}");
+        }
         s
     }
 
@@ -333,6 +336,9 @@ impl Snapshot {
             }
             s.push_str("</table>\n");
         }
+        if let Some(line) = cluster_line() {
+            let _ = writeln!(s, "<p>Cluster: {}</p>", html_escape(&line));
+        }
         s.push_str("</body></html>\n");
         s
     }
@@ -364,6 +370,14 @@ impl Snapshot {
         let _ = writeln!(s, "scoreboard: {}", self.letters);
         s
     }
+}
+
+/// The fleet as this node's master sees it: Redis up or down since when, and when
+/// the ticket keys last agreed with the fleet's; `None` without `[cluster]`.
+fn cluster_line() -> Option<String> {
+    let c = crate::cluster::status::lookup()?;
+    let tickets = if c.tickets > 0 { iso_date(c.tickets) } else { "not yet".into() };
+    Some(format!("redis {} since {}, ticket keys agreed {tickets}", c.link.word(), iso_date(c.since)))
 }
 
 /// When an ACME certificate is next asked for: a date, or `now` when it is due (an

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::challenges::{Board, Kind};
+use super::challenges::{Kind, Publish};
 use super::https::{Deadline, Https, Response};
 use super::jws::{AccountKey, Signer};
 use super::{Challenge, Settings, b64};
@@ -196,7 +196,7 @@ impl<'a> Client<'a> {
         &mut self,
         names: &[String],
         kinds: &[Challenge],
-        board: &Board,
+        board: &dyn Publish,
     ) -> Result<(String, String), Failure> {
         let mut failures = Vec::new();
         for &kind in kinds {
@@ -219,7 +219,7 @@ impl<'a> Client<'a> {
         Err(Failure::new(failures.join("; ")))
     }
 
-    fn order(&mut self, names: &[String], kind: Challenge, board: &Board) -> Result<(String, String), Failure> {
+    fn order(&mut self, names: &[String], kind: Challenge, board: &dyn Publish) -> Result<(String, String), Failure> {
         let ids: Vec<Value> = names.iter().map(|n| json!({ "type": "dns", "value": n })).collect();
         let url = self.dir.new_order.clone();
         let r = self.post(&url, Some(&json!({ "identifiers": ids })))?;
@@ -266,7 +266,7 @@ impl<'a> Client<'a> {
         &mut self,
         authorizations: &[String],
         kind: Challenge,
-        board: &Board,
+        board: &dyn Publish,
         published: &mut Vec<(Kind, String)>,
     ) -> Result<(), Failure> {
         let mut answered = Vec::new();
@@ -297,6 +297,9 @@ impl<'a> Client<'a> {
                 }
             }
             answered.push((url.clone(), str_field(challenge, "url")?.to_string(), name));
+        }
+        if !answered.is_empty() {
+            board.settle();
         }
         for (_, challenge_url, name) in &answered {
             log::info!("acme: answering the {} challenge for {name}", kind.name());

@@ -32,6 +32,7 @@ pub fn show(c: &Config) -> String {
     http(&mut t, c);
     status(&mut t, c);
     acme(&mut t, c);
+    cluster(&mut t, c);
     for (i, v) in c.vhosts.iter().enumerate() {
         vhost(&mut t, c, i, v);
     }
@@ -119,6 +120,23 @@ fn acme(t: &mut Toml, c: &Config) {
             // The MAC key is a secret: -T output goes to terminals and tickets.
             t.comment("eab_hmac_key is set (not shown)");
         }
+    }
+}
+
+/// `[cluster]`, when configured (a password in the URL is never shown).
+fn cluster(t: &mut Toml, c: &Config) {
+    if let Some(k) = &c.cluster {
+        t.table("cluster");
+        t.key("redis", string(&crate::cluster::client::shown_url(&k.redis)));
+        if let Some(f) = &k.password_file {
+            t.key("password_file", path(f));
+        }
+        if let Some(f) = &k.ca_file {
+            t.key("ca_file", path(f));
+        }
+        t.key("prefix", string(&k.prefix));
+        t.key("key_file", path(&k.key_file));
+        t.key("cache_dir", path(&k.cache_dir));
     }
 }
 

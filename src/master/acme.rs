@@ -31,7 +31,7 @@ pub(super) struct Acme {
     /// Per certificate (its names): failures, back-off, when obtained.
     lives: HashMap<Vec<String>, Life>,
     /// New certificates are stored: reload once the child is done.
-    install: bool,
+    pub(super) install: bool,
 }
 
 /// Past `acme.order_timeout` with no word of a job, how long the master still waits
@@ -115,24 +115,44 @@ impl Master {
         if jobs.is_empty() {
             return;
         }
-        let start = store::prepare(&settings.state_dir).and_then(|()| store::account_key(&settings.state_dir));
-        let account_key = match start {
+        // In a fleet: only the certificates whose lock this node takes.
+        let jobs = self.fleet_claim(jobs, &settings);
+        if jobs.is_empty() {
+            return;
+        }
+        let start = if self.in_fleet() {
+            match self.fleet_account(&settings) {
+                Some(got) => got,
+                None => {
+                    // Redis went down between the locks and the account: later.
+                    self.fleet_child_gone();
+                    return;
+                }
+            }
+        } else {
+            store::prepare(&settings.state_dir)
+                .and_then(|()| store::account_key(&settings.state_dir))
+                .map(|k| (k, store::account_url(&settings.state_dir, &settings.directory)))
+        };
+        let (account_key, account_url) = match start {
             Ok(k) => k,
             Err(e) => {
                 log::error!("acme: {e}");
                 for names in &jobs {
                     self.acme_failed(names, None, now);
                 }
+                self.fleet_child_gone();
                 return;
             }
         };
         let run_as = self.config.run_as.clone();
         let plan = Plan {
             settings: &settings,
-            account_url: store::account_url(&settings.state_dir, &settings.directory),
+            account_url,
             jobs: jobs.clone(),
             account_key,
             challenges: challenges(&self.config.listen),
+            fleet: self.in_fleet(),
             drop_privileges: &|| match &run_as {
                 Some(r) => crate::worker::drop_privileges(r),
                 None => Ok(()),
@@ -156,6 +176,7 @@ impl Master {
                 for names in &jobs {
                     self.acme_failed(names, None, now);
                 }
+                self.fleet_child_gone();
             }
         }
     }
@@ -225,6 +246,15 @@ impl Master {
 
     fn acme_report(&mut self, report: Report) {
         let Some(settings) = self.config.acme.clone() else { return };
+        if self.acme.running.is_none() {
+            return;
+        }
+        let account_url = match report {
+            Report::Publish { kind, name, value } => return self.fleet_publish(kind, &name, &value),
+            Report::Unpublish { kind, name } => return self.fleet_unpublish(kind, &name),
+            Report::Account { ref url } => Some(url.clone()),
+            _ => None,
+        };
         let Some(r) = &mut self.acme.running else { return };
         let taken = take_report(&settings, &mut r.waiting, report, unix_now());
         if matches!(taken, Taken::Stored(_) | Taken::Failed(..)) {
@@ -233,11 +263,20 @@ impl Master {
         let now = unix_now();
         match taken {
             Taken::Stored(names) => {
+                self.fleet_stored(&settings, &names);
                 self.acme.lives.insert(names, Life { failures: 0, not_before_try: 0, obtained: now });
                 self.acme.install = true;
             }
-            Taken::Failed(names, retry_after) => self.acme_failed(&names, retry_after, now),
-            Taken::Account | Taken::Refused => {}
+            Taken::Failed(names, retry_after) => {
+                self.fleet_unlock(&names);
+                self.acme_failed(&names, retry_after, now);
+            }
+            Taken::Account => {
+                if let Some(url) = account_url {
+                    self.fleet_account_url(&settings, &url);
+                }
+            }
+            Taken::Refused => {}
         }
     }
 
@@ -260,6 +299,7 @@ impl Master {
             return false;
         }
         self.acme_read();
+        self.fleet_child_gone();
         let Some(r) = self.acme.running.take() else { return true };
         if !matches!(exit, Exit::Code(0)) && r.ending.is_none() {
             log::error!("acme: the ACME child {pid} ended badly ({exit:?})");
@@ -313,6 +353,8 @@ fn take_report(settings: &Settings, waiting: &mut Vec<Vec<String>>, report: Repo
         }
         Report::Issued { names, chain, key } => (names, Ok((chain, key))),
         Report::Failed { names, error, retry_after } => (names, Err((error, retry_after))),
+        // The master takes these before (a fleet's challenges).
+        Report::Publish { .. } | Report::Unpublish { .. } => return Taken::Refused,
     };
     let Some(at) = waiting.iter().position(|w| *w == names) else {
         log::error!(

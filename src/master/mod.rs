@@ -23,6 +23,7 @@
 //! launching command's pipe).
 
 mod acme;
+mod fleet;
 mod life;
 pub mod maintenance;
 mod pool;
@@ -137,6 +138,8 @@ pub struct Master {
     report: Report,
     /// Certificates from ACME: the child, and each certificate's tries (`acme.rs`).
     acme: acme::Acme,
+    /// The fleet this node is one of (`[cluster]`, `fleet.rs`); `None`: alone.
+    fleet: Option<fleet::Fleet>,
 }
 
 impl Master {
@@ -179,11 +182,15 @@ impl Master {
             Some(t) => t,
             None => pod::make_token().map_err(|e| format!("token: {e}"))?,
         };
-        let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
+        // In a fleet, the fleet's chain as this node last cached it (Redis is not
+        // asked before the first fork: a start never waits on it).
+        let tickets = fleet::start_tickets(config.cluster.as_ref(), unix_now() as u64)
+            .map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         // The ACME challenges' table, shared with every process forked from here on.
         crate::acme::challenges::map().map_err(|e| format!("acme challenges: {e}"))?;
         crate::acme::status::map().map_err(|e| format!("acme status: {e}"))?;
+        crate::cluster::status::map().map_err(|e| format!("cluster status: {e}"))?;
         // Created for the workers before they are opened, so a new file gets their
         // group (an existing one keeps its own).
         prepare_log_files(&config);
@@ -199,6 +206,7 @@ impl Master {
             pool: Pool::new(Band::of(&config)),
             life: Life::Serving,
             acme: acme::Acme::default(),
+            fleet: None,
             config,
             listeners,
             scoreboard,
@@ -215,6 +223,7 @@ impl Master {
             children: HashMap::new(),
             generation: 0,
         };
+        master.fleet_configure();
         master.new_pool();
         Ok(master)
     }
@@ -320,6 +329,7 @@ impl Master {
         self.report_tick();
         self.tickets.advance(unix_now() as u64);
         self.check_certificates();
+        self.fleet_tick();
         self.acme_tick();
         self.check_auth_files();
     }

@@ -47,6 +47,7 @@ impl Master {
         self.logs = logs;
         self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());
         self.config = new;
+        self.fleet_configure();
         prepare_log_files(&self.config);
         self.new_pool();
         self.resume();

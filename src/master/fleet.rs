@@ -1,0 +1,472 @@
+//! The master's side of a fleet (`[cluster]`, [`crate::cluster`]): on its tick it
+//! keeps this node in step with the others through Redis, and between ticks it never
+//! waits on Redis for long (every command is bounded, and a Redis that is down is
+//! left alone for its back-off).
+//!
+//! What the tick does, in order:
+//! - the ticket keys: the fleet's chain is taken (and installed by a reload, so every
+//!   worker seals with it) if this node's differs; none in Redis: this node's is
+//!   offered; a new period: one node, under a lock, writes the chain stepped forward,
+//!   so Redis never holds a secret older than the previous period. Cached on disk
+//!   (`cache_dir/tickets`), so a node that starts with Redis down keeps the fleet's.
+//! - the certificates: when the fleet's counter moved, each ACME vhost's stored
+//!   certificate that differs from this node's is written to `acme.state_dir` (checked
+//!   as one from the ACME child) and installed by a reload, as today.
+//! - the challenges: the fleet's are copied into this node's table, from which the
+//!   workers answer (the master is the table's only writer in a fleet).
+//! - the locks this node holds for its orders are renewed.
+//!
+//! ACME in a fleet (`acme.rs` calls [`Master::fleet_claim`] and the report hooks
+//! below): a due certificate is ordered by the node that takes its lock; the others
+//! wait for the one it stores. The account key is the fleet's, sealed in Redis.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Master, unix_now};
+use crate::acme::challenges::Kind;
+use crate::acme::store;
+use crate::cluster::client::Health;
+use crate::cluster::status::{self, Link};
+use crate::cluster::{self, Field, Settings};
+use crate::tls::tickets::TicketKeys;
+
+/// The keys the fleet stores under (after `cluster.prefix`).
+const ACCOUNT: &str = "acme:account";
+/// A counter every node adds one to when it stores a certificate.
+const CERTS: &str = "acme:certs";
+const CHALLENGES: &str = "acme:challenges";
+const TICKETS: &str = "tls:tickets";
+const TICKETS_LOCK: &str = "lock:tls:tickets";
+/// The cache file of the ticket keys (in `cluster.cache_dir`).
+const TICKETS_FILE: &str = "tickets";
+
+fn cert_key(first: &str) -> String {
+    format!("acme:cert:{first}")
+}
+
+fn order_lock(first: &str) -> String {
+    format!("lock:acme:{first}")
+}
+
+/// How long the fleet's challenges stay in Redis after their last write: past any
+/// order's time, so a node that dies mid-order leaves nothing behind for long.
+const CHALLENGE_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A certificate as the fleet stores it (sealed).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CertRecord {
+    names: Vec<String>,
+    chain: String,
+    key: String,
+}
+
+/// The ACME account as the fleet stores it (sealed): the key (PKCS#8, base64url) and
+/// the account's URL at a directory.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct AccountRecord {
+    key: String,
+    directory: Option<String>,
+    url: Option<String>,
+}
+
+/// The account key (PKCS#8 DER) and its URL at the configured directory, if known.
+pub(super) type Account = (Vec<u8>, Option<String>);
+
+/// The fleet as the master keeps it.
+pub(super) struct Fleet {
+    link: cluster::Fleet,
+    settings: Settings,
+    /// The certificates' counter last seen; `None`: not yet (look at every one).
+    certs_seen: Option<u64>,
+    /// The fleet's challenges as this node's table has them.
+    mirrored: HashMap<Field, Vec<u8>>,
+    /// Those this node's ACME child published (kept while it runs, whatever Redis says).
+    own: HashSet<Field>,
+    /// The order locks this node holds, by the names of their certificate.
+    held: HashMap<Vec<String>, String>,
+    /// The certificates another node was ordering, said once in the log.
+    waiting: HashSet<Vec<String>>,
+    /// The ticket keys' period last written to the cache.
+    cached_period: Option<u64>,
+}
+
+impl Fleet {
+    pub(super) fn open(settings: &Settings) -> Result<Fleet, String> {
+        cluster::cache::prepare(&settings.cache_dir)?;
+        Ok(Fleet {
+            link: cluster::Fleet::open(settings)?,
+            settings: settings.clone(),
+            certs_seen: None,
+            mirrored: HashMap::new(),
+            own: HashSet::new(),
+            held: HashMap::new(),
+            waiting: HashSet::new(),
+            cached_period: None,
+        })
+    }
+}
+
+/// The ticket keys a node starts with: the cached chain if there is one (the fleet's,
+/// as last seen), else a fresh one.
+pub(super) fn start_tickets(settings: Option<&Settings>, now: u64) -> std::io::Result<TicketKeys> {
+    let cached = settings.and_then(|s| cluster::cache::read(&s.cache_dir, TICKETS_FILE));
+    match cached.as_deref().and_then(TicketKeys::from_bytes) {
+        Some(mut keys) => {
+            keys.advance(now);
+            log::info!("cluster: the ticket keys from the cache (period {})", keys.period());
+            Ok(keys)
+        }
+        None => TicketKeys::new(now),
+    }
+}
+
+impl Master {
+    /// At start and after a reload: the fleet of the config (a changed `[cluster]`
+    /// opens a new link; a broken one is said and the old link kept).
+    pub(super) fn fleet_configure(&mut self) {
+        let wanted = self.config.cluster.clone();
+        match (&wanted, &self.fleet) {
+            (None, _) => {
+                self.fleet = None;
+                status::set_link(None, unix_now());
+            }
+            (Some(s), Some(f)) if f.settings == *s => {}
+            (Some(s), _) => match Fleet::open(s) {
+                Ok(f) => {
+                    log::info!("cluster: sharing state through Redis at {}", f.link.shown());
+                    self.fleet = Some(f);
+                    status::set_link(Some(Link::Unknown), unix_now());
+                }
+                Err(e) => log::error!("cluster: {e}"),
+            },
+        }
+    }
+
+    /// On the tick: tickets, certificates, challenges, locks (see the module's text).
+    pub(super) fn fleet_tick(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        let now = unix_now();
+        let was = f.link.health();
+        let version = f.link.counter(CERTS);
+        let link = match f.link.health() {
+            Health::Up => Link::Up,
+            Health::Down { .. } => Link::Down,
+            Health::Unknown => Link::Unknown,
+        };
+        status::set_link(Some(link), now);
+        self.fleet_cache_tickets();
+        let Some(version) = version else { return };
+        if !matches!(was, Health::Up) {
+            // Back (or first): look at everything again.
+            if let Some(f) = &mut self.fleet {
+                f.certs_seen = None;
+            }
+        }
+        self.fleet_tickets(now);
+        self.fleet_certificates(version, now);
+        self.fleet_challenges();
+        self.fleet_renew_locks();
+    }
+
+    /// The ticket keys' cache follows the chain (a new period overwrites the old secret).
+    fn fleet_cache_tickets(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        if f.cached_period != Some(self.tickets.period()) {
+            match cluster::cache::write(&f.settings.cache_dir, TICKETS_FILE, &self.tickets.to_bytes()) {
+                Ok(()) => f.cached_period = Some(self.tickets.period()),
+                Err(e) => log::error!("cluster: cannot cache the ticket keys: {e}"),
+            }
+        }
+    }
+
+    fn fleet_tickets(&mut self, now: i64) {
+        let Some(f) = &mut self.fleet else { return };
+        let unix = now.max(0) as u64;
+        let Some(stored) = f.link.get(TICKETS) else { return };
+        let theirs = stored.as_deref().and_then(TicketKeys::from_bytes);
+        let Some(mut theirs) = theirs else {
+            // None in the fleet yet: offer this node's; if another node was first,
+            // the next tick takes that one.
+            if f.link.put_new(TICKETS, &self.tickets.to_bytes()) == Some(true) {
+                log::info!("cluster: this node's ticket keys are the fleet's now");
+                status::set_tickets(now);
+            }
+            return;
+        };
+        let stored_period = theirs.period();
+        theirs.advance(unix);
+        if !self.tickets.same_chain(&theirs, unix) {
+            log::info!("cluster: taking the fleet's ticket keys (a reload, so every worker seals with them)");
+            self.tickets = theirs;
+            f.cached_period = None;
+            self.fleet_cache_tickets();
+            self.reload();
+        }
+        status::set_tickets(now);
+        self.tickets.advance(unix);
+        let Some(f) = &mut self.fleet else { return };
+        if stored_period < self.tickets.period() && f.link.lock(TICKETS_LOCK) == Some(true) {
+            // A new period: Redis gets the chain stepped forward (its older secret
+            // overwritten), by one node.
+            f.link.put(TICKETS, &self.tickets.to_bytes(), None);
+            f.link.unlock(TICKETS_LOCK);
+        }
+    }
+
+    /// Each ACME vhost's certificate as the fleet stores it, taken when it differs
+    /// from this node's; a reload installs them.
+    fn fleet_certificates(&mut self, version: u64, now: i64) {
+        let Some(settings) = self.config.acme.clone() else { return };
+        let Some(f) = &mut self.fleet else { return };
+        if f.certs_seen == Some(version) {
+            return;
+        }
+        let mut taken = 0;
+        for v in self.config.vhosts.iter().filter(|v| v.acme) {
+            let Some(first) = v.server_names.first() else { continue };
+            let Some(record) = f.link.get(&cert_key(first)) else { return };
+            let Some(r) = record.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok()) else { continue };
+            if take_cert(&settings.state_dir, &v.server_names, &r, now) {
+                taken += 1;
+            }
+        }
+        f.certs_seen = Some(version);
+        if taken > 0 {
+            log::info!("cluster: {taken} certificate(s) from the fleet");
+            self.acme.install = true;
+        }
+    }
+
+    /// The fleet's challenges into this node's table.
+    fn fleet_challenges(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        let Some(board) = crate::acme::challenges::shared() else { return };
+        let Some(fields) = f.link.fields(CHALLENGES) else { return };
+        let now: HashMap<Field, Vec<u8>> = fields.into_iter().collect();
+        for (field, value) in &now {
+            let Some(kind) = Kind::from_u8(field.0) else { continue };
+            if f.mirrored.get(field) != Some(value) && !f.own.contains(field) {
+                board.put(kind, &field.1, value);
+                f.mirrored.insert(field.clone(), value.clone());
+            }
+        }
+        let gone: Vec<Field> =
+            f.mirrored.keys().filter(|k| !now.contains_key(*k) && !f.own.contains(*k)).cloned().collect();
+        for field in gone {
+            if let Some(kind) = Kind::from_u8(field.0) {
+                board.remove(kind, &field.1);
+            }
+            f.mirrored.remove(&field);
+        }
+    }
+
+    fn fleet_renew_locks(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        let locks: Vec<(Vec<String>, String)> = f.held.iter().map(|(n, l)| (n.clone(), l.clone())).collect();
+        for (names, lock) in locks {
+            if f.link.renew(&lock) == Some(false) {
+                log::error!(
+                    "cluster: the lock for {} was lost (its lease ran out): another node may order it too",
+                    names.join(", ")
+                );
+                f.held.remove(&names);
+            }
+        }
+    }
+
+    /// Of the certificates due, those this node orders for the fleet: the ones whose
+    /// lock it takes and that no node stored meanwhile. Nothing while Redis is down.
+    pub(super) fn fleet_claim(&mut self, jobs: Vec<Vec<String>>, settings: &crate::acme::Settings) -> Vec<Vec<String>> {
+        let Some(f) = &mut self.fleet else { return jobs };
+        let now = unix_now();
+        let mut mine = Vec::new();
+        for names in jobs {
+            let first = names.first().cloned().unwrap_or_default();
+            let lock = order_lock(&first);
+            match f.link.lock(&lock) {
+                None => break,
+                Some(false) => {
+                    if f.waiting.insert(names.clone()) {
+                        let who = f.link.holder(&lock).flatten().unwrap_or_else(|| "another node".into());
+                        log::info!(
+                            "acme: {} is being ordered by {who} for the fleet; waiting for it",
+                            names.join(", ")
+                        );
+                    }
+                }
+                Some(true) => {
+                    f.waiting.remove(&names);
+                    // Stored by another node since this node last looked: take it.
+                    let stored = f.link.get(&cert_key(&first)).flatten();
+                    let record = stored.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok());
+                    if let Some(r) = record
+                        && store::chain_validity(&r.chain).is_some_and(|v| {
+                            crate::acme::schedule::due(
+                                Some((v.not_before, v.not_after)),
+                                settings.renew_before,
+                                &Default::default(),
+                            ) > now
+                        })
+                        && take_cert(&settings.state_dir, &names, &r, now)
+                    {
+                        f.link.unlock(&lock);
+                        self.acme.install = true;
+                        continue;
+                    }
+                    f.held.insert(names.clone(), lock);
+                    mine.push(names);
+                }
+            }
+        }
+        mine
+    }
+
+    /// The fleet's ACME account: its key (made and offered by this node if the fleet
+    /// has none) and its URL at `directory`. `None` while Redis is down.
+    pub(super) fn fleet_account(
+        &mut self,
+        settings: &crate::acme::Settings,
+    ) -> Option<Result<Account, String>> {
+        let f = self.fleet.as_mut()?;
+        for _ in 0..2 {
+            let stored = f.link.get(ACCOUNT)?;
+            if let Some(r) = stored.and_then(|b| serde_json::from_slice::<AccountRecord>(&b).ok()) {
+                let Some(key) = crate::acme::b64::decode(&r.key) else {
+                    return Some(Err("the fleet's account key is unreadable".into()));
+                };
+                let url = r.url.filter(|_| r.directory.as_deref() == Some(settings.directory.as_str()));
+                return Some(Ok((key, url)));
+            }
+            // The fleet has none: this node's (made now if it has none either).
+            let key = match store::prepare(&settings.state_dir).and_then(|()| store::account_key(&settings.state_dir)) {
+                Ok(k) => k,
+                Err(e) => return Some(Err(e)),
+            };
+            let url = store::account_url(&settings.state_dir, &settings.directory);
+            let record =
+                AccountRecord { key: crate::acme::b64::url(&key), directory: Some(settings.directory.clone()), url };
+            let bytes = serde_json::to_vec(&record).unwrap_or_default();
+            if f.link.put_new(ACCOUNT, &bytes)? {
+                log::info!("acme: this node's account key is the fleet's now");
+            }
+        }
+        Some(Err("the fleet's account could not be read back".into()))
+    }
+
+    /// The child registered an account: the fleet's record gets its URL.
+    pub(super) fn fleet_account_url(&mut self, settings: &crate::acme::Settings, url: &str) {
+        let Some(f) = &mut self.fleet else { return };
+        let Some(Some(b)) = f.link.get(ACCOUNT) else { return };
+        let Ok(mut r) = serde_json::from_slice::<AccountRecord>(&b) else { return };
+        r.directory = Some(settings.directory.clone());
+        r.url = Some(url.to_string());
+        f.link.put(ACCOUNT, &serde_json::to_vec(&r).unwrap_or_default(), None);
+    }
+
+    /// A certificate this node obtained and stored: the fleet gets it, and its lock is freed.
+    pub(super) fn fleet_stored(&mut self, settings: &crate::acme::Settings, names: &[String]) {
+        let Some(f) = &mut self.fleet else { return };
+        let first = names.first().cloned().unwrap_or_default();
+        let (crt, key) = store::cert_files(&settings.state_dir, &first);
+        if let (Ok(chain), Ok(key)) = (std::fs::read_to_string(crt), std::fs::read_to_string(key)) {
+            let record = CertRecord { names: names.to_vec(), chain, key };
+            let stored = f.link.put(&cert_key(&first), &serde_json::to_vec(&record).unwrap_or_default(), None);
+            if stored.is_some() {
+                f.link.bump(CERTS);
+            } else {
+                log::error!(
+                    "cluster: the certificate for {} is not in the fleet's store (Redis is down)",
+                    names.join(", ")
+                );
+            }
+        }
+        self.fleet_unlock(names);
+    }
+
+    /// An order ended (stored, failed, or its child gone): its lock is freed.
+    pub(super) fn fleet_unlock(&mut self, names: &[String]) {
+        let Some(f) = &mut self.fleet else { return };
+        if let Some(lock) = f.held.remove(names) {
+            f.link.unlock(&lock);
+        }
+    }
+
+    /// The ACME child ended: every lock it worked under is freed, and what it
+    /// published taken down.
+    pub(super) fn fleet_child_gone(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        for (_, lock) in f.held.drain() {
+            f.link.unlock(&lock);
+        }
+        let own: Vec<Field> = f.own.iter().cloned().collect();
+        for field in own {
+            self.fleet_unpublish(field.0, &String::from_utf8_lossy(&field.1));
+        }
+    }
+
+    /// The child publishes a challenge: in this node's table at once, and in the
+    /// fleet's for the others.
+    pub(super) fn fleet_publish(&mut self, kind: u8, name: &str, value: &str) {
+        let (Some(f), Some(board), Some(k)) = (&mut self.fleet, crate::acme::challenges::shared(), Kind::from_u8(kind))
+        else {
+            return;
+        };
+        let Some(value) = crate::acme::b64::decode(value) else { return };
+        if !board.put(k, name.as_bytes(), &value) {
+            log::error!("acme: the table of challenges is full");
+        }
+        let field: Field = (kind, name.as_bytes().to_vec());
+        if f.link.put_field(CHALLENGES, &field, &value, CHALLENGE_TTL).is_none() {
+            log::warn!("acme: the {name} challenge is answered by this node only (Redis is down)");
+        }
+        f.mirrored.insert(field.clone(), value);
+        f.own.insert(field);
+    }
+
+    pub(super) fn fleet_unpublish(&mut self, kind: u8, name: &str) {
+        let (Some(f), Some(board), Some(k)) = (&mut self.fleet, crate::acme::challenges::shared(), Kind::from_u8(kind))
+        else {
+            return;
+        };
+        board.remove(k, name.as_bytes());
+        let field: Field = (kind, name.as_bytes().to_vec());
+        f.link.remove_field(CHALLENGES, &field);
+        f.mirrored.remove(&field);
+        f.own.remove(&field);
+    }
+
+    /// Whether a fleet is configured (ACME's challenges then go through the master).
+    pub(super) fn in_fleet(&self) -> bool {
+        self.fleet.is_some()
+    }
+}
+
+/// Writes the fleet's certificate for `names` to the state folder if it is for these
+/// names and differs from the one there; true when written. Checked as one from the
+/// ACME child ([`store::save_cert`]: it loads with its key and covers the names now).
+fn take_cert(dir: &std::path::Path, names: &[String], r: &CertRecord, now: i64) -> bool {
+    if r.names != names {
+        return false;
+    }
+    let (crt, _) = store::cert_files(dir, names.first().map_or("", String::as_str));
+    let ours = std::fs::read_to_string(&crt).ok();
+    if ours.as_deref() == Some(r.chain.as_str()) {
+        return false;
+    }
+    // Never an older one over a newer (this node's, obtained while Redis was down).
+    let until = |chain: &str| store::chain_validity(chain).map_or(0, |v| v.not_after);
+    if ours.as_deref().is_some_and(|c| until(c) >= until(&r.chain)) {
+        return false;
+    }
+    if let Err(e) = store::prepare(dir) {
+        log::error!("acme: {e}");
+        return false;
+    }
+    match store::save_cert(dir, names, &r.chain, &r.key, now) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("cluster: the fleet's certificate for {} is not taken: {e}", names.join(", "));
+            false
+        }
+    }
+}
