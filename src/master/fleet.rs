@@ -113,7 +113,6 @@ pub(super) fn start_tickets(settings: Option<&Settings>, now: u64) -> std::io::R
     match cached.as_deref().and_then(TicketKeys::from_bytes) {
         Some(mut keys) => {
             keys.advance(now);
-            log::info!("cluster: the ticket keys from the cache (period {})", keys.period());
             Ok(keys)
         }
         None => TicketKeys::new(now),
@@ -139,6 +138,21 @@ impl Master {
                 }
                 Err(e) => log::error!("cluster: {e}"),
             },
+        }
+    }
+
+    /// At the start of the loop (the error log open): the fleet's link, and where
+    /// the ticket keys came from.
+    pub(super) fn fleet_start(&mut self) {
+        self.fleet_configure();
+        let Some(f) = &self.fleet else { return };
+        let cached = cluster::cache::read(&f.settings.cache_dir, TICKETS_FILE);
+        if cached
+            .as_deref()
+            .and_then(TicketKeys::from_bytes)
+            .is_some_and(|c| c.same_chain(&self.tickets, unix_now() as u64))
+        {
+            log::info!("cluster: the ticket keys from the cache (the fleet's as last seen)");
         }
     }
 
@@ -221,18 +235,15 @@ impl Master {
         if f.certs_seen == Some(version) {
             return;
         }
-        let mut taken = 0;
+        let mut taken = false;
         for v in self.config.vhosts.iter().filter(|v| v.acme) {
             let Some(first) = v.server_names.first() else { continue };
             let Some(record) = f.link.get(&cert_key(first)) else { return };
             let Some(r) = record.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok()) else { continue };
-            if take_cert(&settings.state_dir, &v.server_names, &r, now) {
-                taken += 1;
-            }
+            taken |= take_cert(&settings.state_dir, &v.server_names, &r, now);
         }
         f.certs_seen = Some(version);
-        if taken > 0 {
-            log::info!("cluster: {taken} certificate(s) from the fleet");
+        if taken {
             self.acme.install = true;
         }
     }
@@ -323,11 +334,12 @@ impl Master {
 
     /// The fleet's ACME account: its key (made and offered by this node if the fleet
     /// has none) and its URL at `directory`. `None` while Redis is down.
-    pub(super) fn fleet_account(
-        &mut self,
-        settings: &crate::acme::Settings,
-    ) -> Option<Result<Account, String>> {
+    pub(super) fn fleet_account(&mut self, settings: &crate::acme::Settings) -> Option<Result<Account, String>> {
         let f = self.fleet.as_mut()?;
+        // The folder the child's certificate is stored in, as a node alone makes it.
+        if let Err(e) = store::prepare(&settings.state_dir) {
+            return Some(Err(e));
+        }
         for _ in 0..2 {
             let stored = f.link.get(ACCOUNT)?;
             if let Some(r) = stored.and_then(|b| serde_json::from_slice::<AccountRecord>(&b).ok()) {
@@ -463,7 +475,10 @@ fn take_cert(dir: &std::path::Path, names: &[String], r: &CertRecord, now: i64) 
         return false;
     }
     match store::save_cert(dir, names, &r.chain, &r.key, now) {
-        Ok(()) => true,
+        Ok(()) => {
+            log::info!("cluster: the certificate for {} from the fleet (installed by a reload)", names.join(", "));
+            true
+        }
         Err(e) => {
             log::error!("cluster: the fleet's certificate for {} is not taken: {e}", names.join(", "));
             false

@@ -223,7 +223,6 @@ impl Master {
             children: HashMap::new(),
             generation: 0,
         };
-        master.fleet_configure();
         master.new_pool();
         Ok(master)
     }
@@ -245,6 +244,7 @@ impl Master {
     /// first workers are serving (or could not start).
     pub fn run(mut self, ready: &mut Ready) -> ExitCode {
         self.say_notes();
+        self.fleet_start();
         prepare_log_files(&self.config);
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
