@@ -132,6 +132,14 @@
 //!   workers answer the challenges from shared memory ([`acme::challenges`]):
 //!   HTTP-01 first thing in a request ([`acme::http01`]), TLS-ALPN-01 in the
 //!   handshake ([`acme::alpn`]).
+//! - [`cluster`] is a fleet's shared storage (`[cluster]`): Redis through one
+//!   blocking connection with timeouts and a back-off ([`cluster::client`]), every
+//!   value sealed under a key derived from `key_file` ([`cluster::crypto`]), lease
+//!   locks ([`cluster::lock`]), the node's root-only cache ([`cluster::cache`]) and
+//!   what the workers show of it ([`cluster::status`]). It knows nothing of ACME or
+//!   TLS: the master (`master::fleet`) keeps the ACME state, the challenges and the
+//!   ticket keys in step with the fleet through it on its tick; no worker talks to
+//!   Redis.
 //! - [`metrics`] renders what the scoreboard counts ([`scoreboard::counters`]) for
 //!   Prometheus: each worker adds to counters in its own slot as it answers
 //!   (`Traffic`: requests by method and status class, a duration histogram,
@@ -251,7 +259,7 @@
 //! 1. foundations: `sys`, `text`, `clock`, `cidr`, `safe_files`, `dummy`
 //! 2. the protocols' rules: `http`, `proxy_protocol`, `vhost`
 //! 3. records and keys: `scoreboard`, `log`, `statusfile`, `pidfile`, `notify`, `tls`,
-//!    `acme`
+//!    `cluster`, `acme`
 //! 4. made before the first fork, used by both sides: `config`, `listen`, `inherit`,
 //!    `handover`, `pod`
 //! 5. serving: `serve`, `handlers`, `site`, `status`, `metrics`, `gateway`, `location`,
@@ -277,7 +285,7 @@
 //! `statusfile`, `pidfile`, `inherit`, `listen`, `handover`; the request side is
 //! `worker`, `serve`, `http`, `handlers`, `site`, `location`, `kinds`, `vhost`, `rules`,
 //! `gateway`, `metrics`; shared by both: `sys`, `text`, `clock`, `cidr`,
-//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `acme`, `status`, `proxy_protocol`, `dummy`.
+//! `safe_files`, `scoreboard`, `log`, `config`, `tls`, `cluster`, `acme`, `status`, `proxy_protocol`, `dummy`.
 #![deny(unsafe_code)]
 
 pub mod acme;

@@ -597,6 +597,11 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
         }
         crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(&d.join("conf"), "c");
         std::fs::write(d.join("conf/htpasswd"), "a:$apr1$Thr.YsdQ$eJzB/UpeuFpmhIJBAJpcJ.\n").unwrap();
+        for (secret, text) in [("conf/redis.pw", "pw\n"), ("conf/fleet.key", "a fleet's secret of 32 bytes or more\n")]
+        {
+            std::fs::write(d.join(secret), text).unwrap();
+            std::fs::set_permissions(d.join(secret), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        }
         let text = r#"
 include = []
 [server]
@@ -709,6 +714,8 @@ rotate = { size = 1000 }
         let acme = "[server]\nlisten = [\"8080\"]\nuser = \"root\"\n[acme]\ndirectory = \"https://ca.example/dir\"\n\
                     contact = [\"mailto:a@b.example\"]\nagree_terms = true\nstate_dir = \"acme\"\nrenew_before = \"30d\"\n\
                     ca_roots = \"conf/c.pem\"\neab_kid = \"k\"\neab_hmac_key = \"c2VjcmV0\"\n\
+                    [cluster]\nredis = \"rediss://:pw@r.example:6380/1\"\npassword_file = \"conf/redis.pw\"\n\
+                    ca_file = \"conf/c.pem\"\nprefix = \"shop:\"\nkey_file = \"conf/fleet.key\"\ncache_dir = \"cluster\"\n\
                     [[vhost]]\nroot = \"htdocs\"\nserver_names = [\"a.example\"]\nacme = true\n";
         let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n"), acme]
             .map(|t| show(&super::super::parse(t, &file).unwrap()))
@@ -721,13 +728,14 @@ rotate = { size = 1000 }
             .cloned()
             .collect();
         assert!(missing.is_empty(), "documented in conf/pika.toml, not printed by -T: {missing:?}\n{shown}");
+        assert!(shown.contains("redis = \"rediss://r.example:6380/1\"") && !shown.contains("pw@"), "{shown}");
     }
 
     /// Every key the config accepts, by table (`""`: the top level): the serde
     /// structs' fields, and the keys the location kinds and the rules take from the
     /// tables they share.
     fn accepted() -> Vec<(&'static str, Vec<&'static str>)> {
-        use super::super::raw::{RawAccessLog, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
+        use super::super::raw::{RawAccessLog, RawCluster, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
         use super::super::read::fields;
         use crate::kinds::{self, files};
         let rules = crate::rules::KEYS.iter().copied();
@@ -750,6 +758,7 @@ rotate = { size = 1000 }
             ("vhost", vhost),
             ("vhost.location", location),
             ("access_log", fields::<RawAccessLog>().to_vec()),
+            ("cluster", fields::<RawCluster>().to_vec()),
         ]
     }
 
