@@ -119,10 +119,14 @@ struct Fleet {
 
 impl Fleet {
     /// `plain`: the nodes have plain listeners (HTTP-01 first); else TLS only
-    /// (TLS-ALPN-01). `pebble_env`: pebble's environment.
-    fn start(plain: bool, pebble_env: &[(&str, &str)]) -> Option<Fleet> {
+    /// (TLS-ALPN-01). `pebble_env`: pebble's environment. `redis_up`: Redis runs when
+    /// the nodes start (else it is stopped before).
+    fn start(plain: bool, pebble_env: &[(&str, &str)], redis_up: bool) -> Option<Fleet> {
         let haproxy = need_tool("haproxy")?;
-        let redis = Redis::start()?;
+        let mut redis = Redis::start()?;
+        if !redis_up {
+            redis.down();
+        }
         let lb_site = Site::new();
         let (front_plain, front_tls) = (free_port(), free_port());
         let pebble = Pebble::start(&lb_site, front_plain, front_tls, pebble_env)?;
@@ -303,7 +307,7 @@ fn said(fleet: &Fleet, what: &str) -> usize {
 
 #[test]
 fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
-    let Some(mut fleet) = Fleet::start(true, &[]) else { return };
+    let Some(mut fleet) = Fleet::start(true, &[], true) else { return };
     let cert = fleet.issued("a.fleet.test");
     let logs = fleet.logs();
     assert_eq!(count(&logs, "obtained a certificate for a.fleet.test"), 1, "one certificate for the fleet:\n{logs}");
@@ -368,8 +372,17 @@ fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
 }
 
 #[test]
-fn tls_alpn01_through_the_balancer_and_no_private_key_in_redis() {
-    let Some(fleet) = Fleet::start(false, &[]) else { return };
+fn started_with_redis_down_then_tls_alpn01_through_the_balancer_and_no_private_key_in_redis() {
+    // The nodes start with Redis down: they serve (a placeholder), say so, and order
+    // nothing, for no lock can be taken.
+    let Some(mut fleet) = Fleet::start(false, &[], false) else { return };
+    for n in &fleet.nodes {
+        fleet.wait(DEADLINE, "Redis down said", || n.site.error_log().contains("does not answer").then_some(()));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(said(&fleet, "ordering a certificate"), 0, "an order with Redis down: {}", fleet.logs());
+    // Redis comes: the orders resume, one for the fleet.
+    fleet.redis.up();
     fleet.issued("a.fleet.test");
     let logs = fleet.logs();
     assert_eq!(count(&logs, "obtained a certificate for a.fleet.test"), 1, "{logs}");
@@ -408,7 +421,7 @@ fn tls_alpn01_through_the_balancer_and_no_private_key_in_redis() {
 fn the_lock_holder_killed_mid_order_another_node_finishes_it() {
     // Pebble waits before each validation (up to 15 s without PEBBLE_VA_NOSLEEP):
     // time to kill the node that holds the lock.
-    let Some(mut fleet) = Fleet::start(true, &[("PEBBLE_VA_NOSLEEP", "0")]) else { return };
+    let Some(mut fleet) = Fleet::start(true, &[("PEBBLE_VA_NOSLEEP", "0")], true) else { return };
     let holder = fleet.wait(ISSUE, "a node answering the challenge", || {
         fleet.nodes.iter().position(|n| n.site.error_log().contains("answering the http-01 challenge"))
     });

@@ -239,7 +239,14 @@ impl Master {
         for v in self.config.vhosts.iter().filter(|v| v.acme) {
             let Some(first) = v.server_names.first() else { continue };
             let Some(record) = f.link.get(&cert_key(first)) else { return };
-            let Some(r) = record.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok()) else { continue };
+            let Some(r) = record.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok()) else {
+                // None in the fleet (a new Redis, or one that lost its data): this
+                // node's, if it has one, unless another node was first.
+                if v.tls.as_ref().is_some_and(|c| !c.placeholder) {
+                    offer_cert(&mut f.link, &settings.state_dir, &v.server_names);
+                }
+                continue;
+            };
             taken |= take_cert(&settings.state_dir, &v.server_names, &r, now);
         }
         f.certs_seen = Some(version);
@@ -450,6 +457,18 @@ impl Master {
     /// Whether a fleet is configured (ACME's challenges then go through the master).
     pub(super) fn in_fleet(&self) -> bool {
         self.fleet.is_some()
+    }
+}
+
+/// Offers this node's certificate for `names` to a fleet that has none.
+fn offer_cert(link: &mut cluster::Fleet, dir: &std::path::Path, names: &[String]) {
+    let first = names.first().map_or("", String::as_str);
+    let (crt, key) = store::cert_files(dir, first);
+    let (Ok(chain), Ok(key)) = (std::fs::read_to_string(crt), std::fs::read_to_string(key)) else { return };
+    let record = CertRecord { names: names.to_vec(), chain, key };
+    if link.put_new(&cert_key(first), &serde_json::to_vec(&record).unwrap_or_default()) == Some(true) {
+        log::info!("cluster: this node's certificate for {} is the fleet's now", names.join(", "));
+        link.bump(CERTS);
     }
 }
 
