@@ -377,7 +377,8 @@ impl Snapshot {
 fn cluster_line() -> Option<String> {
     let c = crate::cluster::status::lookup()?;
     let tickets = if c.tickets > 0 { iso_date(c.tickets) } else { "not yet".into() };
-    Some(format!("redis {} since {}, ticket keys agreed {tickets}", c.link.word(), iso_date(c.since)))
+    let tries = if c.tries > 0 { format!(" ({} tries)", c.tries) } else { String::new() };
+    Some(format!("redis {} since {}{tries}, ticket keys agreed {tickets}", c.link.word(), iso_date(c.since)))
 }
 
 /// When an ACME certificate is next asked for: a date, or `now` when it is due (an

@@ -15,6 +15,8 @@ pub struct Entry {
     since: AtomicU64,
     /// Unix seconds when this node last agreed with the fleet on the ticket keys.
     tickets: AtomicU64,
+    /// Failed tries in a row while down.
+    tries: AtomicU64,
 }
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid entry (no `[cluster]`).
@@ -40,13 +42,15 @@ pub fn map() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The master: the link now (`None`: no `[cluster]`), at `now`.
-pub fn set_link(link: Option<Link>, now: i64) {
+/// The master: the link now (`None`: no `[cluster]`) and the failed tries in a row,
+/// at `now`.
+pub fn set_link(link: Option<Link>, tries: u32, now: i64) {
     if let Some(e) = ENTRY.get() {
         let n = link.map_or(0, |l| l as u64);
         if e.link.swap(n, Relaxed) != n {
             e.since.store(now.max(0) as u64, Relaxed);
         }
+        e.tries.store(u64::from(tries), Relaxed);
     }
 }
 
@@ -64,6 +68,8 @@ pub struct Shown {
     pub since: i64,
     /// 0: never yet.
     pub tickets: i64,
+    /// Failed tries in a row while down.
+    pub tries: u32,
 }
 
 /// The workers: what the master last said; `None` without `[cluster]`.
@@ -75,7 +81,12 @@ pub fn lookup() -> Option<Shown> {
         3 => Link::Down,
         _ => return None,
     };
-    Some(Shown { link, since: e.since.load(Relaxed) as i64, tickets: e.tickets.load(Relaxed) as i64 })
+    Some(Shown {
+        link,
+        since: e.since.load(Relaxed) as i64,
+        tickets: e.tickets.load(Relaxed) as i64,
+        tries: e.tries.load(Relaxed) as u32,
+    })
 }
 
 impl Link {

@@ -127,14 +127,14 @@ impl Master {
         match (&wanted, &self.fleet) {
             (None, _) => {
                 self.fleet = None;
-                status::set_link(None, unix_now());
+                status::set_link(None, 0, unix_now());
             }
             (Some(s), Some(f)) if f.settings == *s => {}
             (Some(s), _) => match Fleet::open(s) {
                 Ok(f) => {
                     log::info!("cluster: sharing state through Redis at {}", f.link.shown());
                     self.fleet = Some(f);
-                    status::set_link(Some(Link::Unknown), unix_now());
+                    status::set_link(Some(Link::Unknown), 0, unix_now());
                 }
                 Err(e) => log::error!("cluster: {e}"),
             },
@@ -162,12 +162,12 @@ impl Master {
         let now = unix_now();
         let was = f.link.health();
         let version = f.link.counter(CERTS);
-        let link = match f.link.health() {
-            Health::Up => Link::Up,
-            Health::Down { .. } => Link::Down,
-            Health::Unknown => Link::Unknown,
+        let (link, tries) = match f.link.health() {
+            Health::Up => (Link::Up, 0),
+            Health::Down { failures, .. } => (Link::Down, failures),
+            Health::Unknown => (Link::Unknown, 0),
         };
-        status::set_link(Some(link), now);
+        status::set_link(Some(link), tries, now);
         self.fleet_cache_tickets();
         let Some(version) = version else { return };
         if !matches!(was, Health::Up) {
