@@ -169,13 +169,13 @@ pub fn render(sb: &Scoreboard, config: &Config) -> String {
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"hit\"}} {hits}");
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
     certificates(&mut s, config);
-    cluster(&mut s);
+    cluster(&mut s, config);
     s
 }
 
 /// The fleet (`[cluster]`): whether Redis answers, and when the ticket keys last
 /// agreed with the fleet's.
-fn cluster(s: &mut String) {
+fn cluster(s: &mut String, config: &Config) {
     let Some(c) = crate::cluster::status::lookup() else { return };
     head(
         s,
@@ -191,6 +191,38 @@ fn cluster(s: &mut String) {
         "When this node's session-ticket keys last agreed with the fleet's (0: not yet).",
     );
     let _ = writeln!(s, "pika_cluster_ticket_keys_timestamp_seconds {}", c.tickets.max(0));
+    head(
+        s,
+        "pika_cluster_ticket_key_period_start_timestamp_seconds",
+        "gauge",
+        "When the ticket key in use began sealing tickets (its age: now minus this).",
+    );
+    let _ = writeln!(s, "pika_cluster_ticket_key_period_start_timestamp_seconds {}", c.key_since.max(0));
+    let acme: Vec<String> =
+        config.vhosts.iter().filter(|v| v.acme).filter_map(|v| v.server_names.first().cloned()).collect();
+    if acme.is_empty() {
+        return;
+    }
+    let shown: Vec<(String, crate::cluster::status::CertShown)> =
+        acme.into_iter().filter_map(|n| Some((n.clone(), crate::cluster::status::cert(&n)?))).collect();
+    head(
+        s,
+        "pika_cluster_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When the certificate the fleet stores for each ACME vhost expires.",
+    );
+    for (vhost, c) in shown.iter().filter(|(_, c)| c.stored_until > 0) {
+        let _ =
+            writeln!(s, "pika_cluster_certificate_expiry_timestamp_seconds{{vhost=\"{vhost}\"}} {}", c.stored_until);
+    }
+    head(s, "pika_cluster_ordering", "gauge", "1 for the node that holds each ACME vhost's order lock now.");
+    for (vhost, c) in &shown {
+        if let Some(node) = &c.holder {
+            // A node's name is a host name and a pid: nothing to escape but quotes.
+            let node = node.replace(['"', '\\', '\n'], "_");
+            let _ = writeln!(s, "pika_cluster_ordering{{vhost=\"{vhost}\",node=\"{node}\"}} 1");
+        }
+    }
 }
 
 /// Each vhost's certificate: when it expires, and for ACME's when it is next asked

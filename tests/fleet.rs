@@ -253,11 +253,16 @@ impl Node {
         );
     }
 
-    /// The status page's `Cluster:` line (`?auto`, on the plain listener).
-    fn cluster_line(&self) -> String {
+    /// The status page's line that starts with `prefix` (`?auto`, on the plain listener).
+    fn status_line(&self, prefix: &str) -> String {
         let request = b"GET /server-status?auto HTTP/1.1\r\nHost: a.fleet.test\r\nConnection: close\r\n\r\n";
         let text = raw(self.plain, request).text();
-        text.lines().find_map(|l| l.strip_prefix("Cluster: ")).unwrap_or_default().to_string()
+        text.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_default().to_string()
+    }
+
+    /// The status page's `Cluster:` line.
+    fn cluster_line(&self) -> String {
+        self.status_line("Cluster: ")
     }
 
     /// The failed tries in a row the status page says, over TLS (a TLS-only node).
@@ -340,6 +345,18 @@ fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
     assert_eq!(count(&logs, "registered account"), 1, "one account for the fleet");
     // The others waited for the holder and took its certificate.
     assert_eq!(count(&logs, "the certificate for a.fleet.test from the fleet"), 2, "{logs}");
+
+    // Every node shows the fleet's view: the stored certificate's expiry (pebble's
+    // last five years), nobody ordering now, the ticket key's period.
+    for n in &fleet.nodes {
+        let line = fleet.wait(DEADLINE, "the fleet's view", || {
+            Some(n.status_line("ClusterCertificate: a.fleet.test "))
+                .filter(|l| l.ends_with(" -") && l.starts_with("20"))
+        });
+        assert!(line.starts_with("2031-") || line.starts_with("2030-"), "{line}");
+        assert!(n.cluster_line().contains("(the key of "), "{}", n.cluster_line());
+        assert!(n.metrics().contains("pika_cluster_certificate_expiry_timestamp_seconds{vhost=\"a.fleet.test\"} "));
+    }
 
     // A ticket from one node resumes on every other.
     let sess = fleet.lb_site.path("conf/session.pem");
@@ -452,6 +469,12 @@ fn the_lock_holder_killed_mid_order_another_node_finishes_it() {
         eprintln!("the order ended before the kill: nothing to take over");
         return;
     }
+    // The others show who orders it.
+    let holder_pid = fleet.nodes[holder].pika.as_ref().unwrap().pid;
+    let other = &fleet.nodes[(holder + 1) % 3];
+    fleet.wait(DEADLINE, "the holder on another node's status page", || {
+        other.status_line("ClusterCertificate: a.fleet.test ").contains(&format!("[{holder_pid}]")).then_some(())
+    });
     let pika = fleet.nodes[holder].pika.take().unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pika.pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     let others: Vec<usize> = (0..3).filter(|&i| i != holder).collect();

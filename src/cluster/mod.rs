@@ -263,6 +263,16 @@ impl Fleet {
         self.redis.run(|c| lock::release(c, &key, &token))
     }
 
+    /// Who holds each lock of `names` (the node's name), in one round trip.
+    pub fn holders(&mut self, names: &[String]) -> Option<Vec<Option<String>>> {
+        if names.is_empty() {
+            return Some(Vec::new());
+        }
+        let keys: Vec<String> = names.iter().map(|n| self.key(n)).collect();
+        let tokens: Vec<Option<String>> = self.redis.run(|c| redis::cmd("MGET").arg(&keys).query(c))?;
+        Some(tokens.into_iter().map(|t| t.map(|t| t.split(' ').next().unwrap_or("").to_string())).collect())
+    }
+
     /// Who holds the lock `name` (the node's name), if anyone.
     pub fn holder(&mut self, name: &str) -> Option<Option<String>> {
         let key = self.key(name);

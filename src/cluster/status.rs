@@ -1,7 +1,9 @@
 //! What the master knows of the fleet and the workers show (status page, metrics):
-//! whether Redis answers, since when, and when the ticket keys were last taken from
-//! or given to the fleet. One entry in shared memory, mapped before the first fork,
-//! written by the master on its tick.
+//! whether Redis answers, since when, when the ticket keys last agreed with the
+//! fleet's and when their period began; and per ACME certificate, when the one the
+//! fleet stores expires and which node holds its order's lock. Tables in shared
+//! memory, mapped before the first fork, written by the master on its tick; a reader
+//! may see an entry half old, half new: shown, never acted on.
 
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicU64;
@@ -17,6 +19,94 @@ pub struct Entry {
     tickets: AtomicU64,
     /// Failed tries in a row while down.
     tries: AtomicU64,
+    /// Unix seconds when the ticket key's period began.
+    key_since: AtomicU64,
+}
+
+/// Certificates shown; more are shared, only not shown.
+pub const CERTS: usize = 128;
+/// Bytes of a holder's name shown (a host name and a pid).
+const HOLDER_WORDS: usize = 8;
+
+#[repr(C)]
+pub struct CertEntry {
+    /// A hash of the vhost's first name; 0: free.
+    key: AtomicU64,
+    /// When the fleet's stored certificate expires (Unix seconds); 0: none stored.
+    stored_until: AtomicU64,
+    /// The length of the holder's name; 0: no node orders it now.
+    holder_len: AtomicU64,
+    holder: [AtomicU64; HOLDER_WORDS],
+}
+
+// SAFETY: only atomics, `repr(C)`, all-zero is a valid (free) entry.
+#[allow(unsafe_code)]
+unsafe impl crate::sys::SharedAtomic for CertEntry {}
+
+static CERT_TABLE: OnceLock<&'static [CertEntry]> = OnceLock::new();
+
+/// FNV-1a of the name, never 0.
+fn hash(name: &str) -> u64 {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    h.max(1)
+}
+
+fn slot<'a>(table: &'a [CertEntry], name: &str) -> Option<&'a CertEntry> {
+    let k = hash(name);
+    let e =
+        table.iter().find(|e| e.key.load(Relaxed) == k).or_else(|| table.iter().find(|e| e.key.load(Relaxed) == 0))?;
+    e.key.store(k, Relaxed);
+    Some(e)
+}
+
+fn put_cert(table: &[CertEntry], name: &str, stored_until: Option<i64>, holder: Option<Option<&str>>) {
+    let Some(e) = slot(table, name) else { return };
+    if let Some(until) = stored_until {
+        e.stored_until.store(until.max(0) as u64, Relaxed);
+    }
+    if let Some(holder) = holder {
+        let bytes = holder.unwrap_or("").as_bytes();
+        let bytes = &bytes[..bytes.len().min(HOLDER_WORDS * 8)];
+        for (word, chunk) in e.holder.iter().zip(bytes.chunks(8)) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(w), Relaxed);
+        }
+        e.holder_len.store(bytes.len() as u64, Relaxed);
+    }
+}
+
+fn get_cert(table: &[CertEntry], name: &str) -> Option<CertShown> {
+    let k = hash(name);
+    let e = table.iter().find(|e| e.key.load(Relaxed) == k)?;
+    let len = (e.holder_len.load(Relaxed) as usize).min(HOLDER_WORDS * 8);
+    let mut bytes: Vec<u8> = e.holder.iter().flat_map(|w| w.load(Relaxed).to_le_bytes()).collect();
+    bytes.truncate(len);
+    let holder = (len > 0).then(|| String::from_utf8_lossy(&bytes).into_owned());
+    Some(CertShown { stored_until: e.stored_until.load(Relaxed) as i64, holder })
+}
+
+/// The fleet's view of one ACME certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertShown {
+    /// When the stored one expires; 0: none stored.
+    pub stored_until: i64,
+    /// The node ordering it now, if any.
+    pub holder: Option<String>,
+}
+
+/// The master: when the fleet's certificate of the vhost whose first name is `name`
+/// expires (`Some`), and who orders it now (`Some(None)`: nobody); `None` leaves
+/// either as it was.
+pub fn set_cert(name: &str, stored_until: Option<i64>, holder: Option<Option<&str>>) {
+    if let Some(t) = CERT_TABLE.get() {
+        put_cert(t, name, stored_until, holder);
+    }
+}
+
+/// The workers: what the master last said of `name`.
+pub fn cert(name: &str) -> Option<CertShown> {
+    get_cert(CERT_TABLE.get()?, name)
 }
 
 // SAFETY: only atomics, `repr(C)`, all-zero is a valid entry (no `[cluster]`).
@@ -39,6 +129,9 @@ pub fn map() -> std::io::Result<()> {
     if ENTRY.get().is_none() {
         let _ = ENTRY.set(&crate::sys::map_shared::<Entry>(1)?[0]);
     }
+    if CERT_TABLE.get().is_none() {
+        let _ = CERT_TABLE.set(crate::sys::map_shared::<CertEntry>(CERTS)?);
+    }
     Ok(())
 }
 
@@ -54,10 +147,12 @@ pub fn set_link(link: Option<Link>, tries: u32, now: i64) {
     }
 }
 
-/// The master: the ticket keys agree with the fleet's at `now`.
-pub fn set_tickets(now: i64) {
+/// The master: the ticket keys agree with the fleet's at `now`; their period began
+/// at `key_since`.
+pub fn set_tickets(now: i64, key_since: i64) {
     if let Some(e) = ENTRY.get() {
         e.tickets.store(now.max(0) as u64, Relaxed);
+        e.key_since.store(key_since.max(0) as u64, Relaxed);
     }
 }
 
@@ -70,6 +165,8 @@ pub struct Shown {
     pub tickets: i64,
     /// Failed tries in a row while down.
     pub tries: u32,
+    /// When the ticket key's period began (Unix seconds); 0: not agreed yet.
+    pub key_since: i64,
 }
 
 /// The workers: what the master last said; `None` without `[cluster]`.
@@ -86,6 +183,7 @@ pub fn lookup() -> Option<Shown> {
         since: e.since.load(Relaxed) as i64,
         tickets: e.tickets.load(Relaxed) as i64,
         tries: e.tries.load(Relaxed) as u32,
+        key_since: e.key_since.load(Relaxed) as i64,
     })
 }
 
@@ -96,5 +194,33 @@ impl Link {
             Link::Up => "up",
             Link::Down => "down",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_certificate_keeps_its_stored_expiry_and_its_holder() {
+        let table: Vec<CertEntry> = (0..3)
+            .map(|_| CertEntry {
+                key: AtomicU64::new(0),
+                stored_until: AtomicU64::new(0),
+                holder_len: AtomicU64::new(0),
+                holder: [const { AtomicU64::new(0) }; HOLDER_WORDS],
+            })
+            .collect();
+        put_cert(&table, "a.example", Some(100), None);
+        put_cert(&table, "a.example", None, Some(Some("web2[4242]")));
+        put_cert(&table, "b.example", None, Some(Some(&"x".repeat(100))));
+        assert_eq!(
+            get_cert(&table, "a.example"),
+            Some(CertShown { stored_until: 100, holder: Some("web2[4242]".into()) })
+        );
+        assert_eq!(get_cert(&table, "b.example").unwrap().holder.unwrap().len(), 64, "cut to its room");
+        put_cert(&table, "a.example", None, Some(None));
+        assert_eq!(get_cert(&table, "a.example"), Some(CertShown { stored_until: 100, holder: None }));
+        assert_eq!(get_cert(&table, "c.example"), None);
     }
 }

@@ -44,6 +44,11 @@ fn cert_key(first: &str) -> String {
     format!("acme:cert:{first}")
 }
 
+/// When the chain's current period began (Unix seconds).
+fn period_start(keys: &TicketKeys) -> i64 {
+    (keys.period() * crate::tls::tickets::PERIOD.as_secs()) as i64
+}
+
 fn order_lock(first: &str) -> String {
     format!("lock:acme:{first}")
 }
@@ -180,6 +185,19 @@ impl Master {
         self.fleet_certificates(version, now);
         self.fleet_challenges();
         self.fleet_renew_locks();
+        self.fleet_holders();
+    }
+
+    /// Who orders each ACME certificate now, for the status page.
+    fn fleet_holders(&mut self) {
+        let Some(f) = &mut self.fleet else { return };
+        let firsts: Vec<String> =
+            self.config.vhosts.iter().filter(|v| v.acme).filter_map(|v| v.server_names.first().cloned()).collect();
+        let locks: Vec<String> = firsts.iter().map(|n| order_lock(n)).collect();
+        let Some(holders) = f.link.holders(&locks) else { return };
+        for (name, holder) in firsts.iter().zip(&holders) {
+            status::set_cert(name, None, Some(holder.as_deref()));
+        }
     }
 
     /// The ticket keys' cache follows the chain (a new period overwrites the old secret).
@@ -203,7 +221,7 @@ impl Master {
             // the next tick takes that one.
             if f.link.put_new(TICKETS, &self.tickets.to_bytes()) == Some(true) {
                 log::info!("cluster: this node's ticket keys are the fleet's now");
-                status::set_tickets(now);
+                status::set_tickets(now, period_start(&self.tickets));
             }
             return;
         };
@@ -216,8 +234,8 @@ impl Master {
             self.fleet_cache_tickets();
             self.reload();
         }
-        status::set_tickets(now);
         self.tickets.advance(unix);
+        status::set_tickets(now, period_start(&self.tickets));
         let Some(f) = &mut self.fleet else { return };
         if stored_period < self.tickets.period() && f.link.lock(TICKETS_LOCK) == Some(true) {
             // A new period: Redis gets the chain stepped forward (its older secret
@@ -247,6 +265,8 @@ impl Master {
                 }
                 continue;
             };
+            let until = store::chain_validity(&r.chain).map_or(0, |v| v.not_after);
+            status::set_cert(first, Some(until), None);
             taken |= take_cert(&settings.state_dir, &v.server_names, &r, now);
         }
         f.certs_seen = Some(version);
@@ -389,8 +409,10 @@ impl Master {
         let (crt, key) = store::cert_files(&settings.state_dir, &first);
         if let (Ok(chain), Ok(key)) = (std::fs::read_to_string(crt), std::fs::read_to_string(key)) {
             let record = CertRecord { names: names.to_vec(), chain, key };
+            let until = store::chain_validity(&record.chain).map_or(0, |v| v.not_after);
             let stored = f.link.put(&cert_key(&first), &serde_json::to_vec(&record).unwrap_or_default(), None);
             if stored.is_some() {
+                status::set_cert(&first, Some(until), None);
                 f.link.bump(CERTS);
             } else {
                 log::error!(
