@@ -357,6 +357,7 @@ fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
         assert!(n.cluster_line().contains("(the key of "), "{}", n.cluster_line());
         assert!(n.metrics().contains("pika_cluster_certificate_expiry_timestamp_seconds{vhost=\"a.fleet.test\"} "));
     }
+    crate::metrics::promtool_check(&fleet.nodes[0].metrics());
 
     // A ticket from one node resumes on every other.
     let sess = fleet.lb_site.path("conf/session.pem");
