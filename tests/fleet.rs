@@ -17,6 +17,8 @@ use crate::util::*;
 const ISSUE: Duration = Duration::from_secs(90);
 /// The fleet's secret, every node's copy of `conf/fleet.key`.
 const SECRET: &str = "a secret the three nodes share, 32 bytes or more\n";
+/// Redis's password (`requirepass`), every node's `conf/redis.password`.
+const REDIS_PASSWORD: &str = "the fleet's redis password";
 
 /// A redis-server on a free loopback port, nothing kept on disk.
 struct Redis {
@@ -37,7 +39,7 @@ impl Redis {
     fn up(&mut self) {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--protected-mode", "no", "--dir"])
+            .args(["--protected-mode", "no", "--requirepass", REDIS_PASSWORD, "--dir"])
             .arg(self.dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -54,12 +56,14 @@ impl Redis {
         }
     }
 
+    /// The nodes' URL: database 1, the password in their `password_file`.
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        format!("redis://127.0.0.1:{}/1", self.port)
     }
 
     fn connection(&self) -> Option<redis::Connection> {
-        let mut c = redis::Client::open(self.url()).ok()?.get_connection().ok()?;
+        let url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}/1", self.port);
+        let mut c = redis::Client::open(url).ok()?.get_connection().ok()?;
         redis::cmd("PING").query::<String>(&mut c).ok()?;
         Some(c)
     }
@@ -228,8 +232,10 @@ impl Node {
         let site = &self.site;
         std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::copy(lb_site.path("conf/pebble-ca.pem"), site.path("conf/pebble-ca.pem")).unwrap();
-        site.write("conf/fleet.key", SECRET);
-        std::fs::set_permissions(site.path("conf/fleet.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        for (file, text) in [("conf/fleet.key", SECRET), ("conf/redis.password", &format!("{REDIS_PASSWORD}\n"))] {
+            site.write(file, text);
+            std::fs::set_permissions(site.path(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let listen = if plain {
             format!("\"{}\", {{ addr = \"{}\", tls = true }}", self.plain, self.tls)
         } else {
@@ -244,6 +250,7 @@ impl Node {
                  [acme]\ndirectory = \"{}\"\ncontact = [\"mailto:admin@fleet.test\"]\nagree_terms = true\n\
                  ca_roots = \"conf/pebble-ca.pem\"\n\
                  [cluster]\nredis = \"{}\"\nkey_file = \"conf/fleet.key\"\nprefix = \"t:\"\n\
+                 password_file = \"conf/redis.password\"\n\
                  [[vhost]]\nserver_names = [\"a.fleet.test\"]\nroot = \"htdocs\"\nacme = true\n\
                  [[vhost.location]]\nexact = \"/metrics\"\nmetrics = true\n\
                  [[access_log]]\npath = \"logs/access.log\"\n",

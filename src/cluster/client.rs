@@ -4,6 +4,7 @@
 //! no command is sent again until the back-off has passed, so a Redis that is gone
 //! costs the master one bounded try per back-off, never a wait per tick.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long a connect may take. Redis beside the nodes answers in a millisecond;
@@ -37,12 +38,19 @@ pub enum Health {
 }
 
 /// One connection to the fleet's Redis.
+///
+/// The password is not kept: it is read from its file at each connect and wiped once
+/// sent (`AUTH`, then `SELECT` of the URL's database), so the memory a worker inherits
+/// from the master holds none.
 pub struct Redis {
     client: redis::Client,
     conn: Option<redis::Connection>,
     health: Health,
     /// The URL without its password, for the error log.
     shown: String,
+    password_file: Option<PathBuf>,
+    /// The URL's database, selected after `AUTH`.
+    db: i64,
 }
 
 impl std::fmt::Debug for Redis {
@@ -60,16 +68,17 @@ pub fn shown_url(url: &str) -> String {
 }
 
 impl Redis {
-    /// A client for `url` (no connection yet): `password` (from `password_file`)
-    /// and `ca` (PEM roots for `rediss://`) as the config gave them.
-    pub fn new(url: &str, password: Option<&str>, ca: Option<Vec<u8>>) -> Result<Redis, String> {
+    /// A client for `url` (no connection yet): the password in `password_file`, and
+    /// `ca` (PEM roots for `rediss://`), as the config gave them.
+    pub fn new(url: &str, password_file: Option<PathBuf>, ca: Option<Vec<u8>>) -> Result<Redis, String> {
         let shown = shown_url(url);
-        let mut info: redis::ConnectionInfo =
+        let info: redis::ConnectionInfo =
             redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| format!("{shown}: {e}"))?;
-        if let Some(p) = password {
-            let settings = info.redis_settings().clone().set_password(p);
-            info = info.set_redis_settings(settings);
-        }
+        // The database is selected after AUTH (the client would select it before);
+        // no CLIENT SETINFO, which a Redis with a password refuses before AUTH.
+        let db = info.redis_settings().db();
+        let settings = info.redis_settings().clone().set_db(0).set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
         let client = match ca {
             Some(root_cert) => redis::Client::build_with_tls(
                 info,
@@ -78,7 +87,7 @@ impl Redis {
             None => redis::Client::open(info),
         }
         .map_err(|e| format!("{shown}: {e}"))?;
-        Ok(Redis { client, conn: None, health: Health::Unknown, shown })
+        Ok(Redis { client, conn: None, health: Health::Unknown, shown, password_file, db })
     }
 
     pub fn health(&self) -> Health {
@@ -126,9 +135,18 @@ impl Redis {
 
     fn connect(&mut self) -> redis::RedisResult<&mut redis::Connection> {
         if self.conn.is_none() {
-            let c = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+            let mut c = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
             c.set_read_timeout(Some(IO_TIMEOUT))?;
             c.set_write_timeout(Some(IO_TIMEOUT))?;
+            if let Some(file) = &self.password_file {
+                let password = zeroize::Zeroizing::new(std::fs::read_to_string(file).map_err(|e| {
+                    redis::RedisError::from((redis::ErrorKind::Io, "password_file", format!("{}: {e}", file.display())))
+                })?);
+                redis::cmd("AUTH").arg(password.trim()).query::<()>(&mut c)?;
+            }
+            if self.db != 0 {
+                redis::cmd("SELECT").arg(self.db).query::<()>(&mut c)?;
+            }
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("just made"))

@@ -72,11 +72,24 @@ pub fn node_name() -> String {
     format!("{}[{}]", host.trim(), std::process::id())
 }
 
-/// The fleet as one node sees it: its connection to Redis, the sealing key, the
+/// The sealing key derived from the key file, whose bytes are wiped once read.
+fn read_sealer(file: &Path) -> Result<Sealer, String> {
+    let secret =
+        zeroize::Zeroizing::new(std::fs::read(file).map_err(|e| format!("cluster.key_file {}: {e}", file.display()))?);
+    Sealer::new(&secret).map_err(|e| format!("cluster.key_file {}: {e}", file.display()))
+}
+
+/// The fleet as one node sees it: its connection to Redis, where its secret is, the
 /// prefix, and the token its locks carry.
+///
+/// The sealing key is derived from `key_file` for each command and dropped after
+/// (the file's bytes wiped): the master holds no key between its ticks, so a worker
+/// forked from it inherits none (no worker needs one).
 pub struct Fleet {
     redis: Redis,
-    sealer: Sealer,
+    key_file: PathBuf,
+    /// The key file could not be read: said once.
+    key_failed: bool,
     prefix: String,
     /// This node's lock token: its name and a random part (a restarted master with
     /// the same pid never renews its predecessor's locks).
@@ -92,31 +105,52 @@ impl std::fmt::Debug for Fleet {
 /// What a hash field is named by: a kind byte and a name.
 pub type Field = (u8, Vec<u8>);
 
+/// What `sealed` holds, if it opens under `key` (else said in the log).
+fn unseal(sealer: &Sealer, key: &str, sealed: &[u8]) -> Option<Vec<u8>> {
+    match sealer.open(key, sealed) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            log::error!("cluster: the value of {key} {e}: ignored");
+            None
+        }
+    }
+}
+
 impl Fleet {
-    /// Reads the key file, the password file and the CA file (as root, at start and on
-    /// reload: never on the request path) and makes the client; no connection yet.
+    /// Checks the key file, the password file and reads the CA file (as root, at
+    /// start and on reload: never on the request path) and makes the client; no
+    /// connection yet.
     pub fn open(s: &Settings) -> Result<Fleet, String> {
-        let secret =
-            std::fs::read(&s.key_file).map_err(|e| format!("cluster.key_file {}: {e}", s.key_file.display()))?;
-        let sealer = Sealer::new(&secret).map_err(|e| format!("cluster.key_file {}: {e}", s.key_file.display()))?;
-        let password = match &s.password_file {
-            Some(f) => Some(
-                std::fs::read_to_string(f)
-                    .map_err(|e| format!("cluster.password_file {}: {e}", f.display()))?
-                    .trim()
-                    .to_string(),
-            ),
-            None => None,
-        };
+        read_sealer(&s.key_file)?;
+        if let Some(f) = &s.password_file {
+            check_secret_file("cluster.password_file", f)?;
+        }
         let ca = match &s.ca_file {
             Some(f) => Some(std::fs::read(f).map_err(|e| format!("cluster.ca_file {}: {e}", f.display()))?),
             None => None,
         };
-        let redis = Redis::new(&s.redis, password.as_deref(), ca)?;
+        let redis = Redis::new(&s.redis, s.password_file.clone(), ca)?;
         let mut rand = [0u8; 6];
         aws_lc_rs::rand::fill(&mut rand).map_err(|_| "no random bytes".to_string())?;
         let token = format!("{} {}", node_name(), rand.iter().map(|b| format!("{b:02x}")).collect::<String>());
-        Ok(Fleet { redis, sealer, prefix: s.prefix.clone(), token })
+        Ok(Fleet { redis, key_file: s.key_file.clone(), key_failed: false, prefix: s.prefix.clone(), token })
+    }
+
+    /// The sealing key, from the key file now; `None` (said once) when it cannot be read.
+    fn sealer(&mut self) -> Option<Sealer> {
+        match read_sealer(&self.key_file) {
+            Ok(s) => {
+                self.key_failed = false;
+                Some(s)
+            }
+            Err(e) => {
+                if !self.key_failed {
+                    log::error!("cluster: {e}: nothing is read from or written to the fleet's store");
+                    self.key_failed = true;
+                }
+                None
+            }
+        }
     }
 
     /// Whether Redis answered the last command.
@@ -142,7 +176,7 @@ impl Fleet {
         format!("{}{name}", self.prefix)
     }
 
-    /// Pings Redis (a node's tick, to see it come back); false when it is down.
+    /// Pings Redis; false when it is down.
     pub fn ping(&mut self) -> bool {
         self.redis.run(|c| redis::cmd("PING").query::<String>(c)).is_some()
     }
@@ -152,23 +186,16 @@ impl Fleet {
     pub fn get(&mut self, name: &str) -> Option<Option<Vec<u8>>> {
         let key = self.key(name);
         let sealed: Option<Vec<u8>> = self.redis.run(|c| redis::cmd("GET").arg(&key).query(c))?;
-        Some(sealed.and_then(|s| self.unseal(&key, &s)))
+        let Some(sealed) = sealed else { return Some(None) };
+        let Some(sealer) = self.sealer() else { return Some(None) };
+        Some(unseal(&sealer, &key, &sealed))
     }
 
-    fn unseal(&self, key: &str, sealed: &[u8]) -> Option<Vec<u8>> {
-        match self.sealer.open(key, sealed) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                log::error!("cluster: the value of {key} {e}: ignored");
-                None
-            }
-        }
-    }
-
-    /// Stores `value` under `name`, sealed; `ttl`: it expires then. `None`: Redis is down.
+    /// Stores `value` under `name`, sealed; `ttl`: it expires then. `None`: Redis is
+    /// down (or the key file unreadable).
     pub fn put(&mut self, name: &str, value: &[u8], ttl: Option<Duration>) -> Option<()> {
         let key = self.key(name);
-        let sealed = self.sealer.seal(&key, value);
+        let sealed = self.sealer()?.seal(&key, value);
         self.redis.run(|c| {
             let mut cmd = redis::cmd("SET");
             cmd.arg(&key).arg(sealed);
@@ -182,7 +209,7 @@ impl Fleet {
     /// Stores `value` under `name` only if nothing is there: true when it was stored.
     pub fn put_new(&mut self, name: &str, value: &[u8]) -> Option<bool> {
         let key = self.key(name);
-        let sealed = self.sealer.seal(&key, value);
+        let sealed = self.sealer()?.seal(&key, value);
         let set: Option<Option<String>> =
             self.redis.run(|c| redis::cmd("SET").arg(&key).arg(sealed).arg("NX").query(c));
         set.map(|s| s.is_some())
@@ -205,11 +232,15 @@ impl Fleet {
     pub fn fields(&mut self, name: &str) -> Option<Vec<(Field, Vec<u8>)>> {
         let key = self.key(name);
         let all: Vec<(Vec<u8>, Vec<u8>)> = self.redis.run(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
+        if all.is_empty() {
+            return Some(Vec::new());
+        }
+        let Some(sealer) = self.sealer() else { return Some(Vec::new()) };
         Some(
             all.into_iter()
                 .filter_map(|(field, sealed)| {
                     let (&kind, name) = field.split_first()?;
-                    let value = self.unseal(&format!("{key} {}", String::from_utf8_lossy(&field)), &sealed)?;
+                    let value = unseal(&sealer, &format!("{key} {}", String::from_utf8_lossy(&field)), &sealed)?;
                     Some(((kind, name.to_vec()), value))
                 })
                 .collect(),
@@ -221,7 +252,7 @@ impl Fleet {
     pub fn put_field(&mut self, name: &str, field: &Field, value: &[u8], ttl: Duration) -> Option<()> {
         let key = self.key(name);
         let f = [&[field.0][..], &field.1].concat();
-        let sealed = self.sealer.seal(&format!("{key} {}", String::from_utf8_lossy(&f)), value);
+        let sealed = self.sealer()?.seal(&format!("{key} {}", String::from_utf8_lossy(&f)), value);
         self.redis.run(|c| {
             redis::pipe()
                 .cmd("HSET")

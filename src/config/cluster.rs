@@ -23,6 +23,14 @@ impl Ctx<'_> {
                 self.spanned(&c.redis, "cluster.redis must be a URL as \"redis://10.0.0.5:6379/0\" or \"rediss://…\"")
             );
         }
+        if redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .is_ok_and(|i| i.redis_settings().password().is_some())
+        {
+            return Err(self.spanned(
+                &c.redis,
+                "cluster.redis: put Redis's password in cluster.password_file, not in the URL (which -T and the error log show)",
+            ));
+        }
         let secret = |f: &toml::Spanned<String>, what: &str| {
             let file = absolute(root, f.get_ref());
             check_secret_file(what, &file).map(|()| file).map_err(|e| self.spanned(f, e))

@@ -564,6 +564,7 @@ fn cluster_takes_a_redis_url_and_secrets_only_the_master_reads() {
         ("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"\nca_file = \"conf/fleet.key\"", "for a rediss:// URL"),
         ("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"\nprefix = \"a b\"", "no spaces"),
         ("redis = \"redis://r\"", "missing field `key_file`"),
+        ("redis = \"redis://:pw@r\"\nkey_file = \"conf/fleet.key\"", "put Redis's password in cluster.password_file"),
     ] {
         let e = err(cluster);
         assert!(e.contains(want), "{cluster}: {e}");
