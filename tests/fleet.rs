@@ -496,3 +496,56 @@ fn the_lock_holder_killed_mid_order_another_node_finishes_it() {
     assert_eq!(obtained, 1, "one of the others finished it: {}", fleet.logs());
     drop(pika);
 }
+
+#[test]
+fn a_node_talks_to_redis_over_tls_with_its_own_roots() {
+    use crate::tls::test_certs::{ca, leaf};
+    use std::os::unix::fs::PermissionsExt;
+    if need_tool("redis-server").is_none() {
+        return;
+    }
+    let site = Site::new();
+    let root = ca("the fleet's Redis CA", -1, 30);
+    site.write("conf/redis-ca.pem", &root.pem);
+    leaf(&["localhost", "127.0.0.1"], -1, 30, Some(&root)).write(&site.path("conf"), "redis");
+    let port = free_port();
+    let redis = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-auth-clients", "no", "--tls-cert-file"])
+        .arg(site.path("conf/redis.pem"))
+        .arg("--tls-key-file")
+        .arg(site.path("conf/redis.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(site.path("conf/redis-ca.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _redis = KillOnDrop(redis);
+    wait_until(DEADLINE, "redis to listen", || std::net::TcpStream::connect(("127.0.0.1", port)).ok());
+    site.write("conf/fleet.key", SECRET);
+    std::fs::set_permissions(site.path("conf/fleet.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    site.config(
+        "",
+        &format!(
+            "[cluster]\nredis = \"rediss://127.0.0.1:{port}/0\"\nca_file = \"conf/redis-ca.pem\"\n\
+             key_file = \"conf/fleet.key\"\n"
+        ),
+    );
+    let _pika = Pika::start(&site, "-F");
+    wait_until(DEADLINE, "the ticket keys offered over TLS", || {
+        site.error_log().contains("this node's ticket keys are the fleet's now").then_some(())
+    });
+    assert!(!site.error_log().contains("does not answer"), "{}", site.error_log());
+}
