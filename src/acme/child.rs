@@ -58,12 +58,14 @@ impl Publish for ToMaster<'_> {
     fn put(&self, kind: Kind, name: &[u8], value: &[u8]) -> bool {
         let name = String::from_utf8_lossy(name).into_owned();
         let line = Report::Publish { kind: kind as u8, name, value: super::b64::url(value) }.line();
-        (&mut &*self.pipe).write_all(&line).is_ok()
+        let mut pipe = self.pipe;
+        pipe.write_all(&line).is_ok()
     }
 
     fn remove(&self, kind: Kind, name: &[u8]) {
         let name = String::from_utf8_lossy(name).into_owned();
-        let _ = (&mut &*self.pipe).write_all(&Report::Unpublish { kind: kind as u8, name }.line());
+        let mut pipe = self.pipe;
+        let _ = pipe.write_all(&Report::Unpublish { kind: kind as u8, name }.line());
     }
 
     fn settle(&self) {

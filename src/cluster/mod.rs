@@ -153,11 +153,6 @@ impl Fleet {
         }
     }
 
-    /// Whether Redis answered the last command.
-    pub fn up(&self) -> bool {
-        self.redis.health() == Health::Up
-    }
-
     pub fn health(&self) -> Health {
         self.redis.health()
     }
@@ -166,19 +161,9 @@ impl Fleet {
         self.redis.shown()
     }
 
-    /// This node's lock token.
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
     /// The Redis key for `name` (the prefix put before).
     pub fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
-    }
-
-    /// Pings Redis; false when it is down.
-    pub fn ping(&mut self) -> bool {
-        self.redis.run(|c| redis::cmd("PING").query::<String>(c)).is_some()
     }
 
     /// The value under `name`, opened. `None`: Redis is down; `Some(None)`: nothing

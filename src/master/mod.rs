@@ -19,8 +19,9 @@
 //! replaced at once), `pool` (counting the pool and forking into free slots),
 //! `retire` (the pipe of death, waking the workers that must go, the stuck-worker
 //! watchdog), `reload` (HUP, USR1), `upgrade` (USR2), `report` (all the master
-//! tells systemd, the status file and the launching command) and [`ready`] (the
-//! launching command's pipe).
+//! tells systemd, the status file and the launching command), [`ready`] (the
+//! launching command's pipe), `acme` (certificates: the ACME child and its reports)
+//! and `fleet` (a fleet's shared state through Redis, `[cluster]`).
 
 mod acme;
 mod fleet;
