@@ -526,3 +526,38 @@ fn take_cert(dir: &std::path::Path, names: &[String], r: &CertRecord, now: i64) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(names: &[&str], days: i64) -> CertRecord {
+        let made = crate::tls::test_certs::leaf(names, -1, days, None);
+        CertRecord {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            chain: made.pems.concat(),
+            key: made.key_pem,
+        }
+    }
+
+    #[test]
+    fn the_fleets_certificate_is_taken_when_new_and_never_over_a_newer_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("acme");
+        let now = crate::tls::test_certs::now();
+        let names = vec!["a.example".to_string()];
+        let (short, long) = (record(&["a.example"], 30), record(&["a.example"], 90));
+        assert!(take_cert(&dir, &names, &short, now), "none here: taken");
+        assert!(!take_cert(&dir, &names, &short, now), "the same: not again");
+        assert!(take_cert(&dir, &names, &long, now), "a newer one: taken");
+        assert!(!take_cert(&dir, &names, &short, now), "an older one never replaces it");
+        let served = store::vhost_cert(&dir, &names, now).unwrap();
+        assert_eq!(Some(served.validity), store::chain_validity(&long.chain));
+        // For other names, or not covering these: left alone.
+        assert!(!take_cert(&dir, &["b.example".to_string()], &long, now));
+        let other = record(&["b.example"], 120);
+        let forged = CertRecord { names: names.clone(), ..other };
+        assert!(!take_cert(&dir, &names, &forged, now), "a chain that does not cover the names");
+        assert_eq!(store::vhost_cert(&dir, &names, now).unwrap().validity, served.validity);
+    }
+}
