@@ -124,8 +124,8 @@ struct Fleet {
 impl Fleet {
     /// `plain`: the nodes have plain listeners (HTTP-01 first); else TLS only
     /// (TLS-ALPN-01). `pebble_env`: pebble's environment. `redis_up`: Redis runs when
-    /// the nodes start (else it is stopped before).
-    fn start(plain: bool, pebble_env: &[(&str, &str)], redis_up: bool) -> Option<Fleet> {
+    /// the nodes start (else it is stopped before). `acme_extra`: more `[acme]` keys.
+    fn start(plain: bool, pebble_env: &[(&str, &str)], redis_up: bool, acme_extra: &str) -> Option<Fleet> {
         let haproxy = need_tool("haproxy")?;
         let mut redis = Redis::start()?;
         if !redis_up {
@@ -143,7 +143,7 @@ impl Fleet {
                 tls: format!("{ip}:{}", free_port()).parse().unwrap(),
                 pika: None,
             };
-            node.configure(&redis, &pebble, &lb_site, plain);
+            node.configure(&redis, &pebble, &lb_site, plain, acme_extra);
             nodes.push(node);
         }
         let servers = |f: &dyn Fn(&Node) -> SocketAddr| {
@@ -227,7 +227,7 @@ impl Fleet {
 }
 
 impl Node {
-    fn configure(&self, redis: &Redis, pebble: &Pebble, lb_site: &Site, plain: bool) {
+    fn configure(&self, redis: &Redis, pebble: &Pebble, lb_site: &Site, plain: bool, acme_extra: &str) {
         use std::os::unix::fs::PermissionsExt;
         let site = &self.site;
         std::fs::set_permissions(site.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -248,7 +248,7 @@ impl Node {
                  [workers]\nstart = 2\nmin_spare = 1\nmax_spare = 4\n\
                  [status]\nenabled = true\n\
                  [acme]\ndirectory = \"{}\"\ncontact = [\"mailto:admin@fleet.test\"]\nagree_terms = true\n\
-                 ca_roots = \"conf/pebble-ca.pem\"\n\
+                 ca_roots = \"conf/pebble-ca.pem\"\n{acme_extra}\n\
                  [cluster]\nredis = \"{}\"\nkey_file = \"conf/fleet.key\"\nprefix = \"t:\"\n\
                  password_file = \"conf/redis.password\"\n\
                  [[vhost]]\nserver_names = [\"a.fleet.test\"]\nroot = \"htdocs\"\nacme = true\n\
@@ -288,6 +288,12 @@ impl Node {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = text.lines().find_map(|l| l.strip_prefix("Cluster: "))?;
         line.split(" (").nth(1)?.split(' ').next()?.parse().ok()
+    }
+
+    /// The value of a metric without labels, over TLS (0 when absent).
+    fn tls_metric(&self, name: &str) -> i64 {
+        let text = self.metrics();
+        text.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok()).unwrap_or(0)
     }
 
     /// `/metrics` over TLS (the node's own certificate is not checked here).
@@ -344,7 +350,7 @@ fn said(fleet: &Fleet, what: &str) -> usize {
 
 #[test]
 fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
-    let Some(mut fleet) = Fleet::start(true, &[], true) else { return };
+    let Some(mut fleet) = Fleet::start(true, &[], true, "") else { return };
     let cert = fleet.issued("a.fleet.test");
     let logs = fleet.logs();
     assert_eq!(count(&logs, "obtained a certificate for a.fleet.test"), 1, "one certificate for the fleet:\n{logs}");
@@ -421,8 +427,10 @@ fn three_nodes_behind_haproxy_one_certificate_shared_sessions_and_redis_down() {
 #[test]
 fn started_with_redis_down_then_tls_alpn01_through_the_balancer_and_no_private_key_in_redis() {
     // The nodes start with Redis down: they serve (a placeholder), say so, and order
-    // nothing, for no lock can be taken.
-    let Some(mut fleet) = Fleet::start(false, &[], false) else { return };
+    // nothing, for no lock can be taken. Their certificate is due as soon as it is
+    // served (renew_before past pebble's five years): only the one-hour floor between
+    // two orders of a name holds the next one back, and it holds for the fleet.
+    let Some(mut fleet) = Fleet::start(false, &[], false, "renew_before = \"1830d\"") else { return };
     for n in &fleet.nodes {
         fleet.wait(DEADLINE, "Redis down said", || n.site.error_log().contains("does not answer").then_some(()));
         // Ticks went by with the certificate due: a second try, a second later.
@@ -432,7 +440,16 @@ fn started_with_redis_down_then_tls_alpn01_through_the_balancer_and_no_private_k
     // Redis comes: the orders resume, one for the fleet.
     fleet.redis.up();
     fleet.issued("a.fleet.test");
+    // Three more ticks on every node after each installed it: no second order.
+    let installed = fleet.nodes.iter().map(|n| n.tls_metric("pika_cluster_ticket_keys_timestamp_seconds")).max();
+    for n in &fleet.nodes {
+        fleet.wait(DEADLINE, "three ticks", || {
+            let t = n.tls_metric("pika_cluster_ticket_keys_timestamp_seconds");
+            (t >= installed.unwrap_or(0) + 3).then_some(())
+        });
+    }
     let logs = fleet.logs();
+    assert_eq!(count(&logs, "ordering a certificate for a.fleet.test"), 1, "one order for the fleet:\n{logs}");
     assert_eq!(count(&logs, "obtained a certificate for a.fleet.test"), 1, "{logs}");
     assert!(count(&logs, "answering the tls-alpn-01 challenge for a.fleet.test") >= 1, "{logs}");
 
@@ -469,7 +486,7 @@ fn started_with_redis_down_then_tls_alpn01_through_the_balancer_and_no_private_k
 fn the_lock_holder_killed_mid_order_another_node_finishes_it() {
     // Pebble waits before each validation (up to 15 s without PEBBLE_VA_NOSLEEP):
     // time to kill the node that holds the lock.
-    let Some(mut fleet) = Fleet::start(true, &[("PEBBLE_VA_NOSLEEP", "0")], true) else { return };
+    let Some(mut fleet) = Fleet::start(true, &[("PEBBLE_VA_NOSLEEP", "0")], true, "") else { return };
     let holder = fleet.wait(ISSUE, "a node answering the challenge", || {
         fleet.nodes.iter().position(|n| n.site.error_log().contains("answering the http-01 challenge"))
     });

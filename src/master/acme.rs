@@ -74,6 +74,13 @@ impl Acme {
     pub(super) fn life(&self, names: &[String]) -> Life {
         self.lives.get(names).copied().unwrap_or_default()
     }
+
+    /// A certificate another node of the fleet obtained at `at` was installed here:
+    /// it counts as this node's for the one-hour floor (`schedule::RENEW_FLOOR`), so a
+    /// fleet orders a name at most once an hour too, and the failures are over.
+    pub(super) fn obtained_elsewhere(&mut self, names: &[String], at: i64) {
+        self.lives.insert(names.to_vec(), Life { failures: 0, not_before_try: 0, obtained: at });
+    }
 }
 
 impl Master {

@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{Master, unix_now};
 use crate::acme::challenges::Kind;
+use crate::acme::schedule::{self, Life};
 use crate::acme::store;
 use crate::cluster::client::Health;
 use crate::cluster::status::{self, Link};
@@ -63,6 +64,10 @@ struct CertRecord {
     names: Vec<String>,
     chain: String,
     key: String,
+    /// When the node that obtained it stored it (Unix seconds): the fleet's one-hour
+    /// floor between orders of a name counts from here.
+    #[serde(default)]
+    stored_at: i64,
 }
 
 /// The ACME account as the fleet stores it (sealed): the key (PKCS#8, base64url) and
@@ -253,7 +258,7 @@ impl Master {
         if f.certs_seen == Some(version) {
             return;
         }
-        let mut taken = false;
+        let mut taken = Vec::new();
         for v in self.config.vhosts.iter().filter(|v| v.acme) {
             let Some(first) = v.server_names.first() else { continue };
             let Some(record) = f.link.get(&cert_key(first)) else { return };
@@ -267,10 +272,13 @@ impl Master {
             };
             let until = store::chain_validity(&r.chain).map_or(0, |v| v.not_after);
             status::set_cert(first, Some(until), None);
-            taken |= take_cert(&settings.state_dir, &v.server_names, &r, now);
+            if take_cert(&settings.state_dir, &v.server_names, &r, now) {
+                taken.push((v.server_names.clone(), r.stored_at));
+            }
         }
         f.certs_seen = Some(version);
-        if taken {
+        for (names, at) in &taken {
+            self.acme.obtained_elsewhere(names, *at);
             self.acme.install = true;
         }
     }
@@ -334,22 +342,24 @@ impl Master {
                 }
                 Some(true) => {
                     f.waiting.remove(&names);
-                    // Stored by another node since this node last looked: take it.
                     let stored = f.link.get(&cert_key(&first)).flatten();
                     let record = stored.and_then(|b| serde_json::from_slice::<CertRecord>(&b).ok());
-                    if let Some(r) = record
-                        && store::chain_validity(&r.chain).is_some_and(|v| {
-                            crate::acme::schedule::due(
-                                Some((v.not_before, v.not_after)),
-                                settings.renew_before,
-                                &Default::default(),
-                            ) > now
-                        })
-                        && take_cert(&settings.state_dir, &names, &r, now)
-                    {
-                        f.link.unlock(&lock);
-                        self.acme.install = true;
-                        continue;
+                    // Stored by another node since this node last looked, for these
+                    // names, and not due (its floor counted from when that node
+                    // stored it): take it.
+                    if let Some(r) = record {
+                        let life = Life { obtained: r.stored_at, ..Life::default() };
+                        let not_due = r.names == names
+                            && store::chain_validity(&r.chain).is_some_and(|v| {
+                                schedule::due(Some((v.not_before, v.not_after)), settings.renew_before, &life) > now
+                            });
+                        if not_due {
+                            let taken = take_cert(&settings.state_dir, &names, &r, now);
+                            f.link.unlock(&lock);
+                            self.acme.obtained_elsewhere(&names, r.stored_at);
+                            self.acme.install |= taken;
+                            continue;
+                        }
                     }
                     f.held.insert(names.clone(), lock);
                     mine.push(names);
@@ -408,7 +418,7 @@ impl Master {
         let first = names.first().cloned().unwrap_or_default();
         let (crt, key) = store::cert_files(&settings.state_dir, &first);
         if let (Ok(chain), Ok(key)) = (std::fs::read_to_string(crt), std::fs::read_to_string(key)) {
-            let record = CertRecord { names: names.to_vec(), chain, key };
+            let record = CertRecord { names: names.to_vec(), chain, key, stored_at: unix_now() };
             let until = store::chain_validity(&record.chain).map_or(0, |v| v.not_after);
             let stored = f.link.put(&cert_key(&first), &serde_json::to_vec(&record).unwrap_or_default(), None);
             if stored.is_some() {
@@ -487,7 +497,7 @@ fn offer_cert(link: &mut cluster::Fleet, dir: &std::path::Path, names: &[String]
     let first = names.first().map_or("", String::as_str);
     let (crt, key) = store::cert_files(dir, first);
     let (Ok(chain), Ok(key)) = (std::fs::read_to_string(crt), std::fs::read_to_string(key)) else { return };
-    let record = CertRecord { names: names.to_vec(), chain, key };
+    let record = CertRecord { names: names.to_vec(), chain, key, stored_at: unix_now() };
     if link.put_new(&cert_key(first), &serde_json::to_vec(&record).unwrap_or_default()) == Some(true) {
         log::info!("cluster: this node's certificate for {} is the fleet's now", names.join(", "));
         link.bump(CERTS);
@@ -537,6 +547,7 @@ mod tests {
             names: names.iter().map(|n| n.to_string()).collect(),
             chain: made.pems.concat(),
             key: made.key_pem,
+            stored_at: 0,
         }
     }
 
