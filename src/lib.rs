@@ -15,6 +15,7 @@
 //! | [`keys`] | a config's keys read and written (`Ctx`, `Keys`, units, the TOML of `-T`), and the files it read, watched | 3 |
 //! | [`tls`] | certificates by SNI, the rustls setup, the session-ticket keys, `-t`'s checks | 3 |
 //! | [`log`] | the error log, access logs (formats, filters, held records), rotation | 3 |
+//! | [`cluster`] | a fleet's shared storage (`[cluster]`): Redis with timeouts and a back-off, every value sealed under a key from `key_file`, lease locks, the node's root-only cache, what the workers show of it | 3 |
 //! | [`acme`] | certificates from an ACME CA: schedule, state, the child that talks to the CA, challenges, expiry | 3 |
 //! | [`status`] | the scoreboard as people read it: `?auto`, `?json`, the HTML page, the status file's lines | 3 |
 //! | [`gateway`] | running programs: CGI meta-variables and children, FastCGI records, HTTP to an upstream and which upstream a try goes to, request bodies read by the event loop, the answer spool | 4 |
@@ -60,7 +61,7 @@
 //!
 //! 1. foundations: `base`
 //! 2. the protocol: `http`
-//! 3. records and keys: `scoreboard`, `keys`, `tls`, `log`, `acme`, `status`
+//! 3. records and keys: `scoreboard`, `keys`, `tls`, `log`, `cluster`, `acme`, `status`
 //! 4. what answers at a location: `gateway`, `exchange`, `rules`, `kinds`, `location`
 //! 5. made before the first fork, used by both sides: `config`, `fork`
 //! 6. serving: `site`, `serve`
@@ -71,12 +72,13 @@
 //!
 //! The sides: the master side is `master`, `command`; the request side is `worker`,
 //! `serve`, `site`, `kinds`, `location`, `exchange`, `rules`, `gateway`; shared by
-//! both: `base`, `http`, `scoreboard`, `keys`, `tls`, `log`, `acme`, `status`,
-//! `config`, `fork`.
+//! both: `base`, `http`, `scoreboard`, `keys`, `tls`, `log`, `cluster`, `acme`,
+//! `status`, `config`, `fork`.
 #![deny(unsafe_code)]
 
 pub mod acme;
 pub mod base;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod exchange;

@@ -225,6 +225,17 @@ impl Snapshot {
                 u.failed
             );
         }
+        if let Some(line) = cluster_line() {
+            let _ = writeln!(s, "Cluster: {line}");
+            for c in self.certificates.iter().filter(|c| c.acme) {
+                // One line per ACME certificate: vhost, when the fleet's stored one
+                // expires, which node orders it now ("-": none).
+                let f = crate::cluster::status::cert(&c.vhost);
+                let until = f.as_ref().filter(|f| f.stored_until > 0).map_or("-".into(), |f| iso_date(f.stored_until));
+                let holder = f.and_then(|f| f.holder).unwrap_or_else(|| "-".into());
+                let _ = writeln!(s, "ClusterCertificate: {} {until} {holder}", c.vhost);
+            }
+        }
         s
     }
 
@@ -402,6 +413,9 @@ impl Snapshot {
             }
             s.push_str("</table>\n");
         }
+        if let Some(line) = cluster_line() {
+            let _ = writeln!(s, "<p>Cluster: {}</p>", html_escape(&line));
+        }
         s.push_str("</body></html>\n");
         s
     }
@@ -445,6 +459,16 @@ fn up_cell(u: &Shown) -> String {
     if u.up { "up".into() } else { format!("down ({} s more)", u.down_for) }
 }
 
+/// The fleet as this node's master sees it: Redis up or down since when, and when
+/// the ticket keys last agreed with the fleet's; `None` without `[cluster]`.
+fn cluster_line() -> Option<String> {
+    let c = crate::cluster::status::lookup()?;
+    let tickets = if c.tickets > 0 { iso_date(c.tickets) } else { "not yet".into() };
+    let tries = if c.tries > 0 { format!(" ({} tries)", c.tries) } else { String::new() };
+    let key = if c.key_since > 0 { format!(" (the key of {})", iso_date(c.key_since)) } else { String::new() };
+    Some(format!("redis {} since {}{tries}, ticket keys agreed {tickets}{key}", c.link.word(), iso_date(c.since)))
+}
+
 /// When an ACME certificate is next asked for: a date, or `now` when it is due (an
 /// order under way, or about to be).
 fn next_order(next: i64) -> String {
@@ -459,6 +483,14 @@ fn acme_cell(c: &Expiry) -> String {
         return String::new();
     }
     let mut out = String::from(if c.placeholder { "placeholder, waiting for the CA" } else { "issued" });
+    if let Some(f) = crate::cluster::status::cert(&c.vhost) {
+        if f.stored_until > 0 {
+            out.push_str(&format!("; the fleet's expires {}", iso_date(f.stored_until)));
+        }
+        if let Some(h) = f.holder {
+            out.push_str(&format!("; ordered by {h}"));
+        }
+    }
     if let Some(r) = c.renewal {
         out.push_str(&format!("; next order {}", next_order(r.next)));
         if r.failures > 0 {

@@ -22,7 +22,7 @@ use crate::util::*;
 const ISSUE: Duration = Duration::from_secs(60);
 
 /// A pebble and its DNS, on free ports.
-struct Pebble {
+pub(crate) struct Pebble {
     pebble: Option<Child>,
     dns: Child,
     conf: PathBuf,
@@ -36,7 +36,7 @@ struct Pebble {
 impl Pebble {
     /// Validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port`, with its own
     /// TLS certificate (for 127.0.0.1) issued by `conf/pebble-ca.pem`.
-    fn start(site: &Site, http_port: u16, tls_port: u16, env: &[(&str, &str)]) -> Option<Pebble> {
+    pub(crate) fn start(site: &Site, http_port: u16, tls_port: u16, env: &[(&str, &str)]) -> Option<Pebble> {
         Pebble::start_eab(site, http_port, tls_port, env, None)
     }
 
@@ -117,12 +117,12 @@ impl Pebble {
         }
     }
 
-    fn directory(&self) -> String {
+    pub(crate) fn directory(&self) -> String {
         format!("https://127.0.0.1:{}/dir", self.listen)
     }
 
     /// The root its certificates chain to, from its management interface.
-    fn root(&self, site: &Site) -> String {
+    pub(crate) fn root(&self, site: &Site) -> String {
         let out = Command::new(&self.curl)
             .args(["-sS", "--max-time", "10", "--cacert"])
             .arg(site.path("conf/pebble-ca.pem"))
@@ -167,7 +167,7 @@ fn acme_vhost(names: &[&str], extra: &str) -> String {
 }
 
 /// The certificate served for `name` at `addr` if it verifies against `root_pem`.
-fn served(addr: SocketAddr, name: &str, root_pem: &str) -> Option<CertificateDer<'static>> {
+pub(crate) fn served(addr: SocketAddr, name: &str, root_pem: &str) -> Option<CertificateDer<'static>> {
     let mut s = tls_connect(addr, name, &client_config(root_pem));
     let r = tls_request(&mut s, name, "/", true).ok()?;
     (r.status == 200).then(|| s.conn.peer_certificates()?.first().cloned())?
@@ -207,7 +207,7 @@ fn ask(addr: SocketAddr, path: &str) -> Resp {
     raw(addr, format!("GET {path} HTTP/1.1\r\nHost: a.pika.test\r\nConnection: close\r\n\r\n").as_bytes())
 }
 
-fn count(log: &str, what: &str) -> usize {
+pub(crate) fn count(log: &str, what: &str) -> usize {
     log.lines().filter(|l| l.contains(what)).count()
 }
 

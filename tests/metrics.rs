@@ -41,7 +41,7 @@ fn value(s: &HashMap<String, f64>, series: &str) -> f64 {
 
 /// `promtool check metrics` on `text`: Prometheus' own parser and linter, silent when
 /// all is well.
-fn promtool_check(text: &str) {
+pub(crate) fn promtool_check(text: &str) {
     let Some(promtool) = need_tool("promtool") else { return };
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])

@@ -14,6 +14,7 @@ mod control;
 mod corpus;
 mod disclosure;
 mod dynamic;
+mod fleet;
 mod hostile;
 mod http_engine;
 mod https;

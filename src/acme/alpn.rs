@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 
-use super::challenges::{Board, Kind};
+use super::challenges::{Kind, Publish};
 
 /// The ALPN protocol of the validation handshake.
 pub const PROTOCOL: &[u8] = crate::tls::ACME_TLS_1;
@@ -29,7 +29,7 @@ pub fn validation_entry(name: &str, key_authorization: &str) -> Result<Vec<u8>, 
 }
 
 /// Publishes the validation certificate for `name`.
-pub fn publish(board: &Board, name: &str, key_authorization: &str) -> Result<(), String> {
+pub fn publish(board: &dyn Publish, name: &str, key_authorization: &str) -> Result<(), String> {
     let entry = validation_entry(name, key_authorization)?;
     if board.put(Kind::TlsAlpn01, name.as_bytes(), &entry) {
         Ok(())

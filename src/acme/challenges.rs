@@ -42,6 +42,39 @@ pub struct Entry {
 #[allow(unsafe_code)]
 unsafe impl crate::base::sys::SharedAtomic for Entry {}
 
+/// Where the ACME client puts the challenges it answers: this node's table (a node
+/// alone), or the master, which shares them with the fleet ([`super::child`]).
+pub trait Publish {
+    /// Publishes `value` under `name`; false when it cannot be.
+    fn put(&self, kind: Kind, name: &[u8], value: &[u8]) -> bool;
+    /// Takes down what `name` had.
+    fn remove(&self, kind: Kind, name: &[u8]);
+    /// Waits until what was put can be answered wherever the CA asks (at once for
+    /// this node's table).
+    fn settle(&self) {}
+}
+
+impl Publish for Board {
+    fn put(&self, kind: Kind, name: &[u8], value: &[u8]) -> bool {
+        Board::put(self, kind, name, value)
+    }
+
+    fn remove(&self, kind: Kind, name: &[u8]) {
+        Board::remove(self, kind, name);
+    }
+}
+
+impl Kind {
+    /// The kind a number names ([`Kind`] `as u8`), as the fleet stores it.
+    pub fn from_u8(n: u8) -> Option<Kind> {
+        match n {
+            1 => Some(Kind::Http01),
+            2 => Some(Kind::TlsAlpn01),
+            _ => None,
+        }
+    }
+}
+
 pub struct Board {
     entries: &'static [Entry],
 }

@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use super::challenges::{Kind, Publish};
 use super::client::{Client, Failure};
 use super::https::Https;
 use super::jws::AccountKey;
@@ -33,6 +34,43 @@ pub enum Report {
     Issued { names: Vec<String>, chain: String, key: String },
     /// Obtaining one for `names` failed.
     Failed { names: Vec<String>, error: String, retry_after: Option<i64> },
+    /// In a fleet: a challenge to answer on every node (the kind as
+    /// [`Kind`]` as u8`, the name, the value in base64url), which the master puts in
+    /// its table and shares.
+    Publish { kind: u8, name: String, value: String },
+    /// In a fleet: the challenge is done with.
+    Unpublish { kind: u8, name: String },
+}
+
+/// How long the child waits, in a fleet, between publishing its challenges and
+/// asking the CA to validate them: every master copies the fleet's challenges on its
+/// one-second tick, so two seconds lets each node's tick pass once whichever node
+/// the CA reaches.
+pub const FLEET_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The challenges of a child in a fleet: reported to the master on the pipe (the
+/// master, the table's one writer then, puts them in the table and in Redis).
+struct ToMaster<'a> {
+    pipe: &'a std::fs::File,
+}
+
+impl Publish for ToMaster<'_> {
+    fn put(&self, kind: Kind, name: &[u8], value: &[u8]) -> bool {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let line = Report::Publish { kind: kind as u8, name, value: super::b64::url(value) }.line();
+        let mut pipe = self.pipe;
+        pipe.write_all(&line).is_ok()
+    }
+
+    fn remove(&self, kind: Kind, name: &[u8]) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let mut pipe = self.pipe;
+        let _ = pipe.write_all(&Report::Unpublish { kind: kind as u8, name }.line());
+    }
+
+    fn settle(&self) {
+        std::thread::sleep(FLEET_SETTLE);
+    }
 }
 
 impl Report {
@@ -51,6 +89,9 @@ pub struct Plan<'a> {
     pub account_key: Vec<u8>,
     pub account_url: Option<String>,
     pub challenges: Vec<Challenge>,
+    /// In a fleet (`[cluster]`): the challenges go to the master, which shares them,
+    /// instead of into this node's table.
+    pub fleet: bool,
     /// Switches to the workers' user (the master's `worker::drop_privileges`);
     /// `user` names it in the error log.
     pub drop_privileges: &'a dyn Fn() -> std::io::Result<()>,
@@ -89,20 +130,28 @@ fn child_main(plan: Plan<'_>, pipe: OwnedFd, master: Pid) -> i32 {
     if !confine(&plan, &pipe, master) {
         return 1;
     }
-    let mut out = std::fs::File::from(pipe);
+    let out = std::fs::File::from(pipe);
     let mut say = |r: Report| {
-        let _ = out.write_all(&r.line());
+        let _ = (&out).write_all(&r.line());
     };
     let fail_all = |say: &mut dyn FnMut(Report), f: &Failure, jobs: &[Vec<String>]| {
         for names in jobs {
             say(Report::Failed { names: names.clone(), error: f.text.clone(), retry_after: f.retry_after });
         }
     };
-    let Some(board) = super::challenges::shared() else {
+    let Some(table) = super::challenges::shared() else {
         log::error!("acme: no table of challenges");
         return 1;
     };
-    board.clear();
+    let to_master = ToMaster { pipe: &out };
+    let board: &dyn Publish = if plan.fleet {
+        &to_master
+    } else {
+        // A node alone: the table is the child's to write; a child killed mid-order
+        // left its entries.
+        table.clear();
+        table
+    };
     let http = match http {
         Ok(h) => h,
         Err(e) => {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::b64;
-use super::challenges::{Board, Kind};
+use super::challenges::{Kind, Publish};
 use super::https::{Deadline, Https, Response};
 use super::jws::{AccountKey, Signer};
 use super::settings::{Challenge, Settings};
@@ -197,7 +197,7 @@ impl<'a> Client<'a> {
         &mut self,
         names: &[String],
         kinds: &[Challenge],
-        board: &Board,
+        board: &dyn Publish,
     ) -> Result<(String, String), Failure> {
         let mut failures = Vec::new();
         for &kind in kinds {
@@ -220,7 +220,7 @@ impl<'a> Client<'a> {
         Err(Failure::new(failures.join("; ")))
     }
 
-    fn order(&mut self, names: &[String], kind: Challenge, board: &Board) -> Result<(String, String), Failure> {
+    fn order(&mut self, names: &[String], kind: Challenge, board: &dyn Publish) -> Result<(String, String), Failure> {
         let ids: Vec<Value> = names.iter().map(|n| json!({ "type": "dns", "value": n })).collect();
         let url = self.dir.new_order.clone();
         let r = self.post(&url, Some(&json!({ "identifiers": ids })))?;
@@ -267,7 +267,7 @@ impl<'a> Client<'a> {
         &mut self,
         authorizations: &[String],
         kind: Challenge,
-        board: &Board,
+        board: &dyn Publish,
         published: &mut Vec<(Kind, String)>,
     ) -> Result<(), Failure> {
         let mut answered = Vec::new();
@@ -298,6 +298,9 @@ impl<'a> Client<'a> {
                 }
             }
             answered.push((url.clone(), str_field(challenge, "url")?.to_string(), name));
+        }
+        if !answered.is_empty() {
+            board.settle();
         }
         for (_, challenge_url, name) in &answered {
             log::info!("acme: answering the {} challenge for {name}", kind.name());

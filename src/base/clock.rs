@@ -23,6 +23,12 @@ pub fn ms_after(wait: std::time::Duration) -> u64 {
     now_ms().saturating_add(ms).saturating_add(COARSE_MS)
 }
 
+/// The wall clock in Unix seconds (0 before 1970): what the master's schedules
+/// (rotation, ACME, the fleet's records) count in.
+pub fn unix_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,10 @@ pub fn run_single(config: Config) -> ExitCode {
     for l in &listeners.list {
         log::info!("listening on {} (single process)", l.bound);
     }
+    if config.cluster.is_some() {
+        // The fleet's state is kept in step by the master's tick.
+        log::warn!("cluster: not in single-process mode (-X): this process keeps its own ticket keys and certificates");
+    }
     if config.vhosts.iter().any(|v| v.acme) {
         // Obtaining a certificate takes the master and its ACME child.
         log::warn!(

@@ -32,6 +32,7 @@ pub fn show(c: &Config) -> String {
     http(&mut t, c);
     status(&mut t, c);
     acme(&mut t, c);
+    cluster(&mut t, c);
     for (i, v) in c.vhosts.iter().enumerate() {
         vhost(&mut t, c, i, v);
     }
@@ -119,6 +120,23 @@ fn acme(t: &mut Toml, c: &Config) {
             // The MAC key is a secret: -T output goes to terminals and tickets.
             t.comment("eab_hmac_key is set (not shown)");
         }
+    }
+}
+
+/// `[cluster]`, when configured (a password in the URL is never shown).
+fn cluster(t: &mut Toml, c: &Config) {
+    if let Some(k) = &c.cluster {
+        t.table("cluster");
+        t.key("redis", string(&crate::cluster::client::shown_url(&k.redis)));
+        if let Some(f) = &k.password_file {
+            t.key("password_file", path(f));
+        }
+        if let Some(f) = &k.ca_file {
+            t.key("ca_file", path(f));
+        }
+        t.key("prefix", string(&k.prefix));
+        t.key("key_file", path(&k.key_file));
+        t.key("cache_dir", path(&k.cache_dir));
     }
 }
 
@@ -491,6 +509,11 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
         }
         crate::tls::test_certs::leaf(&["localhost"], -1, 30, None).write(&d.join("conf"), "c");
         std::fs::write(d.join("conf/htpasswd"), "a:$apr1$Thr.YsdQ$eJzB/UpeuFpmhIJBAJpcJ.\n").unwrap();
+        for (secret, text) in [("conf/redis.pw", "pw\n"), ("conf/fleet.key", "a fleet's secret of 32 bytes or more\n")]
+        {
+            std::fs::write(d.join(secret), text).unwrap();
+            std::fs::set_permissions(d.join(secret), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        }
         let text = r#"
 include = []
 [server]
@@ -603,6 +626,8 @@ rotate = { size = 1000 }
         let acme = "[server]\nlisten = [\"8080\"]\nuser = \"root\"\n[acme]\ndirectory = \"https://ca.example/dir\"\n\
                     contact = [\"mailto:a@b.example\"]\nagree_terms = true\nstate_dir = \"acme\"\nrenew_before = \"30d\"\n\
                     ca_roots = \"conf/c.pem\"\neab_kid = \"k\"\neab_hmac_key = \"c2VjcmV0\"\n\
+                    [cluster]\nredis = \"rediss://r.example:6380/1\"\npassword_file = \"conf/redis.pw\"\n\
+                    ca_file = \"conf/c.pem\"\nprefix = \"shop:\"\nkey_file = \"conf/fleet.key\"\ncache_dir = \"cluster\"\n\
                     [[vhost]]\nroot = \"htdocs\"\nserver_names = [\"a.example\"]\nacme = true\n";
         let shown = [text, &format!("{syslog}[[vhost]]\nroot = \"htdocs\"\n"), acme]
             .map(|t| show(&crate::config::parse(t, &file).unwrap()))
@@ -621,7 +646,7 @@ rotate = { size = 1000 }
     /// structs' fields, and the keys the location kinds and the rules take from the
     /// tables they share.
     fn accepted() -> Vec<(&'static str, Vec<&'static str>)> {
-        use crate::config::raw::{RawAccessLog, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
+        use crate::config::raw::{RawAccessLog, RawCluster, RawHttp, RawServer, RawStatus, RawVhost, RawWorkers};
         use crate::keys::read::fields;
         use crate::kinds::{self, files};
         let rules = crate::rules::KEYS.iter().copied();
@@ -644,6 +669,7 @@ rotate = { size = 1000 }
             ("vhost", vhost),
             ("vhost.location", location),
             ("access_log", fields::<RawAccessLog>().to_vec()),
+            ("cluster", fields::<RawCluster>().to_vec()),
         ]
     }
 

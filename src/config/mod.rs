@@ -13,6 +13,7 @@
 //! submodules below.
 
 mod acme;
+mod cluster;
 mod include;
 mod logs;
 pub(crate) mod raw;
@@ -81,6 +82,9 @@ pub struct Config {
     pub tls: Option<Arc<crate::tls::Certificates>>,
     /// `[acme]`: the CA the vhosts with `acme = true` get their certificates from.
     pub acme: Option<crate::acme::Settings>,
+    /// `[cluster]`: the fleet's Redis, where `[acme]` keeps its state and the ticket
+    /// keys are shared; `None`: this node alone, its state in `acme.state_dir`.
+    pub cluster: Option<crate::cluster::Settings>,
     /// What the operator should hear about this config that is not an error (keys
     /// that no longer do anything): said by `pika -t` and in the error log at start
     /// and reload.
@@ -218,6 +222,7 @@ impl Ctx<'_> {
         let server_tokens = self.server_tokens(&raw)?;
         let (trusted_proxies, forwarded_header) = self.forwarders(&raw)?;
         let acme = self.acme(&raw, &root, run_as.as_ref())?;
+        let cluster = self.cluster(&raw, &root)?;
         let workers = self.workers(&raw)?;
         let http = self.http(&raw, &root)?;
         let status = self.status(&raw)?;
@@ -263,6 +268,7 @@ impl Ctx<'_> {
             access_logs,
             tls,
             acme,
+            cluster,
             root,
             notes,
         })

@@ -31,6 +31,20 @@ pub(crate) struct RawConfig {
     pub(crate) access_log: Vec<RawAccessLog>,
     /// Certificates from an ACME CA (`config/acme.rs`).
     pub(crate) acme: Option<Spanned<RawAcme>>,
+    /// A fleet sharing its ACME state and ticket keys through Redis (`config/cluster.rs`).
+    pub(crate) cluster: Option<Spanned<RawCluster>>,
+}
+
+/// `[cluster]`: the fleet's Redis and its secret.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    pub(crate) redis: Spanned<String>,
+    pub(crate) password_file: Option<Spanned<String>>,
+    pub(crate) ca_file: Option<Spanned<String>>,
+    pub(crate) prefix: Option<Spanned<String>>,
+    pub(crate) key_file: Spanned<String>,
+    pub(crate) cache_dir: Option<Spanned<String>>,
 }
 
 /// `[acme]`: the CA, the account, where the state is kept, when to renew.

@@ -565,3 +565,37 @@ fn proxy_locations_are_read_and_checked() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn cluster_takes_a_redis_url_and_secrets_only_the_master_reads() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = setup();
+    let key = dir.path().join("conf/fleet.key");
+    std::fs::write(&key, "a fleet's secret of 32 bytes or more\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let with = |cluster: &str| format!("{MINIMAL}[cluster]\n{cluster}\n");
+    let c = try_parse(&dir, &with("redis = \"redis://10.0.0.5:6379/0\"\nkey_file = \"conf/fleet.key\"")).unwrap();
+    let s = c.cluster.unwrap();
+    assert_eq!((s.redis.as_str(), s.prefix.as_str()), ("redis://10.0.0.5:6379/0", "pika:"));
+    assert_eq!((s.key_file, s.cache_dir), (key.clone(), dir.path().join("cluster")));
+    assert!(try_parse(&dir, MINIMAL).unwrap().cluster.is_none(), "alone without [cluster]");
+    let err = |cluster: &str| try_parse(&dir, &with(cluster)).unwrap_err().to_string();
+    for (cluster, want) in [
+        ("redis = \"http://10.0.0.5\"\nkey_file = \"conf/fleet.key\"", "cluster.redis must be a URL"),
+        ("redis = \"redis://r\"\nkey_file = \"conf/none.key\"", "cluster.key_file"),
+        ("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"\nca_file = \"conf/fleet.key\"", "for a rediss:// URL"),
+        ("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"\nprefix = \"a b\"", "no spaces"),
+        ("redis = \"redis://r\"", "missing field `key_file`"),
+        ("redis = \"redis://:pw@r\"\nkey_file = \"conf/fleet.key\"", "put Redis's password in cluster.password_file"),
+    ] {
+        let e = err(cluster);
+        assert!(e.contains(want), "{cluster}: {e}");
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = err("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"");
+    assert!(e.contains("has mode 644: it is a secret, make it 0600 or 0400"), "{e}");
+    std::fs::write(&key, "short\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let e = err("redis = \"redis://r\"\nkey_file = \"conf/fleet.key\"");
+    assert!(e.contains("at least 32 are needed"), "{e}");
+}

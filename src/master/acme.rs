@@ -16,11 +16,12 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::maintenance::Exit;
-use super::state::{Ending, Master, Running, unix_now};
+use super::state::{Ending, Master, Running};
 use crate::acme::child::{self, Plan, Report};
 use crate::acme::schedule::{self, CertRetry};
 use crate::acme::store;
 use crate::acme::{Challenge, Settings};
+use crate::base::clock::unix_secs;
 
 /// Past `acme.order_timeout` with no word of a job, how long the master still waits
 /// before it kills the child. The child gives up an order at its deadline by itself
@@ -62,29 +63,49 @@ impl Master {
             self.reload();
         }
         let Some(settings) = self.config.acme.clone() else { return };
-        let now = unix_now();
+        let now = unix_secs();
         let jobs = self.acme_due(&settings, now);
         if jobs.is_empty() {
             return;
         }
-        let start = store::prepare(&settings.state_dir).and_then(|()| store::account_key(&settings.state_dir));
-        let account_key = match start {
+        // In a fleet: only the certificates whose lock this node takes.
+        let jobs = self.fleet_claim(jobs, &settings);
+        if jobs.is_empty() {
+            return;
+        }
+        let start = if self.in_fleet() {
+            match self.fleet_account(&settings) {
+                Some(got) => got,
+                None => {
+                    // Redis went down between the locks and the account: later.
+                    self.fleet_child_gone();
+                    return;
+                }
+            }
+        } else {
+            store::prepare(&settings.state_dir)
+                .and_then(|()| store::account_key(&settings.state_dir))
+                .map(|k| (k, store::account_url(&settings.state_dir, &settings.directory)))
+        };
+        let (account_key, account_url) = match start {
             Ok(k) => k,
             Err(e) => {
                 log::error!("acme: {e}");
                 for names in &jobs {
                     self.acme_failed(names, None, now);
                 }
+                self.fleet_child_gone();
                 return;
             }
         };
         let run_as = self.config.run_as.clone();
         let plan = Plan {
             settings: &settings,
-            account_url: store::account_url(&settings.state_dir, &settings.directory),
+            account_url,
             jobs: jobs.clone(),
             account_key,
             challenges: challenges(&self.config.listen),
+            fleet: self.in_fleet(),
             drop_privileges: &|| match &run_as {
                 Some(r) => crate::worker::drop_privileges(r),
                 None => Ok(()),
@@ -108,6 +129,7 @@ impl Master {
                 for names in &jobs {
                     self.acme_failed(names, None, now);
                 }
+                self.fleet_child_gone();
             }
         }
     }
@@ -177,19 +199,37 @@ impl Master {
 
     fn acme_report(&mut self, report: Report) {
         let Some(settings) = self.config.acme.clone() else { return };
+        if self.acme.running.is_none() {
+            return;
+        }
+        let account_url = match report {
+            Report::Publish { kind, name, value } => return self.fleet_publish(kind, &name, &value),
+            Report::Unpublish { kind, name } => return self.fleet_unpublish(kind, &name),
+            Report::Account { ref url } => Some(url.clone()),
+            _ => None,
+        };
         let Some(r) = &mut self.acme.running else { return };
-        let taken = take_report(&settings, &mut r.waiting, report, unix_now());
+        let taken = take_report(&settings, &mut r.waiting, report, unix_secs());
         if matches!(taken, Taken::Stored(_) | Taken::Failed(..)) {
             r.since = Instant::now();
         }
-        let now = unix_now();
+        let now = unix_secs();
         match taken {
             Taken::Stored(names) => {
+                self.fleet_stored(&settings, &names);
                 self.acme.lives.insert(names, CertRetry { failures: 0, not_before_try: 0, obtained: now });
                 self.acme.install = true;
             }
-            Taken::Failed(names, retry_after) => self.acme_failed(&names, retry_after, now),
-            Taken::Account | Taken::Refused => {}
+            Taken::Failed(names, retry_after) => {
+                self.fleet_unlock(&names);
+                self.acme_failed(&names, retry_after, now);
+            }
+            Taken::Account => {
+                if let Some(url) = account_url {
+                    self.fleet_account_url(&settings, &url);
+                }
+            }
+            Taken::Refused => {}
         }
     }
 
@@ -212,6 +252,7 @@ impl Master {
             return false;
         }
         self.acme_read();
+        self.fleet_child_gone();
         let Some(r) = self.acme.running.take() else { return true };
         if !matches!(exit, Exit::Code(0)) && r.ending.is_none() {
             log::error!("acme: the ACME child {pid} ended badly ({exit:?})");
@@ -220,7 +261,7 @@ impl Master {
             // Its jobs are asked for again at once, by the next child.
             return true;
         }
-        let now = unix_now();
+        let now = unix_secs();
         for names in r.waiting {
             if r.ending != Some(Ending::Stopping) {
                 log::warn!("acme: the ACME child ended without an answer for {}", names.join(", "));
@@ -265,6 +306,8 @@ fn take_report(settings: &Settings, waiting: &mut Vec<Vec<String>>, report: Repo
         }
         Report::Issued { names, chain, key } => (names, Ok((chain, key))),
         Report::Failed { names, error, retry_after } => (names, Err((error, retry_after))),
+        // The master takes these before (a fleet's challenges).
+        Report::Publish { .. } | Report::Unpublish { .. } => return Taken::Refused,
     };
     let Some(at) = waiting.iter().position(|w| *w == names) else {
         log::error!(

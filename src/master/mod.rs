@@ -19,10 +19,13 @@
 //! replaced at once), `pool` (counting the pool and forking into free slots),
 //! `retire` (the pipe of death, waking the workers that must go, the stuck-worker
 //! watchdog), `reload` (HUP, USR1), `upgrade` (USR2), `report` (all the master
-//! tells systemd, the status file and the launching command) and [`ready`] (the
-//! launching command's pipe).
+//! tells systemd, the status file and the launching command), [`ready`] (the
+//! launching command's pipe), `acme` (certificates: the ACME child and its reports)
+//! and `fleet` (a fleet's shared state through Redis, `[cluster]`).
 
 mod acme;
+mod fleet;
+mod fleet_sync;
 mod life;
 pub mod maintenance;
 pub mod notify;
@@ -47,6 +50,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use crate::base::clock::unix_secs;
 use crate::base::sys::{self, Forked};
 use crate::config::Config;
 use crate::fork::handover::Handover;
@@ -56,7 +60,6 @@ use crate::log::access::AccessLogs;
 use crate::log::held::Region;
 use crate::log::rotate::Schedule;
 use crate::scoreboard::{Scoreboard, State};
-use crate::tls::tickets::TicketKeys;
 use crate::worker::{self, WorkerCtx};
 use life::Life;
 use maintenance::{Band, Exit, Then};
@@ -64,7 +67,7 @@ use ready::Ready;
 use reload::prepare_log_files;
 use signals::{Control, Signals};
 pub use state::Master;
-use state::{Acme, Child, Fate, Pool, Report, Upgrades, unix_now};
+use state::{Acme, Child, Fate, Pool, Report, Upgrades};
 
 /// The maintenance period (Apache's: one second).
 const TICK: Duration = Duration::from_secs(1);
@@ -108,18 +111,22 @@ impl Master {
             Some(t) => t,
             None => pod::make_token().map_err(|e| format!("token: {e}"))?,
         };
-        let tickets = TicketKeys::new(unix_now() as u64).map_err(|e| format!("ticket keys: {e}"))?;
+        // In a fleet, the fleet's chain as this node last cached it (Redis is not
+        // asked before the first fork: a start never waits on it).
+        let tickets = fleet::start_tickets(config.cluster.as_ref(), unix_secs() as u64)
+            .map_err(|e| format!("ticket keys: {e}"))?;
         let signals = Signals::install().map_err(|e| format!("signals: {e}"))?;
         // The ACME challenges' table, shared with every process forked from here on.
         crate::acme::challenges::map().map_err(|e| format!("acme challenges: {e}"))?;
         crate::acme::status::map().map_err(|e| format!("acme status: {e}"))?;
+        crate::cluster::status::map().map_err(|e| format!("cluster status: {e}"))?;
         // Created for the workers before they are opened, so a new file gets their
         // group (an existing one keeps its own).
         prepare_log_files(&config);
         let logs = AccessLogs::open(&config.access_logs).map_err(|e| e.to_string())?;
         let held = Region::map(&AccessLogs::buffers(&config.access_logs), config.workers.max as usize)
             .map_err(|e| format!("held log records: {e}"))?;
-        let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_now());
+        let rotations = Schedule::new(config.rotated_logs(), &Schedule::default(), unix_secs());
         let auth_files = crate::keys::watch::Watch::new(config.auth_files(), config.http.file_check_interval);
         let mut master = Master {
             rotations,
@@ -128,6 +135,7 @@ impl Master {
             pool: Pool::new(Band::of(&config)),
             life: Life::Serving,
             acme: Acme::default(),
+            fleet: None,
             config,
             listeners,
             scoreboard,
@@ -165,6 +173,7 @@ impl Master {
     /// first workers are serving (or could not start).
     pub fn run(mut self, ready: &mut Ready) -> ExitCode {
         self.say_notes();
+        self.fleet_start();
         prepare_log_files(&self.config);
         self.startup_children(self.config.workers.start);
         let mut next_tick = Instant::now() + TICK;
@@ -247,8 +256,9 @@ impl Master {
         self.kill_stuck_workers();
         self.rotate_logs();
         self.report_tick();
-        self.tickets.advance(unix_now() as u64);
+        self.tickets.advance(unix_secs() as u64);
         self.check_certificates();
+        self.fleet_tick();
         self.acme_tick();
         self.check_auth_files();
     }
@@ -265,7 +275,7 @@ impl Master {
     /// Once a day (and after each reload): certificates close to expiry are said in
     /// the error log.
     fn check_certificates(&mut self) {
-        let now = unix_now();
+        let now = unix_secs();
         if now >= self.next_cert_check {
             crate::acme::expiry::log_warnings(&self.config.certificate_expiries(now), now);
             self.next_cert_check = now + crate::acme::expiry::CHECK_EVERY.as_secs() as i64;
@@ -277,7 +287,7 @@ impl Master {
     /// its next write.
     fn rotate_logs(&mut self) {
         let owner = self.config.run_as.as_ref().map(|r| (r.uid, r.gid));
-        if self.rotations.rotate_due(unix_now(), owner) {
+        if self.rotations.rotate_due(unix_secs(), owner) {
             crate::log::reopen_error_log();
             self.logs.reopen();
             self.scoreboard.header.log_epoch.fetch_add(1, SeqCst);

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use super::state::{Master, unix_now};
+use super::state::Master;
+use crate::base::clock::unix_secs;
 use crate::config::{self, Config};
 use crate::fork::listen::Listeners;
 use crate::log::access::AccessLogs;
@@ -45,8 +46,9 @@ impl Master {
         }
         self.listeners = listeners;
         self.logs = logs;
-        self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_now());
+        self.rotations = Schedule::new(new.rotated_logs(), &self.rotations, unix_secs());
         self.config = new;
+        self.fleet_configure();
         prepare_log_files(&self.config);
         self.new_pool();
         self.resume();

@@ -25,10 +25,6 @@ use crate::log::rotate::Schedule;
 use crate::scoreboard::Scoreboard;
 use crate::tls::tickets::TicketKeys;
 
-pub(super) fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
-
 pub(super) struct Child {
     pub(super) slot: usize,
     pub(super) generation: u32,
@@ -90,6 +86,8 @@ pub struct Master {
     pub(super) report: Report,
     /// Certificates from ACME: the child, and each certificate's tries (`acme.rs`).
     pub(super) acme: Acme,
+    /// The fleet this node is one of (`[cluster]`, `fleet.rs`); `None`: alone.
+    pub(super) fleet: Option<super::fleet::Fleet>,
 }
 
 /// The pool's own state between looks.
@@ -220,5 +218,12 @@ impl Acme {
     /// When each certificate is next tried and how many tries failed in a row.
     pub(super) fn life(&self, names: &[String]) -> schedule::CertRetry {
         self.lives.get(names).copied().unwrap_or_default()
+    }
+
+    /// A certificate another node of the fleet obtained at `at` was installed here:
+    /// it counts as this node's for the one-hour floor (`schedule::RENEW_FLOOR`), so a
+    /// fleet orders a name at most once an hour too, and the failures are over.
+    pub(super) fn obtained_elsewhere(&mut self, names: &[String], at: i64) {
+        self.lives.insert(names.to_vec(), schedule::CertRetry { failures: 0, not_before_try: 0, obtained: at });
     }
 }

@@ -88,6 +88,49 @@ impl TicketKeys {
     }
 }
 
+/// [`TicketKeys::to_bytes`]: the period, the secret, a flag and the previous key.
+const STATE_LEN: usize = 8 + KEY_LEN + 1 + KEY_LEN;
+
+impl TicketKeys {
+    /// The chain's state as a fleet shares it (sealed, in Redis) and a node caches
+    /// it (root's, on disk): the period, its secret and the previous period's key.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(STATE_LEN);
+        out.extend_from_slice(&self.period.to_be_bytes());
+        out.extend_from_slice(&self.secret);
+        out.push(u8::from(self.previous.is_some()));
+        out.extend_from_slice(&self.previous.unwrap_or([0; KEY_LEN]));
+        out
+    }
+
+    /// The chain [`TicketKeys::to_bytes`] wrote.
+    pub fn from_bytes(bytes: &[u8]) -> Option<TicketKeys> {
+        if bytes.len() != STATE_LEN {
+            return None;
+        }
+        let period = u64::from_be_bytes(bytes[..8].try_into().ok()?);
+        let secret: [u8; KEY_LEN] = bytes[8..8 + KEY_LEN].try_into().ok()?;
+        let previous: [u8; KEY_LEN] = bytes[9 + KEY_LEN..].try_into().ok()?;
+        let mut keys = TicketKeys::from_secret(secret, period);
+        keys.previous = (bytes[8 + KEY_LEN] == 1).then_some(previous);
+        Some(keys)
+    }
+
+    /// The period the chain is at (periods of [`PERIOD`] since the Unix epoch).
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// Whether both chains, stepped to the period of `unix`, seal with the same key:
+    /// the same chain, whatever period each was last at.
+    pub fn same_chain(&self, other: &TicketKeys, unix: u64) -> bool {
+        let (mut a, mut b) = (self.clone(), other.clone());
+        a.advance(unix);
+        b.advance(unix);
+        a.period == b.period && a.key == b.key
+    }
+}
+
 /// The sealing keys of one process, kept in step with its clock.
 struct Sealers {
     keys: TicketKeys,
@@ -255,6 +298,23 @@ mod tests {
         future[..8].copy_from_slice(&u64::MAX.to_be_bytes());
         assert!(a.decrypt(&future).is_none());
         assert_ne!(a.encrypt(b"state").unwrap(), t, "a fresh nonce per ticket");
+    }
+
+    #[test]
+    fn a_chain_crosses_to_another_node_whole() {
+        let start = 500 * HOUR;
+        let mut a = TicketKeys::new(start).unwrap();
+        a.advance(start + HOUR);
+        let b = TicketKeys::from_bytes(&a.to_bytes()).unwrap();
+        assert_eq!((b.period, b.secret, b.key, b.previous), (a.period, a.secret, a.key, a.previous));
+        assert!(a.same_chain(&b, start + 3 * HOUR));
+        let mut behind = TicketKeys::from_bytes(&a.to_bytes()).unwrap();
+        a.advance(start + 2 * HOUR);
+        assert!(a.same_chain(&behind, start + 2 * HOUR), "a node a period behind is on the same chain");
+        behind.advance(start + 2 * HOUR);
+        assert_eq!(behind.previous, a.previous, "and opens the same previous period's tickets");
+        assert!(!a.same_chain(&TicketKeys::new(start).unwrap(), start + 2 * HOUR));
+        assert!(TicketKeys::from_bytes(&a.to_bytes()[1..]).is_none());
     }
 
     #[test]

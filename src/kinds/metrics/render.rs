@@ -173,6 +173,7 @@ pub fn render(server: &View<'_>) -> String {
     let _ = writeln!(s, "pika_file_cache_requests_total{{result=\"miss\"}} {misses}");
     certificates(&mut s, server);
     upstreams(&mut s, server);
+    cluster(&mut s, server);
     s
 }
 
@@ -221,6 +222,58 @@ fn upstreams(s: &mut String, server: &View<'_>) {
     head(s, "pika_upstream_connections", "gauge", "Connections to each proxy upstream in use by the workers now.");
     for u in &shown {
         let _ = writeln!(s, "pika_upstream_connections{{upstream=\"{}\"}} {}", label(&u.name), u.active);
+    }
+}
+
+/// The fleet (`[cluster]`): whether Redis answers, and when the ticket keys last
+/// agreed with the fleet's.
+fn cluster(s: &mut String, server: &View<'_>) {
+    let Some(c) = crate::cluster::status::lookup() else { return };
+    head(
+        s,
+        "pika_cluster_up",
+        "gauge",
+        "1 while the fleet's Redis answers this node's master (0 while it does not, or not yet).",
+    );
+    let _ = writeln!(s, "pika_cluster_up {}", u8::from(c.link == crate::cluster::status::Link::Up));
+    head(
+        s,
+        "pika_cluster_ticket_keys_timestamp_seconds",
+        "gauge",
+        "When this node's session-ticket keys last agreed with the fleet's (0: not yet).",
+    );
+    let _ = writeln!(s, "pika_cluster_ticket_keys_timestamp_seconds {}", c.tickets.max(0));
+    head(
+        s,
+        "pika_cluster_ticket_key_period_start_timestamp_seconds",
+        "gauge",
+        "When the ticket key in use began sealing tickets (its age: now minus this).",
+    );
+    let _ = writeln!(s, "pika_cluster_ticket_key_period_start_timestamp_seconds {}", c.key_since.max(0));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let acme: Vec<String> = (server.certificates)(now).into_iter().filter(|c| c.acme).map(|c| c.vhost).collect();
+    if acme.is_empty() {
+        return;
+    }
+    let shown: Vec<(String, crate::cluster::status::CertShown)> =
+        acme.into_iter().filter_map(|n| Some((n.clone(), crate::cluster::status::cert(&n)?))).collect();
+    head(
+        s,
+        "pika_cluster_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "When the certificate the fleet stores for each ACME vhost expires.",
+    );
+    for (vhost, c) in shown.iter().filter(|(_, c)| c.stored_until > 0) {
+        let _ =
+            writeln!(s, "pika_cluster_certificate_expiry_timestamp_seconds{{vhost=\"{vhost}\"}} {}", c.stored_until);
+    }
+    head(s, "pika_cluster_ordering", "gauge", "1 for the node that holds each ACME vhost's order lock now.");
+    for (vhost, c) in &shown {
+        if let Some(node) = &c.holder {
+            // A node's name is a host name and a pid: nothing to escape but quotes.
+            let node = node.replace(['"', '\\', '\n'], "_");
+            let _ = writeln!(s, "pika_cluster_ordering{{vhost=\"{vhost}\",node=\"{node}\"}} 1");
+        }
     }
 }
 
