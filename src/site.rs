@@ -28,8 +28,9 @@ use crate::rules::{Decor, Gate, Rules};
 /// route in its connection while it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Picked {
-    at: Option<usize>,
-    under: Option<usize>,
+    // Positions as u32, which keeps a connection that holds a route small.
+    at: Option<u32>,
+    under: Option<u32>,
 }
 
 #[cfg(test)]
@@ -171,15 +172,15 @@ impl<'c> Site<'c> {
         #[cfg(test)]
         PICKS.with(|n| n.set(n.get() + 1));
         let (at, under) = self.at.pick(path);
-        Picked { at, under }
+        Picked { at: at.map(|i| i as u32), under: under.map(|i| i as u32) }
     }
 
     /// The place a [`Picked`] route names, and the access rules of the prefix a
     /// regex location took its path from.
     #[inline(always)]
     pub fn place(&self, p: Picked) -> (&Place<'c>, Option<&Gate>) {
-        let at = p.at.map_or(&self.files, |i| self.at.get(i));
-        (at, p.under.and_then(|u| self.at.get(u).guards.as_ref()))
+        let at = p.at.map_or(&self.files, |i| self.at.get(i as usize));
+        (at, p.under.and_then(|u| self.at.get(u as usize).guards.as_ref()))
     }
 
     /// Sending a file failed because it shrank: every directory of this site has its

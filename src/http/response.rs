@@ -149,7 +149,7 @@ pub struct Reply<'h> {
     pub upstream: Option<Upstreamed>,
     /// With a 101: the connection's other end, which the client's bytes are
     /// tunnelled to once the head is sent.
-    pub switched: Option<Switched>,
+    pub switched: Option<Box<Switched>>,
 }
 
 /// The other end of a connection that switches protocols (a proxy's upstream after

@@ -287,7 +287,7 @@ impl Finishing<'_, '_> {
             // the record.
             let owed = Owed::new(&answer, asked, head, &self.out.writer.head, bytes_in, true);
             let unsent = answer.rest.as_ref().map_or(&[][..], |r| &r.bytes[r.at..]);
-            *self.tunnel = Some(Box::new(Tunnel::new(far, owed, unsent, self.input.take_unread())));
+            *self.tunnel = Some(Box::new(Tunnel::new(*far, owed, unsent, self.input.take_unread())));
             return Next::Again;
         }
         if answer.rest.is_some() {

@@ -76,7 +76,7 @@ pub(super) struct Answer {
     /// How long answering took (%D, %T, the metrics' histogram).
     pub(super) duration: Duration,
     /// A 101 that switched protocols: the other end of the tunnel it opens.
-    pub(super) switched: Option<Switched>,
+    pub(super) switched: Option<Box<Switched>>,
 }
 
 impl HeadWriter {

@@ -346,8 +346,11 @@ impl Proxy<'_> {
             reply.headers.extend_from_slice(protocol);
             reply.headers.extend_from_slice(b"\r\n");
         }
-        reply.switched =
-            Some(Switched { far: switch.conn.into_fd(), early: switch.early, idle: self.config.tunnel_timeout });
+        reply.switched = Some(Box::new(Switched {
+            far: switch.conn.into_fd(),
+            early: switch.early,
+            idle: self.config.tunnel_timeout,
+        }));
     }
 }
 
