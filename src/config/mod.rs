@@ -484,6 +484,7 @@ impl Ctx<'_> {
 
 impl Config {
     /// The index of the vhost that serves a Host value (`None`: no Host).
+    #[inline]
     pub fn vhost_for(&self, host: Option<&[u8]>) -> usize {
         crate::http::host::select(&self.vhosts, |v| &v.server_names, host)
     }

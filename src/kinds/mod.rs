@@ -294,6 +294,7 @@ pub enum Handler<'c> {
 
 impl<'c> Handler<'c> {
     /// The methods it answers (checked before it is asked).
+    #[inline]
     pub fn methods(&self) -> Methods {
         match self {
             Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => Methods::Any,
@@ -303,6 +304,7 @@ impl<'c> Handler<'c> {
     }
 
     /// Fills `reply` for `ask`.
+    #[inline]
     pub fn serve(&self, ask: &Ask<'_>, reply: &mut Reply<'_>) {
         match self {
             Handler::Files(files) => files.serve(ask, reply),
@@ -318,6 +320,7 @@ impl<'c> Handler<'c> {
 
     /// Whether the request body is read before it is asked (whole, by the event
     /// loop): scripts, the echo, a proxy, and files that may redirect to a script.
+    #[inline]
     pub fn reads_body(&self) -> bool {
         match self {
             Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Echo(_) | Handler::Proxy(_) => true,
@@ -351,6 +354,7 @@ impl<'c> Handler<'c> {
     }
 
     /// Whether it is the health check (its requests stay out of the logs by default).
+    #[inline]
     pub fn is_health(&self) -> bool {
         matches!(self, Handler::Health(_))
     }
