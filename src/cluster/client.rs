@@ -100,13 +100,23 @@ impl Redis {
 
     /// Runs `f` on the connection (made first if needed), unless the back-off says
     /// wait. `None`: Redis is down (now, or still in its back-off).
-    pub fn run<T>(&mut self, f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
+    ///
+    /// A command a signal to the master cut short (a socket with a timeout is not
+    /// restarted after a signal: a child's exit, a reload) is run once more, on a
+    /// new connection (the old one's state is unknown). The fleet's commands bear
+    /// it: a lock taken twice by its holder is renewed, a counter bumped twice only
+    /// makes the others look again.
+    pub fn run<T>(&mut self, mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> Option<T> {
         if let Health::Down { retry_at, .. } = self.health
             && Instant::now() < retry_at
         {
             return None;
         }
-        let result = self.connect().and_then(f);
+        let mut result = self.connect().and_then(&mut f);
+        if result.as_ref().is_err_and(interrupted) {
+            self.conn = None;
+            result = self.connect().and_then(&mut f);
+        }
         match result {
             Ok(v) => {
                 if let Health::Down { failures, .. } = self.health {
@@ -151,6 +161,15 @@ impl Redis {
         }
         Ok(self.conn.as_mut().expect("just made"))
     }
+}
+
+/// Whether a command failed because a signal interrupted its socket's wait (EINTR).
+fn interrupted(e: &redis::RedisError) -> bool {
+    let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+    io.map_or_else(
+        || e.is_io_error() && e.to_string().contains("(os error 4)"),
+        |io| io.kind() == std::io::ErrorKind::Interrupted,
+    )
 }
 
 #[cfg(test)]

@@ -183,7 +183,7 @@ impl Fleet {
         let sealed = self.sealer()?.seal(&key, value);
         self.redis.run(|c| {
             let mut cmd = redis::cmd("SET");
-            cmd.arg(&key).arg(sealed);
+            cmd.arg(&key).arg(&sealed);
             if let Some(t) = ttl {
                 cmd.arg("PX").arg(t.as_millis() as u64);
             }
@@ -196,7 +196,7 @@ impl Fleet {
         let key = self.key(name);
         let sealed = self.sealer()?.seal(&key, value);
         let set: Option<Option<String>> =
-            self.redis.run(|c| redis::cmd("SET").arg(&key).arg(sealed).arg("NX").query(c));
+            self.redis.run(|c| redis::cmd("SET").arg(&key).arg(&sealed).arg("NX").query(c));
         set.map(|s| s.is_some())
     }
 
@@ -243,7 +243,7 @@ impl Fleet {
                 .cmd("HSET")
                 .arg(&key)
                 .arg(&f)
-                .arg(sealed)
+                .arg(&sealed)
                 .ignore()
                 .cmd("PEXPIRE")
                 .arg(&key)
