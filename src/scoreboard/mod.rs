@@ -198,11 +198,23 @@ unsafe impl sys::SharedAtomic for Slot {}
 pub use crate::base::clock::now_ms;
 
 fn store_text(words: &[AtomicU64], text: &[u8]) {
-    let mut chunks = text.chunks(8);
+    let mut chunks = text.chunks_exact(8);
+    let mut words = words.iter();
+    // Little-endian, zero-padded: a whole chunk is one load, the last one is padded
+    // in a word on the stack (no per-byte work: this runs for every request).
+    for c in chunks.by_ref() {
+        // A text longer than the words is cut.
+        let Some(w) = words.next() else { return };
+        w.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Relaxed);
+    }
+    let rest = chunks.remainder();
+    if let Some(w) = words.next() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        w.store(u64::from_le_bytes(last), Relaxed);
+    }
     for w in words {
-        // Little-endian, zero-padded; built by shifts (no memcpy call per word).
-        let v = chunks.next().map_or(0, |c| c.iter().rev().fold(0u64, |v, &b| v << 8 | u64::from(b)));
-        w.store(v, Relaxed);
+        w.store(0, Relaxed);
     }
 }
 
