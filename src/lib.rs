@@ -26,7 +26,7 @@
 //! | [`config`] | the config file read whole and checked: `[server]`, `[workers]`, `[http]`, vhosts and their locations, logs, ACME | 5 |
 //! | [`fork`] | what crosses the fork: listeners (bound or inherited), the pipe of death and doorbell, the hand-over socket | 5 |
 //! | [`site`] | a vhost as a worker serves it: each location's gate, handler and decor, and the route to them | 6 |
-//! | [`serve`] | the request cycle: a connection between requests, its transport (plain or [`serve::tls`]), one request's stages, delivery, the log record | 6 |
+//! | [`serve`] | the request cycle: a connection between requests, its transport (plain or [`serve::tls`]), one request's stages, delivery, the log record, and the tunnel a switched 101 becomes (`serve::relay`) | 6 |
 //! | [`worker`] | a worker process: its start, its event loop, what it holds | 7 |
 //! | [`master`] | the master process: its life, the pool, signals, reloads, upgrades, reports, the pid and status files | 7 |
 //! | [`command`] | the `pika` command: its line, `-k` control, the start (foreground, daemon, `-X`), `-T` | 8 |
