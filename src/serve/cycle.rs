@@ -367,6 +367,12 @@ impl Answering<'_> {
             // not wait for this script.
             (hooks.stalled)(Relief::Bodies);
         }
+        let (place, guards) = *routed;
+        if place.handler.waits_on_a_program() {
+            // The worker's connections whose requests came with this one would wait
+            // for the program: free workers serve them now.
+            (hooks.stalled)(Relief::Ready);
+        }
         // A script that keeps the worker waiting a second: the log records held
         // are written (a kill meanwhile would lose them), and the worker's idle
         // connections go to others (`Hooks::stalled`).
@@ -386,7 +392,6 @@ impl Answering<'_> {
             answers: self.answers,
         };
         let ask = Ask { req: ex.req, path, query: *query, client: ex.client.ip(), link, redirected: false };
-        let (place, guards) = *routed;
         if pass_gate((place, guards), &ask, reply) {
             place.handler.serve(&ask, reply);
         }

@@ -38,6 +38,10 @@ pub struct Hooks<'a> {
 /// Which connections a worker that a script keeps sends to the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relief {
+    /// Those whose input is already here (reported ready by the same wait as the
+    /// request about to wait on a program, or a whole request buffered): they would
+    /// otherwise wait for the program; a free worker serves them now.
+    Ready,
     /// Those in the middle of a request body.
     Bodies,
     /// Every one it can.

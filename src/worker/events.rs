@@ -152,7 +152,8 @@ impl<'a, 'c> Loop<'a, 'c> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
-        let parked = Parked { epoll, table: Table::default(), ready: VecDeque::new(), scratch: Vec::new() };
+        let parked =
+            Parked { epoll, table: Table::default(), ready: VecDeque::new(), batch: Vec::new(), scratch: Vec::new() };
         let mut l = Loop {
             ctx,
             tls,
@@ -296,8 +297,16 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// Hands each ready descriptor to its step: a listener's to [`Self::accept`], the
     /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`].
     fn dispatch(&mut self, events: &[EpollEvent]) -> Result<(), ChildExit> {
+        // The connections this wait found with input: one whose request waits on a
+        // program hands those not served yet to free workers (`Relief::Ready`).
+        let batch = &mut self.parked.batch;
+        batch.clear();
+        batch.extend(events.iter().map(|ev| ev.data()).filter(|&t| t < FAR).map(|t| t as usize));
         for ev in events {
             let tag = ev.data();
+            if tag < FAR {
+                self.parked.batch.retain(|&i| i as u64 != tag);
+            }
             if tag >= LISTENER {
                 self.accept((tag - LISTENER) as usize)?;
             } else if tag == HANDOVER {

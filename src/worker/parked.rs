@@ -21,6 +21,9 @@ pub(crate) struct Parked {
     /// Connections with a whole request already in their buffer (pipelined): served
     /// before the next wait, a burst each, in turn.
     pub(super) ready: VecDeque<usize>,
+    /// Connections the last wait reported with input, not served yet (the rest of
+    /// its batch): what `Relief::Ready` hands to the others.
+    pub(super) batch: Vec<usize>,
     pub(super) scratch: Vec<u8>,
 }
 
@@ -132,13 +135,22 @@ impl Parked {
         (keepalive, writing, closing, tunnels)
     }
 
-    /// A script keeps the worker (`Relief::Bodies`: it is about to run one with a
-    /// request body; `Relief::All`: one has kept it waiting a second): the
-    /// connections in the middle of a body, and after a second the idle ones too, go
-    /// to workers that are free meanwhile, if a worker of this generation stays to
-    /// adopt them.
+    /// A script keeps the worker (`Relief::Ready`: it is about to wait on a program;
+    /// `Relief::Bodies`: to run one with a request body; `Relief::All`: one has kept
+    /// it waiting a second): the connections whose input is already here (while a
+    /// spare worker can take them at once), those in the middle of a body, and after
+    /// a second the idle ones too, go to workers that are free meanwhile, if a worker
+    /// of this generation stays to adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
         let Some(handover) = handover_open(ctx) else { return };
+        // Connections with their input here go where it is served at once: to a
+        // spare worker; with none, handing them over would only move their wait.
+        let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
+            i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
+        };
+        if which == Relief::Ready && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+            return;
+        }
         let (sent, _) = self.hand_over(handover, which);
         if sent > 0 {
             log::debug!("a script holds this worker: handed {sent} connections to others");
@@ -159,6 +171,9 @@ impl Parked {
                 continue;
             }
             if which == Relief::Bodies && !h.in_body() {
+                continue;
+            }
+            if which == Relief::Ready && !(self.batch.contains(&i) || self.ready.contains(&i)) {
                 continue;
             }
             let conn = *h.conn();
@@ -207,6 +222,7 @@ impl Parked {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
+                    self.batch.retain(|&r| r != i);
                     sent += 1;
                 }
                 Err(e) => {
