@@ -306,3 +306,40 @@ pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
     slot.conns_closing.store(closing, Relaxed);
     slot.conns_tunnels.store(tunnels, Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+
+    use nix::sys::epoll::EpollCreateFlags;
+
+    use super::*;
+
+    /// Before a request waits on a program, only the connections whose input the
+    /// same wait reported (or whose request is buffered) go to the others.
+    #[test]
+    fn a_ready_relief_hands_over_only_the_connections_with_input_here() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+        let mut p =
+            Parked { epoll, table: Table::default(), ready: VecDeque::new(), batch: Vec::new(), scratch: Vec::new() };
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+            let (s, peer) = listener.accept().unwrap();
+            p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
+        }
+        p.batch = vec![1];
+        p.ready.push_back(3);
+        let handover = Handover::new().unwrap();
+        let (sent, _) = p.hand_over(&handover, Relief::Ready);
+        assert_eq!(sent, 2);
+        let held: Vec<bool> = p.table.slots.iter().map(Option::is_some).collect();
+        assert_eq!(held, [true, false, true, false]);
+        assert!(p.ready.is_empty() && p.batch.is_empty());
+        let mut buf = Vec::new();
+        for _ in 0..2 {
+            assert!(handover.receive(&mut buf).unwrap().is_some(), "each went to the others");
+        }
+    }
+}
