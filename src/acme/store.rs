@@ -11,8 +11,6 @@
 //! `/`, no leading dot), and a chain is stored only if it loads with its key and
 //! covers the vhost's names now.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,69 +18,21 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::sign::CertifiedKey;
 
+use crate::base::safe_files;
 use crate::tls::{Validity, VhostCert};
+
+/// What the state folder is called in errors, and what it holds.
+const FOLDER: (&str, &str) = ("acme state_dir", "private keys");
 
 /// Checks the folder, if it exists: a directory, the master's user's (root's), that
 /// no one else may enter.
 pub fn check_folder(dir: &Path) -> Result<(), String> {
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("acme state_dir {}: {e}", dir.display())),
-    };
-    if !meta.is_dir() {
-        return Err(format!("acme state_dir {} is not a directory", dir.display()));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(format!(
-            "acme state_dir {} belongs to uid {}, not to uid {me} (the master's)",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "acme state_dir {} has mode {:o}: it holds private keys, make it 0700",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    safe_files::check_private_folder(dir, FOLDER.0, FOLDER.1)
 }
 
 /// Creates the folder (0700) if it is missing, then checks it.
 pub fn prepare(dir: &Path) -> Result<(), String> {
-    if !dir.exists() {
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    check_folder(dir)
-}
-
-/// Writes `bytes` to `dir/name`, 0600, by a temporary file and a rename.
-fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
-    let tmp = write_temp(dir, name, bytes)?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
-}
-
-/// Writes `bytes` to a temporary file for `dir/name` (`.NAME.tmp`, 0600, synced);
-/// returns its path.
-fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    Ok(tmp)
+    safe_files::make_private_folder(dir, FOLDER.0, FOLDER.1)
 }
 
 /// The account key (PKCS#8 DER): read, or made and written on first use.
@@ -95,7 +45,7 @@ pub fn account_key(dir: &Path) -> Result<Vec<u8>, String> {
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let der = super::jws::AccountKey::generate()?;
-            write_private(dir, "account.key", super::b64::pem("PRIVATE KEY", &der).as_bytes())?;
+            safe_files::write_private(dir, "account.key", super::b64::pem("PRIVATE KEY", &der).as_bytes())?;
             log::info!("acme: a new account key in {}", file.display());
             Ok(der)
         }
@@ -112,7 +62,7 @@ pub fn account_url(dir: &Path, directory: &str) -> Option<String> {
 
 pub fn save_account(dir: &Path, directory: &str, url: &str) -> Result<(), String> {
     let v = serde_json::json!({ "directory": directory, "url": url });
-    write_private(dir, "account.json", v.to_string().as_bytes())
+    safe_files::write_private(dir, "account.json", v.to_string().as_bytes())
 }
 
 /// The files of the vhost whose first server name is `name`.
@@ -141,8 +91,8 @@ pub fn save_cert(dir: &Path, names: &[String], chain_pem: &str, key_pem: &str, n
         return Err(format!("{name:?} cannot name a file in the state folder"));
     }
     let (key_name, crt_name) = (format!("{name}.key"), format!("{name}.crt"));
-    let key_tmp = write_temp(dir, &key_name, key_pem.as_bytes())?;
-    let checked = write_temp(dir, &crt_name, chain_pem.as_bytes()).and_then(|crt_tmp| {
+    let key_tmp = safe_files::write_private_temp(dir, &key_name, key_pem.as_bytes())?;
+    let checked = safe_files::write_private_temp(dir, &crt_name, chain_pem.as_bytes()).and_then(|crt_tmp| {
         crate::tls::load(&crt_tmp, &key_tmp, names, now).map(|_| crt_tmp).map_err(|e| e.to_string())
     });
     let crt_tmp = match checked {
@@ -210,6 +160,7 @@ pub fn chain_validity(chain_pem: &str) -> Option<Validity> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn the_folder_is_made_private_and_keys_are_0600() {

@@ -22,6 +22,11 @@
 //! could make the folder first and keep it ([`check_workers_folder`], run by `pika -t`
 //! too); it is made 0700 and given to the workers' user only when just made
 //! ([`make_workers_folder`]), and an existing one must already be theirs.
+//!
+//! A folder of the master's secrets (ACME's `state_dir`, the fleet's `cache_dir`) is
+//! the master's user's alone, 0700 ([`check_private_folder`], [`make_private_folder`]),
+//! and each file in it is written 0600 under a temporary name, then renamed, so a
+//! reader never sees half of one ([`write_private`]).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -395,6 +400,71 @@ pub fn make_workers_folder(what: &str, dir: &Path, workers: Workers<'_>) -> Resu
         }
     }
     check_workers_folder(what, dir, workers)
+}
+
+/// Checks a folder of secrets, if it exists: a directory of the master's user that
+/// no one else may enter. `what` names it in the error (`acme state_dir`), `holds`
+/// says what it holds (`private keys`).
+pub fn check_private_folder(dir: &Path, what: &str, holds: &str) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{what} {}: {e}", dir.display())),
+    };
+    if !meta.is_dir() {
+        return Err(format!("{what} {} is not a directory", dir.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!("{what} {} belongs to uid {}, not to uid {me} (the master's)", dir.display(), meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{what} {} has mode {:o}: it holds {holds}, make it 0700",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a folder of secrets (0700) if it is missing, then checks it
+/// ([`check_private_folder`]).
+pub fn make_private_folder(dir: &Path, what: &str, holds: &str) -> Result<(), String> {
+    if !dir.exists() {
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    check_private_folder(dir, what, holds)
+}
+
+/// Writes `bytes` to `dir/name`, 0600, by a temporary file ([`write_private_temp`])
+/// and a rename.
+pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let tmp = write_private_temp(dir, name, bytes)?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+}
+
+/// Writes `bytes` to a temporary file for `dir/name` (`.NAME.tmp`, 0600, no link
+/// followed, synced); returns its path, for a caller that renames it when the rest
+/// is written too.
+pub fn write_private_temp(dir: &Path, name: &str, bytes: &[u8]) -> Result<std::path::PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    Ok(tmp)
 }
 
 #[cfg(test)]

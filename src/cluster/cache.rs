@@ -2,64 +2,28 @@
 //! serve with Redis down: `cluster.cache_dir`, root's and 0700, each file 0600,
 //! written to a temporary name and renamed so a reader never sees half of one.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+use crate::base::safe_files;
+
+/// What the cache folder is called in errors, and what it holds.
+const FOLDER: (&str, &str) = ("cluster cache_dir", "secrets");
 
 /// Checks the folder, if it exists: a directory of the master's user that no one
 /// else may enter.
 pub fn check_folder(dir: &Path) -> Result<(), String> {
-    let meta = match std::fs::symlink_metadata(dir) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("cluster cache_dir {}: {e}", dir.display())),
-    };
-    if !meta.is_dir() {
-        return Err(format!("cluster cache_dir {} is not a directory", dir.display()));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(format!(
-            "cluster cache_dir {} belongs to uid {}, not to uid {me} (the master's)",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "cluster cache_dir {} has mode {:o}: it holds secrets, make it 0700",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    safe_files::check_private_folder(dir, FOLDER.0, FOLDER.1)
 }
 
 /// Creates the folder (0700) if it is missing, then checks it.
 pub fn prepare(dir: &Path) -> Result<(), String> {
-    if !dir.exists() {
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    check_folder(dir)
+    safe_files::make_private_folder(dir, FOLDER.0, FOLDER.1)
 }
 
 /// Writes `bytes` to `dir/name`, 0600, by a temporary file and a rename.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
     prepare(dir)?;
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    safe_files::write_private(dir, name, bytes)
 }
 
 /// What `dir/name` holds, if it is there.
@@ -70,7 +34,7 @@ pub fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn the_cache_is_private() {
