@@ -106,15 +106,7 @@ pub(super) fn build<'c>(
     symlinks: Symlinks,
     server_name: &'c str,
 ) -> std::io::Result<Cgi<'c>> {
-    let scripts = Scripts {
-        dir: std::fs::File::open(&c.dir)?,
-        dir_path: &c.dir,
-        symlinks,
-        strip: if c.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
-        pattern: at,
-        server_name,
-        policy: c.policy.clone(),
-    };
+    let scripts = Scripts::open((&c.dir, c.alias), at, symlinks, server_name, c.policy.clone())?;
     Ok(Cgi { config: c, scripts })
 }
 

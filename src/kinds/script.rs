@@ -53,6 +53,29 @@ pub struct Prepared {
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+impl<'c> Scripts<'c> {
+    /// The scripts of a location whose directory is `dir` (opened now), an `alias`
+    /// of the prefix `at` or a root; how they run is `policy`.
+    pub fn open(
+        (dir, alias): (&'c Path, bool),
+        at: Option<&'c Pattern>,
+        symlinks: Symlinks,
+        server_name: &'c str,
+        policy: Policy,
+    ) -> std::io::Result<Scripts<'c>> {
+        Ok(Scripts {
+            dir: File::open(dir)?,
+            dir_path: dir,
+            symlinks,
+            // An alias stands for the prefix: what follows it is looked up.
+            strip: if alias { at.map_or(0, |p| p.text().len()) } else { 0 },
+            pattern: at,
+            server_name,
+            policy,
+        })
+    }
+}
+
 impl Scripts<'_> {
     /// The script `ask`'s path runs, and its variables; on `None` the reply says
     /// why (403, 404).

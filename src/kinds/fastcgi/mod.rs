@@ -53,15 +53,8 @@ pub(super) fn build<'c>(
     symlinks: Symlinks,
     server_name: &'c str,
 ) -> std::io::Result<FastCgi<'c>> {
-    let scripts = Scripts {
-        dir: std::fs::File::open(&f.dir)?,
-        dir_path: &f.dir,
-        symlinks,
-        strip: if f.alias { at.map_or(0, |p| p.text().len()) } else { 0 },
-        pattern: at,
-        server_name,
-        // The application runs the file; the index files are tried for a directory.
-        policy: Policy { executables: false, interpreters: Default::default(), fastcgi: true, index: f.index.clone() },
-    };
+    // The application runs the file; the index files are tried for a directory.
+    let policy = Policy { executables: false, interpreters: Default::default(), fastcgi: true, index: f.index.clone() };
+    let scripts = Scripts::open((&f.dir, f.alias), at, symlinks, server_name, policy)?;
     Ok(FastCgi::new(f, scripts))
 }
