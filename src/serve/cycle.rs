@@ -87,8 +87,6 @@ pub(super) struct Exchange<'s, 'r> {
     pub(super) req: &'r Request<'r>,
     /// The peer, or the client a trusted forwarder named (for this request only).
     pub(super) client: SocketAddr,
-    /// The connection's peer (or the client its PROXY header named).
-    pub(super) peer: SocketAddr,
     /// One clock for the Date header, the log's time stamp and the time taken,
     /// read once its head is parsed.
     pub(super) start: SystemTime,
@@ -133,10 +131,11 @@ impl<'r> Exchange<'_, 'r> {
     }
 
     /// What the read of its body needs: the request, whether its body is read
-    /// whole before it is answered, and the connection's peer.
+    /// whole before it is answered, and the connection's `peer` (what a refusal
+    /// logs).
     #[inline(always)]
-    fn body_of(&self) -> (&'r Request<'r>, bool, SocketAddr) {
-        (self.req, self.reads_body(), self.peer)
+    fn body_of(&self, peer: SocketAddr) -> (&'r Request<'r>, bool, SocketAddr) {
+        (self.req, self.reads_body(), peer)
     }
 
     /// Whether its body is read whole before it is answered (scripts, the echo, a
@@ -179,7 +178,8 @@ impl<'c> Server<'c> {
         let (mut reply, mut rooted, kept) = (Reply::new(&mut self.extra), Vec::new(), self.bodies.kept.take());
         let router = Router { sites: &self.sites, config: self.config, https: self.https_port, token: &self.token };
         let ex = router.route(&req, (t.tls().map(|f| f.sni), conn.peer), kept, &mut rooted, &mut reply);
-        let body = match self.bodies.read(&mut self.input, t, ex.body_of(), &self.req_head, &self.config.http) {
+        let body = match self.bodies.read(&mut self.input, t, ex.body_of(conn.peer), &self.req_head, &self.config.http)
+        {
             Ok(BodyState::Waits) => return self.bodies.wait_with(ex.vhost, ex.picked),
             Ok(body) => body,
             Err(e) => return self.refuse(t, conn, e, hooks),
@@ -526,7 +526,6 @@ impl<'s> Router<'s> {
         let mut ex = Exchange {
             req,
             client,
-            peer,
             start: SystemTime::now(),
             tls: sni.is_some(),
             vhost,

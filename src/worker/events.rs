@@ -152,8 +152,13 @@ impl<'a, 'c> Loop<'a, 'c> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
-        let parked =
-            Parked { epoll, table: Table::default(), ready: VecDeque::new(), batch: Vec::new(), scratch: Vec::new() };
+        let parked = Parked {
+            epoll,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            batch: VecDeque::new(),
+            scratch: Vec::new(),
+        };
         let mut l = Loop {
             ctx,
             tls,
@@ -304,8 +309,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         batch.extend(events.iter().map(|ev| ev.data()).filter(|&t| t < FAR).map(|t| t as usize));
         for ev in events {
             let tag = ev.data();
-            if tag < FAR {
-                self.parked.batch.retain(|&i| i as u64 != tag);
+            // Served in the batch's order: the one served now leaves its front.
+            if tag < FAR && self.parked.batch.front() == Some(&(tag as usize)) {
+                self.parked.batch.pop_front();
             }
             if tag >= LISTENER {
                 self.accept((tag - LISTENER) as usize)?;

@@ -23,7 +23,7 @@ pub(crate) struct Parked {
     pub(super) ready: VecDeque<usize>,
     /// Connections the last wait reported with input, not served yet (the rest of
     /// its batch): what `Relief::Ready` hands to the others.
-    pub(super) batch: Vec<usize>,
+    pub(super) batch: VecDeque<usize>,
     pub(super) scratch: Vec<u8>,
 }
 
@@ -321,15 +321,20 @@ mod tests {
     fn a_ready_relief_hands_over_only_the_connections_with_input_here() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
-        let mut p =
-            Parked { epoll, table: Table::default(), ready: VecDeque::new(), batch: Vec::new(), scratch: Vec::new() };
+        let mut p = Parked {
+            epoll,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            batch: VecDeque::new(),
+            scratch: Vec::new(),
+        };
         let mut clients = Vec::new();
         for _ in 0..4 {
             clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
             let (s, peer) = listener.accept().unwrap();
             p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
         }
-        p.batch = vec![1];
+        p.batch = VecDeque::from([1]);
         p.ready.push_back(3);
         let handover = Handover::new().unwrap();
         let (sent, _) = p.hand_over(&handover, Relief::Ready);
