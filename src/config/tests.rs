@@ -453,8 +453,12 @@ fn the_body_keys_apply() {
 /// modules' tests).
 pub(crate) fn load_str(text: &str) -> Result<Config, ConfigError> {
     let dir = setup();
-    try_parse(&dir, &format!("[server]\nlisten = [\"127.0.0.1:8080\"]\n{text}"))
+    try_parse(&dir, &format!("[server]\nlisten = [\"127.0.0.1:8080\"]\n{BODIES_HERE}{text}"))
 }
+
+/// Request bodies in the test's folder: the default folder is the machine's
+/// (`/var/lib/pika/bodies`), which a server run there as another user owns.
+const BODIES_HERE: &str = "[http]\nbody_temp_dir = \"bodies\"\n";
 
 #[test]
 fn an_unreadable_default_mime_types_is_an_error_not_the_builtin() {

@@ -336,7 +336,8 @@ mod tests {
     fn the_page_sums_every_slot() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("htdocs")).unwrap();
-        let text = "[server]\nlisten = [\"8080\"]\nmime_types = \"builtin\"\n[workers]\nmax = 9\nmax_connections = 77\n\
+        let text = "[server]\nlisten = [\"8080\"]\nmime_types = \"builtin\"\n[http]\nbody_temp_dir = \"bodies\"\n\
+                    [workers]\nmax = 9\nmax_connections = 77\n\
                     [[vhost]]\nroot = \"htdocs\"\n[[vhost.location]]\nprefix = \"/app/\"\n\
                     proxy = [\"http://10.0.0.1:8000/x/\", \"http://10.0.0.2:8000\"]\nproxy_backup = \"unix:/run/a\\\"b.sock\"\n";
         let config = crate::config::parse(text, &dir.path().join("conf/pika.toml")).unwrap();
