@@ -192,9 +192,9 @@ impl<'c> Site<'c> {
     }
 
     /// Lets go of the open files no request used for a while, in each directory.
-    pub fn sweep_files(&self, now: std::time::Instant) {
+    pub fn sweep_files(&self, now_ms: u64) {
         for r in &self.roots {
-            r.sweep(now);
+            r.sweep(now_ms);
         }
     }
 

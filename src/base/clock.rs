@@ -6,9 +6,7 @@
 
 /// Monotonic milliseconds (`CLOCK_MONOTONIC_COARSE`).
 pub fn now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
-        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
-        .unwrap_or(0)
+    super::sys::coarse_ms()
 }
 
 /// How far [`now_ms`] may lag the fine clock (`std::time::Instant`): the coarse

@@ -125,6 +125,18 @@ pub fn reset_signals_in_child() {
     restore_signals(&SigSet::empty());
 }
 
+/// `CLOCK_MONOTONIC_COARSE` in milliseconds (0 should the kernel refuse it): a read
+/// of the vDSO's page, asked several times a request, where nix's wrapper (its
+/// `Result`, errno) cost as much again as the read.
+pub fn coarse_ms() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec the call writes; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
 /// Asks the kernel to send `sig` to this process when its parent dies.
 pub fn die_with_parent(sig: Signal) -> io::Result<()> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a plain integer and touches no memory.

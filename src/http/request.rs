@@ -177,7 +177,7 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
 /// alone is over its limit, 431 when the head is.
 pub fn check_partial(buf: &[u8], limits: &Limits) -> Result<(), HttpError> {
     let content = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
-    let line_end = buf[content..].iter().position(|&b| b == b'\n');
+    let line_end = memchr::memchr(b'\n', &buf[content..]);
     // A read may end between the CR and the LF of a line that is exactly at the limit.
     let pending = (buf.len() - content).saturating_sub(usize::from(buf.ends_with(b"\r")));
     match line_end {
@@ -396,7 +396,7 @@ fn body_framing(te_seen: bool, chunked: bool, content_length: Option<u64>, http1
 pub fn request_line(buf: &[u8]) -> &[u8] {
     let start = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
     let rest = &buf[start..];
-    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
     let line = &rest[..end];
     line.strip_suffix(b"\r").unwrap_or(line)
 }

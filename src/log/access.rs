@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -338,15 +338,18 @@ fn account(path: &std::path::Path, health: &mut Health, len: usize, written: std
 /// The `[10/Oct/2000:13:55:36 -0700]` stamp, formatted at most once a second.
 #[derive(Default)]
 struct ClfClock {
-    second: u64,
+    /// The second `text` shows, as the span `[from, to)` of the wall clock: a
+    /// record of the same second is two comparisons (no subtraction from the epoch).
+    span: Option<(SystemTime, SystemTime)>,
     text: String,
 }
 
 impl ClfClock {
-    fn stamp(&mut self, t: std::time::SystemTime) -> &str {
-        let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        if secs != self.second || self.text.is_empty() {
-            self.second = secs;
+    fn stamp(&mut self, t: SystemTime) -> &str {
+        if self.span.is_none_or(|(from, to)| t < from || t >= to) {
+            let secs = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let from = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+            self.span = Some((from, from + Duration::from_secs(1)));
             let ts = jiff::Timestamp::from_second(secs as i64).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
             let z = ts.to_zoned_datetime(super::files::local_zone().clone());
             self.text = z.strftime("[%d/%b/%Y:%H:%M:%S %z]").to_string();
@@ -379,7 +382,26 @@ pub const DEFAULT_LOG_FLUSH: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, SystemTime};
+
+    /// The stamp is the record's own second, kept across a second's records, made
+    /// again at the next second and for a clock set back.
+    #[test]
+    fn the_clf_stamp_follows_the_second() {
+        let mut clock = ClfClock::default();
+        let at = |secs: u64, ms: u64| std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms);
+        let fresh = |secs: u64| {
+            let z = jiff::Timestamp::from_second(secs as i64)
+                .unwrap()
+                .to_zoned_datetime(super::super::files::local_zone().clone());
+            z.strftime("[%d/%b/%Y:%H:%M:%S %z]").to_string()
+        };
+        let day = 1_780_000_000;
+        for (secs, ms) in
+            [(day, 0), (day, 999), (day + 1, 0), (day + 1, 500), (day, 999), (day - 3600, 1), (day + 86_400, 0)]
+        {
+            assert_eq!(clock.stamp(at(secs, ms)), fresh(secs), "{secs}.{ms}");
+        }
+    }
 
     fn conf(path: &std::path::Path, format: &str, buffer: usize, flush: Duration) -> AccessLog {
         AccessLog {

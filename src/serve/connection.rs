@@ -131,7 +131,7 @@ impl<'c> Server<'c> {
     /// The worker's once-a-second look: the open files no request used for a
     /// while are let go (a deleted one's space with them).
     pub fn sweep_files(&self) {
-        let now = std::time::Instant::now();
+        let now = crate::base::clock::now_ms();
         for site in &self.sites {
             site.sweep_files(now);
         }

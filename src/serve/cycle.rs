@@ -522,7 +522,10 @@ impl<'s> Router<'s> {
         reply: &mut Reply<'_>,
     ) -> Exchange<'s, 'p> {
         let client = self.client(req, peer);
-        let vhost = kept.map_or_else(|| self.config.vhost_for(req.host), |(v, _)| v);
+        let vhost = match kept {
+            Some((v, _)) => v,
+            None => self.config.vhost_for(req.host),
+        };
         let mut ex = Exchange {
             req,
             client,
@@ -546,7 +549,10 @@ impl<'s> Router<'s> {
         match path::clean(target) {
             Ok((clean, query)) => {
                 let site = &self.sites[vhost];
-                let picked = kept.map_or_else(|| site.pick(&clean.bytes), |(_, p)| p);
+                let picked = match kept {
+                    Some((_, p)) => p,
+                    None => site.pick(&clean.bytes),
+                };
                 let (place, guards) = site.place(picked);
                 ex.kind.health = place.handler.is_health();
                 ex.kind.auth = place.gate.auth.is_some() || guards.is_some_and(|g| g.auth.is_some());

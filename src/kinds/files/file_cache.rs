@@ -26,7 +26,9 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::base::clock::now_ms;
 
 use memmap2::Mmap;
 use nix::sys::stat::{FileStat, SFlag};
@@ -72,11 +74,12 @@ pub struct Entry {
     /// first, so a permission taken away is seen at the next check.
     ctime: (i64, i64),
     mode: u32,
-    /// When the file was last confirmed unchanged (None: look before the next use).
-    checked: Cell<Option<Instant>>,
+    /// When the file was last confirmed unchanged, in [`now_ms`]'s milliseconds (None:
+    /// look before the next use).
+    checked: Cell<Option<u64>>,
     /// When a request last used it (an entry holding a descriptor goes after
-    /// [`OPEN_IDLE`] without one).
-    used: Cell<Instant>,
+    /// [`OPEN_IDLE`] without one), in [`now_ms`]'s milliseconds.
+    used: Cell<u64>,
     /// The header lines of a whole-file (or one-range) answer, made on the first one.
     file_headers: OnceCell<Box<[u8]>>,
     /// The file compressed on the fly, by coding (`rules::encoding::Coding::index`),
@@ -115,8 +118,8 @@ impl Entry {
             mtime_nsec: meta.mtime_nsec(),
             ctime: (meta.ctime(), meta.ctime_nsec()),
             mode: meta.mode(),
-            checked: Cell::new(Some(Instant::now())),
-            used: Cell::new(Instant::now()),
+            checked: Cell::new(Some(now_ms())),
+            used: Cell::new(now_ms()),
             file_headers: OnceCell::new(),
             coded: Default::default(),
             script: false,
@@ -242,9 +245,10 @@ impl FileCache {
         use std::os::unix::ffi::OsStrExt;
         let key = rel.as_os_str().as_bytes();
         let entry = self.entries.get(key)?;
-        let now = Instant::now();
+        // The coarse clock (a read of memory): every cached answer asks it.
+        let now = now_ms();
         entry.used.set(now);
-        if entry.checked.get().is_some_and(|t| now.saturating_duration_since(t) < self.check_interval) {
+        if entry.checked.get().is_some_and(|t| u128::from(now.saturating_sub(t)) < self.check_interval.as_millis()) {
             return Some(entry.clone());
         }
         let st = nix::sys::stat::fstatat(root, rel, nix::fcntl::AtFlags::empty()).ok();
@@ -273,8 +277,9 @@ impl FileCache {
 
     /// Lets go of the entries holding a descriptor that no request used for
     /// [`OPEN_IDLE`] (the worker's once-a-second look).
-    pub fn sweep(&mut self, now: Instant) {
-        self.entries.retain(|_, e| e.file.is_none() || now.saturating_duration_since(e.used.get()) < OPEN_IDLE);
+    pub fn sweep(&mut self, now_ms: u64) {
+        let idle = OPEN_IDLE.as_millis() as u64;
+        self.entries.retain(|_, e| e.file.is_none() || now_ms.saturating_sub(e.used.get()) < idle);
     }
 
     /// Keeps `entry` for later requests.
@@ -391,9 +396,10 @@ mod tests {
         let root = File::open(dir.path()).unwrap();
         assert!(c.fresh(root.as_fd(), Path::new("big")).is_some());
         let used = e.used.get();
-        c.sweep(used + OPEN_IDLE - Duration::from_millis(1));
+        let idle = OPEN_IDLE.as_millis() as u64;
+        c.sweep(used + idle - 1);
         assert_eq!(c.open(), 1, "used lately: kept");
-        c.sweep(used + OPEN_IDLE);
+        c.sweep(used + idle);
         assert!(c.entries.is_empty(), "unused for OPEN_IDLE: let go");
     }
 
@@ -422,7 +428,7 @@ mod tests {
         // One more open file than allowed: the one used least lately makes room,
         // the small files stay.
         let l1 = c.entries[&b"l1"[..]].clone();
-        l1.used.set(l1.used.get() - Duration::from_secs(1));
+        l1.used.set(l1.used.get() - 1000);
         c.insert(Path::new("one-more"), &entry("one-more", SENDFILE_MIN));
         assert_eq!((c.open(), c.entries.len()), (MAX_OPEN_ENTRIES, MAX_OPEN_ENTRIES + 1));
         assert!(!c.entries.contains_key(&b"l1"[..]) && c.entries.contains_key(&b"small"[..]));

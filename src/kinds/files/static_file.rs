@@ -60,8 +60,8 @@ impl Root {
 
     /// Lets go of the open files no request used for a while
     /// ([`super::file_cache::OPEN_IDLE`]).
-    pub fn sweep(&self, now: std::time::Instant) {
-        self.cache.borrow_mut().sweep(now);
+    pub fn sweep(&self, now_ms: u64) {
+        self.cache.borrow_mut().sweep(now_ms);
     }
 
     /// What `rel` names under the root: a file ready to send (from the cache when it
