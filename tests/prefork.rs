@@ -218,6 +218,40 @@ fn workers_run_under_sched_batch_unless_turned_off() {
     }
 }
 
+/// The CPUs a process may run on, as `/proc/PID/status` lists them ("0-1", "1").
+fn cpus_allowed(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string()
+}
+
+/// `cpu_affinity = "auto"` binds each worker to one of the CPUs the master may use,
+/// by its slot in turn; a list binds them to those; the master stays unbound.
+#[test]
+fn workers_are_bound_to_cpus_when_asked() {
+    let master_cpus = cpus_allowed(std::process::id() as i32);
+    let ours = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let allowed: Vec<usize> = (0..nix::sched::CpuSet::count()).filter(|&c| ours.is_set(c).unwrap()).collect();
+    let last = *allowed.last().unwrap();
+    for (extra, want) in [
+        ("cpu_affinity = \"auto\"\n", allowed.iter().take(2).map(|c| c.to_string()).collect::<Vec<_>>()),
+        (&format!("cpu_affinity = [{last}]\n")[..], vec![last.to_string()]),
+        ("", vec![master_cpus.clone()]),
+    ] {
+        let site = Site::new();
+        site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n{extra}"));
+        let p = Pika::start(&site, "-F");
+        wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
+        assert_eq!(get(p.addr, "/").status, 200);
+        assert_eq!(cpus_allowed(p.pid), master_cpus, "the master is not bound");
+        let mut got: Vec<String> = n_children(p.pid, 2).into_iter().map(cpus_allowed).collect();
+        got.sort();
+        got.dedup();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want, "the workers' CPUs with [workers] {extra:?}");
+    }
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();

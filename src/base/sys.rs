@@ -137,6 +137,22 @@ pub fn coarse_ms() -> u64 {
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
+/// The CPUs this process may run on (its affinity mask; every CPU of the machine
+/// unless a cgroup, `taskset` or `systemd`'s `CPUAffinity=` narrowed it).
+pub fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
+    (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
+}
+
+/// Binds this process to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(io::Error::from)?;
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
+}
+
 /// Asks the kernel to send `sig` to this process when its parent dies.
 pub fn die_with_parent(sig: Signal) -> io::Result<()> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a plain integer and touches no memory.

@@ -59,6 +59,13 @@ fn workers(t: &mut Toml, c: &Config) {
         t.key("max_memory", size(m));
     }
     t.key("sched_batch", Value::Boolean(w.sched_batch));
+    match &w.cpu_affinity {
+        crate::config::Affinity::Off => t.key("cpu_affinity", string("off")),
+        crate::config::Affinity::Auto => t.key("cpu_affinity", string("auto")),
+        crate::config::Affinity::Cpus(cpus) => {
+            t.key("cpu_affinity", Value::Array(cpus.iter().map(|&c| int(c)).collect()))
+        }
+    }
 }
 
 /// `[http]`: timeouts and the limits on a request.
@@ -378,6 +385,7 @@ max = 9
 max_requests = 100
 max_memory = "512MiB"
 sched_batch = false
+cpu_affinity = [0]
 [http]
 header_timeout = 7
 keepalive_timeout = "90m"
@@ -450,6 +458,7 @@ rotate = { interval = "30m", size = 1000, keep = 2 }
             "graceful_timeout = \"1500ms\"",
             "max_header_size = 20000",
             "max_memory = \"512MiB\"",
+            "cpu_affinity = [0]",
             "allow = [\"10.0.0.0/8\", \"::1\", \"192.168.1.7\"]",
             "server_names = [\"a.example\", \"*.b.example\"]",
             "\"404\" = \"/e/404.html\"",

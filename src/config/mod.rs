@@ -38,7 +38,7 @@ pub use crate::log::ErrorLogTarget;
 use crate::log::rotate::Rotate;
 pub use logs::{AccessLog, DEFAULT_LOG_BUFFER, DEFAULT_LOG_FLUSH};
 pub(crate) use server::FACILITIES;
-pub use server::{Listen, MIME_BUILTIN, RunAs, ServerTokens, Status, Workers};
+pub use server::{Affinity, Listen, MIME_BUILTIN, RunAs, ServerTokens, Status, Workers};
 pub use vhost::Vhost;
 
 #[derive(Debug, Clone)]

@@ -162,6 +162,15 @@ pub(crate) struct RawWorkers {
     pub(crate) max_connections: u32,
     pub(crate) max_memory: Option<Bytes>,
     pub(crate) sched_batch: bool,
+    pub(crate) cpu_affinity: RawAffinity,
+}
+
+/// `workers.cpu_affinity`: `"off"`, `"auto"`, or the CPUs the workers take in turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawAffinity {
+    Word(String),
+    Cpus(Vec<u32>),
 }
 
 impl Default for RawWorkers {
@@ -188,6 +197,9 @@ impl Default for RawWorkers {
             max_connections: 1024,
             max_memory: None,
             sched_batch: true,
+            // Off as in nginx and Apache: a machine shared with other services (a
+            // database, php-fpm) is better left to the scheduler.
+            cpu_affinity: RawAffinity::Word("off".into()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
 
-use super::raw::{RawConfig, RawListen};
+use super::raw::{RawAffinity, RawConfig, RawListen};
 use crate::base::cidr::Cidr;
 use crate::http::forwarded::ForwardedHeader;
 use crate::http::mime::MimeTypes;
@@ -130,6 +130,7 @@ impl Ctx<'_> {
         }
         // More spares than workers can never be reached: the pool stops at max.
         let min_spare = w.min_spare.min(w.max);
+        let cpu_affinity = self.affinity(&w.cpu_affinity)?;
         Ok(Workers {
             start: w.start.min(w.max),
             min_spare,
@@ -141,7 +142,35 @@ impl Ctx<'_> {
             max_connections: w.max_connections.max(1),
             max_memory: w.max_memory.map(|b| b.0),
             sched_batch: w.sched_batch,
+            cpu_affinity,
         })
+    }
+
+    /// `cpu_affinity`: a word, or CPUs this process may run on (a CPU the machine,
+    /// its cgroup or `taskset` does not give pika is refused, as nginx does).
+    fn affinity(&self, raw: &RawAffinity) -> Result<Affinity, ConfigError> {
+        let at = self.table("workers");
+        match raw {
+            RawAffinity::Word(w) if w == "off" => Ok(Affinity::Off),
+            RawAffinity::Word(w) if w == "auto" => Ok(Affinity::Auto),
+            RawAffinity::Word(w) => {
+                Err(self.error(at, format!("workers.cpu_affinity is \"off\", \"auto\" or a list of CPUs, not {w:?}")))
+            }
+            RawAffinity::Cpus(list) if list.is_empty() => {
+                Err(self.error(at, "workers.cpu_affinity: an empty list of CPUs (\"off\" leaves them unbound)"))
+            }
+            RawAffinity::Cpus(list) => {
+                let allowed = crate::base::sys::allowed_cpus();
+                let cpus: Vec<usize> = list.iter().map(|&c| c as usize).collect();
+                match cpus.iter().find(|c| !allowed.contains(c)) {
+                    Some(c) => Err(self.error(
+                        at,
+                        format!("workers.cpu_affinity: CPU {c} is not one pika may run on (it may use {allowed:?})"),
+                    )),
+                    None => Ok(Affinity::Cpus(cpus)),
+                }
+            }
+        }
     }
 
     pub(super) fn run_as(&self, raw: &RawConfig) -> Result<Option<RunAs>, ConfigError> {
@@ -249,7 +278,7 @@ pub struct Listen {
     pub proxy_protocol: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workers {
     pub start: u32,
     pub min_spare: u32,
@@ -263,6 +292,34 @@ pub struct Workers {
     pub max_memory: Option<u64>,
     /// Workers run under `SCHED_BATCH` (no wake-up preemption).
     pub sched_batch: bool,
+    /// Which CPU each worker is bound to, if any.
+    pub cpu_affinity: Affinity,
+}
+
+/// `workers.cpu_affinity` (nginx's `worker_cpu_affinity`): workers bound one to a
+/// CPU, by their scoreboard slot, so that as many event loops as CPUs each keep
+/// their own core's caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Affinity {
+    /// Unbound: the scheduler places them.
+    Off,
+    /// The CPUs the master may use, one to a slot in turn.
+    Auto,
+    /// These CPUs, one to a slot in turn.
+    Cpus(Vec<usize>),
+}
+
+impl Affinity {
+    /// The CPU of the worker in scoreboard slot `slot`, given the CPUs the master
+    /// may use (`allowed`); `None`: unbound.
+    pub fn cpu_for(&self, slot: usize, allowed: &[usize]) -> Option<usize> {
+        let list = match self {
+            Affinity::Off => return None,
+            Affinity::Auto => allowed,
+            Affinity::Cpus(cpus) => cpus,
+        };
+        (!list.is_empty()).then(|| list[slot % list.len()])
+    }
 }
 
 #[derive(Debug, Clone)]

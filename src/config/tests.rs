@@ -35,7 +35,8 @@ fn minimal_config_gets_defaults() {
             max_requests: 0,
             max_connections: 1024,
             max_memory: None,
-            sched_batch: true
+            sched_batch: true,
+            cpu_affinity: crate::config::Affinity::Off,
         }
     );
     assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
@@ -165,6 +166,29 @@ fn include_errors_name_the_included_file() {
     // A folder with nothing in it, or none at all, includes nothing.
     let text = format!("include = [\"conf.d/*.conf\", \"sites-enabled/*\"]\n{MINIMAL}");
     assert!(try_parse(&dir, &text).unwrap().includes.is_empty());
+}
+
+#[test]
+fn cpu_affinity_is_off_auto_or_cpus_pika_may_use() {
+    use crate::config::Affinity;
+    let dir = setup();
+    let read = |v: &str| try_parse(&dir, &format!("{MINIMAL}[workers]\ncpu_affinity = {v}\n"));
+    assert_eq!(try_parse(&dir, MINIMAL).unwrap().workers.cpu_affinity, Affinity::Off);
+    assert_eq!(read("\"auto\"").unwrap().workers.cpu_affinity, Affinity::Auto);
+    assert_eq!(read("\"off\"").unwrap().workers.cpu_affinity, Affinity::Off);
+    let first = crate::base::sys::allowed_cpus()[0];
+    assert_eq!(read(&format!("[{first}]")).unwrap().workers.cpu_affinity, Affinity::Cpus(vec![first]));
+    for (bad, says) in
+        [("\"sometimes\"", "not \"sometimes\""), ("[]", "an empty list"), ("[100000]", "CPU 100000 is not one")]
+    {
+        let e = read(bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    // A worker's CPU by its slot, in turn.
+    assert_eq!(Affinity::Auto.cpu_for(3, &[0, 1]), Some(1));
+    assert_eq!(Affinity::Cpus(vec![2, 5, 7]).cpu_for(4, &[0, 1]), Some(5));
+    assert_eq!(Affinity::Off.cpu_for(0, &[0, 1]), None);
+    assert_eq!(Affinity::Auto.cpu_for(0, &[]), None);
 }
 
 #[test]

@@ -128,7 +128,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     }
 }
 
-/// The worker's process limits: `max_memory` (RLIMIT_AS) and `sched_batch`.
+/// The worker's process limits: `max_memory` (RLIMIT_AS), `sched_batch` and
+/// `cpu_affinity`.
 fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
     if let Some(limit) = ctx.config.workers.max_memory {
         // A worker that leaks or is fed something huge fails its allocation (and is
@@ -146,6 +147,12 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         if let Err(e) = sys::sched_batch() {
             log::warn!("cannot switch the worker to SCHED_BATCH: {e}");
         }
+    }
+    // Bound by its slot, so a replacement takes the CPU of the worker it replaces.
+    if let Some(cpu) = ctx.config.workers.cpu_affinity.cpu_for(ctx.slot, &sys::allowed_cpus())
+        && let Err(e) = sys::pin_to_cpu(cpu)
+    {
+        log::warn!("cannot bind the worker to CPU {cpu}: {e}");
     }
     Ok(())
 }
