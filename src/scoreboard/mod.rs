@@ -171,6 +171,10 @@ pub struct Slot {
     /// Non-zero while the worker holds `workers.max_connections` and takes no new
     /// connection: not a spare, however idle it looks.
     pub full: AtomicU32,
+    /// Non-zero while the worker waits on a program (a CGI script, php-fpm, an
+    /// upstream) for the request it serves: its event loop turns for nobody
+    /// meanwhile, so a sibling in standby takes new connections.
+    pub program_wait: AtomicU32,
     /// Bytes of request bodies the worker holds in temporary files
     /// (`gateway::spool::Disk`): each worker reads every slot's for the server's
     /// `body_spool_max`. Zero when the slot is claimed and when its worker dies (its
@@ -278,6 +282,7 @@ impl Slot {
         self.conns_closing.store(0, Relaxed);
         self.conns_tunnels.store(0, Relaxed);
         self.full.store(0, Relaxed);
+        self.program_wait.store(0, Relaxed);
         self.body_spool.store(0, Relaxed);
         self.answer_spool.store(0, Relaxed);
         store_text(&self.request, b"");
@@ -324,6 +329,20 @@ impl Scoreboard {
             .filter(|&(i, s)| i != me && s.is_spare() && s.generation.load(Relaxed) == generation);
         idle.take(want).count() < want
     }
+
+    /// The workers of `generation` in slots below `me`, up to `enough`, that take
+    /// new connections now: serving or waiting for work (not starting, not leaving),
+    /// not full, not held by a program. The lowest such slots are a generation's
+    /// event loops; a worker with enough of them below it may stand by.
+    pub fn free_loops_below(&self, generation: u32, me: usize, enough: usize) -> usize {
+        let free = |s: &&Slot| {
+            matches!(s.state(), State::Ready | State::Reading | State::Writing | State::Logging | State::Closing)
+                && s.generation.load(Relaxed) == generation
+                && s.full.load(Relaxed) == 0
+                && s.program_wait.load(Relaxed) == 0
+        };
+        self.slots[..me.min(self.slots.len())].iter().filter(free).take(enough).count()
+    }
 }
 
 #[cfg(test)]
@@ -337,6 +356,25 @@ mod tests {
         for slot in sb.slots {
             assert_eq!(std::ptr::from_ref(slot).addr() % 128, 0);
         }
+    }
+
+    #[test]
+    fn free_loops_are_the_lower_slots_that_take_connections() {
+        let sb = Scoreboard::new(7).unwrap();
+        let states =
+            [State::Ready, State::Writing, State::Starting, State::Graceful, State::Ready, State::Ready, State::Ready];
+        for (i, state) in states.into_iter().enumerate() {
+            sb.slots[i].claim(if i == 4 { 2 } else { 1 });
+            sb.slots[i].set_state(state);
+        }
+        // Slots 0 and 1 take connections; 2 starts, 3 leaves, 4 is another generation's.
+        assert_eq!(sb.free_loops_below(1, 5, 8), 2);
+        assert_eq!(sb.free_loops_below(1, 5, 1), 1, "counted up to enough");
+        assert_eq!(sb.free_loops_below(1, 0, 8), 0, "nothing below slot 0");
+        sb.slots[1].program_wait.store(1, Relaxed);
+        assert_eq!(sb.free_loops_below(1, 5, 8), 1, "a worker held by a program is no loop");
+        sb.slots[0].full.store(1, Relaxed);
+        assert_eq!(sb.free_loops_below(1, 6, 8), 1, "nor is a full one; slot 5 is");
     }
 
     #[test]

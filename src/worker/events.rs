@@ -100,6 +100,11 @@ const ACCEPT_BACKOFF: u64 = 100;
 /// busiest and its memory stays warm.
 const SPREAD_FROM: usize = 1;
 
+/// How soon a worker in standby looks again whether the event loops below it are
+/// still free (a loop held by a program leaves new connections waiting for this
+/// long at most before a spare takes them).
+const STANDBY_LOOK: u64 = 20;
+
 /// Descriptors a worker keeps for other things than connections (listeners, logs,
 /// docroots, cached files), when `workers.max_connections` is capped by the open-file
 /// limit.
@@ -133,6 +138,9 @@ pub(super) struct Loop<'a, 'c> {
     /// open-file limit); at it, it takes no new ones.
     cap: usize,
     full: bool,
+    /// The CPUs the worker may run on: as many free event loops in the slots below
+    /// it let it stand by.
+    cpus: usize,
     leaving: Option<Leaving>,
     /// When a leaving worker closes the idle connections it still holds (and from
     /// then on, those that become idle).
@@ -169,6 +177,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             adopting: false,
             cap,
             full: false,
+            cpus: sys::allowed_cpus().len().max(1),
             leaving: None,
             close_idle_at: 0,
             accept_paused_until: 0,
@@ -229,10 +238,13 @@ impl<'a, 'c> Loop<'a, 'c> {
             if self.obs.slot.state() != resting {
                 self.obs.slot.set_state(resting);
             }
-            let wait = if self.parked.ready.is_empty() {
-                self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
-            } else {
+            let standby = self.stand_by();
+            let wait = if !self.parked.ready.is_empty() {
                 0
+            } else if standby {
+                self.next_sweep.saturating_sub(now_ms()).min(STANDBY_LOOK)
+            } else {
+                self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
             };
             let timeout = EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO);
             let waited = self.parked.epoll.wait(&mut events, timeout);
@@ -327,6 +339,26 @@ impl<'a, 'c> Loop<'a, 'c> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the worker stands by: it holds no connection and, in the slots below
+    /// its own, as many event loops of its generation as there are CPUs take
+    /// connections (`Scoreboard::free_loops_below`). Standing by it is off the
+    /// listeners, so kept-alive clients stay on about one busy event loop per CPU
+    /// (fewer workers taking turns on the cores: a lower tail, `docs/scaling.md`),
+    /// and it listens again as soon as a loop below is held by a program, full,
+    /// leaving or gone. A leaving, full or paused worker keeps what that decided.
+    fn stand_by(&mut self) -> bool {
+        if self.leaving.is_some() || self.full || self.accept_paused_until != 0 {
+            return false;
+        }
+        let ctx = self.ctx;
+        let standby = self.parked.table.len == 0
+            && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.cpus) >= self.cpus;
+        if standby == self.listening {
+            let _ = self.listen(!standby);
+        }
+        standby
     }
 
     /// Takes one connection from listener `i` and serves what it brought.
@@ -485,13 +517,24 @@ impl<'a, 'c> Loop<'a, 'c> {
         let Loop { server, obs, parked, ctx, .. } = self;
         server.sync_logs();
         let (slot, retiring) = (obs.slot, obs.retiring);
+        // Held by a program for this turn: a sibling in standby takes new
+        // connections meanwhile (`stand_by`).
+        let mut held_by_program = false;
         let mut stalled = |which| {
+            if !held_by_program {
+                held_by_program = true;
+                slot.program_wait.store(1, Relaxed);
+            }
             if !retiring {
                 parked.relieve(ctx, slot, which);
             }
         };
         let mut hooks = Hooks { obs: &mut **obs, stalled: &mut stalled };
-        if expired { server.expire(h, &mut hooks) } else { server.serve_ready(h, &mut hooks) }
+        let next = if expired { server.expire(h, &mut hooks) } else { server.serve_ready(h, &mut hooks) };
+        if held_by_program {
+            slot.program_wait.store(0, Relaxed);
+        }
+        next
     }
 
     /// Puts a connection back after it was served, or lets it go.
