@@ -439,13 +439,21 @@ impl Transport for TlsStream<'_> {
         let mut rest = Rest::new(Vec::new(), Body::None, chunked, sent);
         match &mut later {
             Some(b) => rest.body = std::mem::replace(*b, Body::None),
-            None => self.seal()?,
+            None => {
+                self.seal()?;
+                if self.last {
+                    // The answer is sealed whole: its close_notify leaves in the same
+                    // write (one segment, one wake-up of the client, not two).
+                    self.conn.send_close_notify();
+                }
+            }
         }
         if !self.pour(&mut rest, FIRST_TURN)? {
             return Ok(Sent::Parked(Box::new(rest)));
         }
         if self.last {
-            // Sent once: the session's close finds nothing more to say.
+            // After a file or a stream. Sent once (rustls says it once): the
+            // session's close finds nothing more to say.
             self.conn.send_close_notify();
             self.write_now();
         }
@@ -619,6 +627,33 @@ mod tests {
         session.close(&sock);
         drop(sock);
         assert!(client.join().unwrap() == want, "the client read every byte sent, then a close_notify");
+    }
+
+    #[test]
+    fn the_last_answer_and_its_close_notify_leave_in_one_segment() {
+        let made = leaf(&["a.example"], -1, 30, None);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = client(&made, listener.local_addr().unwrap(), b"GET / HTTP/1.1\r\n\r\n");
+        let (sock, _) = listener.accept().unwrap();
+        // Each write a segment of its own at once: what is counted is what we wrote.
+        sock.set_nodelay(true).unwrap();
+        let mut session = Session::new(&server_config(&made)).unwrap();
+        let mut stage = Vec::new();
+        let mut t = TlsStream::new(&sock, &mut session, &mut stage);
+        assert_eq!(read_all(&mut t, 18), b"GET / HTTP/1.1\r\n\r\n");
+        t.last_response();
+        let before = crate::base::sys::tcp_data_segments_out(&sock).unwrap();
+        let sent = t.send(b"HEAD\r\n", Some(&mut Body::Owned(b"body".to_vec())), false).unwrap();
+        assert!(matches!(sent, Sent::All(10)));
+        let after = crate::base::sys::tcp_data_segments_out(&sock).unwrap();
+        assert_eq!(after - before, 1, "the answer (with the tickets it took along) and the close_notify in one write");
+        drop(t);
+        // The close finds nothing more to say.
+        assert!(!session.wants_write());
+        session.close(&sock);
+        assert_eq!(crate::base::sys::tcp_data_segments_out(&sock).unwrap(), after);
+        drop(sock);
+        assert_eq!(client.join().unwrap(), b"HEAD\r\nbody", "read to the close_notify");
     }
 
     /// A client that completes its handshake, sends one request, then (when told)
