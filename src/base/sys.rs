@@ -141,6 +141,15 @@ pub fn sched_batch() -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Moves this process back to `SCHED_OTHER`, the normal policy (a wake-up may
+/// preempt the running task). A process needs no privilege for it.
+pub fn sched_normal() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param`, a valid local, and nothing else.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// The data segments a TCP socket has sent (`tcpi_data_segs_out`): how many writes
 /// left as separate segments, for tests of what goes out together.
 #[cfg(test)]

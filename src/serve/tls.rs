@@ -30,6 +30,7 @@ use rustls::{ServerConfig, ServerConnection};
 
 use crate::http::response::Body;
 use crate::log::record::TlsFields;
+use crate::serve::handshakes::UnderWay;
 use crate::serve::transport::{FIRST_TURN, Rest, SEND_CHUNK, Sent, Transport, copy_from_mapping, read_now};
 
 /// Plaintext bytes per record: TLS's largest, so a response goes out in as few
@@ -45,6 +46,8 @@ pub struct Session {
     pub conn: ServerConnection,
     /// The first byte has been looked at and opened a TLS handshake.
     opened: bool,
+    /// Counted among the worker's handshakes under way until the handshake ends.
+    under_way: Option<UnderWay>,
 }
 
 /// What the first byte on a TLS port says the client speaks.
@@ -88,7 +91,7 @@ impl Session {
         let mut conn = ServerConnection::new(config.clone())?;
         // The sender bounds what it seals itself (FLUSH_AT).
         conn.set_buffer_limit(None);
-        Ok(Session { conn, opened: false })
+        Ok(Session { conn, opened: false, under_way: Some(UnderWay::begin()) })
     }
 
     /// Whether the first byte has been seen to open a handshake; else looks at it:
@@ -166,6 +169,7 @@ impl Write for Sock<'_> {
 pub struct TlsStream<'a> {
     sock: &'a TcpStream,
     conn: &'a mut ServerConnection,
+    under_way: &'a mut Option<UnderWay>,
     /// Where a response is staged into records (the worker's, reused).
     stage: &'a mut Vec<u8>,
     /// The response being sent is the last: `close_notify` follows it in its write.
@@ -176,7 +180,14 @@ pub struct TlsStream<'a> {
 
 impl<'a> TlsStream<'a> {
     pub fn new(sock: &'a TcpStream, session: &'a mut Session, stage: &'a mut Vec<u8>) -> TlsStream<'a> {
-        TlsStream { sock, conn: &mut session.conn, stage, last: false, failure: None }
+        TlsStream {
+            sock,
+            conn: &mut session.conn,
+            under_way: &mut session.under_way,
+            stage,
+            last: false,
+            failure: None,
+        }
     }
 
     /// Hands rustls records already read from the socket (what followed a PROXY
@@ -205,6 +216,9 @@ impl<'a> TlsStream<'a> {
     /// is dropped with it, as a close never waits either.
     fn process(&mut self) -> io::Result<()> {
         let processed = self.conn.process_new_packets();
+        if !self.conn.is_handshaking() {
+            *self.under_way = None;
+        }
         let request_waits =
             !self.conn.is_handshaking() && processed.as_ref().is_ok_and(|s| s.plaintext_bytes_to_read() > 0);
         if self.conn.wants_write() && !request_waits {
