@@ -430,6 +430,31 @@ fn sessions_end_with_close_notify() {
     assert!(t.elapsed() < CLOSE_WITHIN, "closed after {:?}", t.elapsed());
 }
 
+#[test]
+fn a_worker_leaves_sched_batch_while_a_handshake_is_under_way() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    let h = Https::serving("-F", "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n", &[("a.example", "")]);
+    let workers = n_children(h.pika().pid, 2);
+    let policies = || workers.iter().map(|&w| sched_policy(w)).collect::<Vec<_>>();
+    let all_batch = || (policies() == [SCHED_BATCH; 2]).then_some(());
+    wait_until(DEADLINE, "both workers under SCHED_BATCH", all_batch);
+    // A handshake begun (its first byte, for which the accept waits) and left there.
+    let mut c = TcpStream::connect(h.tls).unwrap();
+    c.write_all(&[0x16]).unwrap();
+    wait_until(DEADLINE, "the worker with the handshake under the normal policy", || {
+        (policies().iter().filter(|&&p| p == SCHED_OTHER).count() == 1).then_some(())
+    });
+    drop(c);
+    wait_until(DEADLINE, "SCHED_BATCH again once the connection closed", all_batch);
+    // A whole handshake: SCHED_BATCH again once it ended, the connection still open.
+    let config = client_config(&h.site.read("conf/ca.pem"));
+    let mut s = tls_connect(h.tls, "a.example", &config);
+    assert_eq!(tls_request(&mut s, "a.example", "/", false).unwrap().status, 200);
+    wait_until(DEADLINE, "SCHED_BATCH again once the handshake ended", all_batch);
+    drop(s);
+}
+
 /// A ClientHello as a real client sends it.
 fn client_hello(config: &Arc<ClientConfig>) -> Vec<u8> {
     let mut c = ClientConnection::new(config.clone(), ServerName::try_from("a.example").unwrap()).unwrap();

@@ -196,11 +196,6 @@ fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
     drop(clients);
 }
 
-/// The scheduling policy of a process (proc(5) field 41: 0 other, 3 batch).
-fn sched_policy(pid: i32) -> u32 {
-    stat_fields(pid).unwrap()[38].parse().unwrap()
-}
-
 #[test]
 fn workers_run_under_sched_batch_unless_turned_off() {
     const SCHED_OTHER: u32 = 0;

@@ -282,6 +282,11 @@ pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
     Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_owned).collect())
 }
 
+/// The scheduling policy of a process (proc(5) field 41: 0 other, 3 batch).
+pub fn sched_policy(pid: i32) -> u32 {
+    stat_fields(pid).unwrap()[38].parse().unwrap()
+}
+
 pub fn ppid_of(pid: i32) -> Option<i32> {
     let f = stat_fields(pid)?;
     if f[0] == "Z" {

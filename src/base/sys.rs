@@ -169,6 +169,29 @@ pub fn sched_batch() -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Moves this process back to `SCHED_OTHER`, the normal policy (a wake-up may
+/// preempt the running task). A process needs no privilege for it.
+pub fn sched_normal() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param`, a valid local, and nothing else.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// The data segments a TCP socket has sent (`tcpi_data_segs_out`): how many writes
+/// left as separate segments, for tests of what goes out together.
+#[cfg(test)]
+pub fn tcp_data_segments_out(s: &impl AsRawFd) -> io::Result<u32> {
+    // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, a valid local of
+    // that size, and the new length into `len`.
+    let rc =
+        unsafe { libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&raw mut info).cast(), &mut len) };
+    if rc == 0 { Ok(info.tcpi_data_segs_out) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Sets whether this process may dump core and be attached to (`ptrace`,
 /// `pidfd_getfd`) by processes of its own user. Linux resets the flag on `setuid`
 /// (to `fs.suid_dumpable`), so call it after the uid change.

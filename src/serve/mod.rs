@@ -5,7 +5,8 @@
 //! ([`connection`]), the stages that serve one request (`cycle`: read, route,
 //! gate, answer, decorate (`decorate`), deliver, finish), the answer's delivery
 //! and its access-log record (`output`), an answer the socket did not take whole,
-//! written as it drains (`unsent`), a connection that switched protocols, its
+//! written as it drains (`unsent`), the TLS handshakes under way ([`handshakes`],
+//! which the worker's scheduling policy follows), a connection that switched protocols, its
 //! bytes relayed to an upstream (`relay`; its state is `held::tunnel`), and the worker's view into all of it
 //! ([`observer`]).
 //!
@@ -18,6 +19,7 @@ mod body;
 pub mod connection;
 mod cycle;
 mod decorate;
+pub mod handshakes;
 pub mod held;
 pub mod input;
 pub mod observer;

@@ -30,6 +30,7 @@ use rustls::{ServerConfig, ServerConnection};
 
 use crate::http::response::Body;
 use crate::log::record::TlsFields;
+use crate::serve::handshakes::UnderWay;
 use crate::serve::transport::{FIRST_TURN, Rest, SEND_CHUNK, Sent, Transport, copy_from_mapping, read_now};
 
 /// Plaintext bytes per record: TLS's largest, so a response goes out in as few
@@ -45,6 +46,8 @@ pub struct Session {
     pub conn: ServerConnection,
     /// The first byte has been looked at and opened a TLS handshake.
     opened: bool,
+    /// Counted among the worker's handshakes under way until the handshake ends.
+    under_way: Option<UnderWay>,
 }
 
 /// What the first byte on a TLS port says the client speaks.
@@ -88,7 +91,7 @@ impl Session {
         let mut conn = ServerConnection::new(config.clone())?;
         // The sender bounds what it seals itself (FLUSH_AT).
         conn.set_buffer_limit(None);
-        Ok(Session { conn, opened: false })
+        Ok(Session { conn, opened: false, under_way: Some(UnderWay::begin()) })
     }
 
     /// Whether the first byte has been seen to open a handshake; else looks at it:
@@ -166,6 +169,7 @@ impl Write for Sock<'_> {
 pub struct TlsStream<'a> {
     sock: &'a TcpStream,
     conn: &'a mut ServerConnection,
+    under_way: &'a mut Option<UnderWay>,
     /// Where a response is staged into records (the worker's, reused).
     stage: &'a mut Vec<u8>,
     /// The response being sent is the last: `close_notify` follows it in its write.
@@ -176,7 +180,14 @@ pub struct TlsStream<'a> {
 
 impl<'a> TlsStream<'a> {
     pub fn new(sock: &'a TcpStream, session: &'a mut Session, stage: &'a mut Vec<u8>) -> TlsStream<'a> {
-        TlsStream { sock, conn: &mut session.conn, stage, last: false, failure: None }
+        TlsStream {
+            sock,
+            conn: &mut session.conn,
+            under_way: &mut session.under_way,
+            stage,
+            last: false,
+            failure: None,
+        }
     }
 
     /// Hands rustls records already read from the socket (what followed a PROXY
@@ -205,6 +216,9 @@ impl<'a> TlsStream<'a> {
     /// is dropped with it, as a close never waits either.
     fn process(&mut self) -> io::Result<()> {
         let processed = self.conn.process_new_packets();
+        if !self.conn.is_handshaking() {
+            *self.under_way = None;
+        }
         let request_waits =
             !self.conn.is_handshaking() && processed.as_ref().is_ok_and(|s| s.plaintext_bytes_to_read() > 0);
         if self.conn.wants_write() && !request_waits {
@@ -439,13 +453,21 @@ impl Transport for TlsStream<'_> {
         let mut rest = Rest::new(Vec::new(), Body::None, chunked, sent);
         match &mut later {
             Some(b) => rest.body = std::mem::replace(*b, Body::None),
-            None => self.seal()?,
+            None => {
+                self.seal()?;
+                if self.last {
+                    // The answer is sealed whole: its close_notify leaves in the same
+                    // write (one segment, one wake-up of the client, not two).
+                    self.conn.send_close_notify();
+                }
+            }
         }
         if !self.pour(&mut rest, FIRST_TURN)? {
             return Ok(Sent::Parked(Box::new(rest)));
         }
         if self.last {
-            // Sent once: the session's close finds nothing more to say.
+            // After a file or a stream. Sent once (rustls says it once): the
+            // session's close finds nothing more to say.
             self.conn.send_close_notify();
             self.write_now();
         }
@@ -619,6 +641,33 @@ mod tests {
         session.close(&sock);
         drop(sock);
         assert!(client.join().unwrap() == want, "the client read every byte sent, then a close_notify");
+    }
+
+    #[test]
+    fn the_last_answer_and_its_close_notify_leave_in_one_segment() {
+        let made = leaf(&["a.example"], -1, 30, None);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = client(&made, listener.local_addr().unwrap(), b"GET / HTTP/1.1\r\n\r\n");
+        let (sock, _) = listener.accept().unwrap();
+        // Each write a segment of its own at once: what is counted is what we wrote.
+        sock.set_nodelay(true).unwrap();
+        let mut session = Session::new(&server_config(&made)).unwrap();
+        let mut stage = Vec::new();
+        let mut t = TlsStream::new(&sock, &mut session, &mut stage);
+        assert_eq!(read_all(&mut t, 18), b"GET / HTTP/1.1\r\n\r\n");
+        t.last_response();
+        let before = crate::base::sys::tcp_data_segments_out(&sock).unwrap();
+        let sent = t.send(b"HEAD\r\n", Some(&mut Body::Owned(b"body".to_vec())), false).unwrap();
+        assert!(matches!(sent, Sent::All(10)));
+        let after = crate::base::sys::tcp_data_segments_out(&sock).unwrap();
+        assert_eq!(after - before, 1, "the answer (with the tickets it took along) and the close_notify in one write");
+        drop(t);
+        // The close finds nothing more to say.
+        assert!(!session.wants_write());
+        session.close(&sock);
+        assert_eq!(crate::base::sys::tcp_data_segments_out(&sock).unwrap(), after);
+        drop(sock);
+        assert_eq!(client.join().unwrap(), b"HEAD\r\nbody", "read to the close_notify");
     }
 
     /// A client that completes its handshake, sends one request, then (when told)

@@ -143,9 +143,11 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
     if ctx.config.workers.sched_batch {
         // A worker woken by a new connection or request waits for the running task's
         // slice (or an idle CPU) instead of preempting it: fewer switches when the
-        // CPUs are saturated. The master keeps the normal policy.
-        if let Err(e) = sys::sched_batch() {
-            log::warn!("cannot switch the worker to SCHED_BATCH: {e}");
+        // CPUs are saturated. The master keeps the normal policy, and so does a
+        // worker while a TLS handshake is under way (`handshake_policy`).
+        match sys::sched_batch() {
+            Ok(()) => crate::serve::handshakes::on_first_and_last(handshake_policy),
+            Err(e) => log::warn!("cannot switch the worker to SCHED_BATCH: {e}"),
         }
     }
     // Bound by its slot, so a replacement takes the CPU of the worker it replaces.
@@ -155,6 +157,14 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         log::warn!("cannot bind the worker to CPU {cpu}: {e}");
     }
     Ok(())
+}
+
+/// A worker under `SCHED_BATCH` takes the normal policy while a TLS handshake is
+/// under way, and `SCHED_BATCH` again when the last ends: a handshake's turns must
+/// not each wait for a slice (`crate::serve::handshakes`). Both moves are a
+/// process's own right; one that failed leaves the policy as it was, which serves.
+fn handshake_policy(under_way: bool) {
+    let _ = if under_way { sys::sched_normal() } else { sys::sched_batch() };
 }
 
 /// Confines the worker before it serves: chroot, the uid change, and whether (and
