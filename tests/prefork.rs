@@ -247,6 +247,75 @@ fn workers_are_bound_to_cpus_when_asked() {
     }
 }
 
+/// The CPUs this test (and the pika it starts) may run on.
+fn cpu_count() -> usize {
+    let ours = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    (0..nix::sched::CpuSet::count()).filter(|&c| ours.is_set(c).unwrap()).count()
+}
+
+/// Kept-alive connections held by each scoreboard slot, from the status page.
+fn held_by_slot(addr: SocketAddr) -> std::collections::BTreeMap<u64, u64> {
+    let json: serde_json::Value = serde_json::from_str(&get(addr, "/server-status?json").text()).unwrap();
+    let rows = json["workers"].as_array().unwrap().iter();
+    rows.map(|w| (w["slot"].as_u64().unwrap(), w["conns_keepalive"].as_u64().unwrap())).collect()
+}
+
+/// With an event loop per CPU free, a spare stands by: kept-alive clients all go
+/// to the loops (the lowest slots), none to the spare; once the loops are held by
+/// programs, the spare takes new connections again.
+#[test]
+fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
+    let cpus = cpu_count();
+    let site = Site::new();
+    hold_script(&site);
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = {}\nmin_spare = 1\nmax_spare = {}\n[status]\nenabled = true\n{HOLD}",
+            cpus + 1,
+            cpus + 3
+        ),
+    );
+    let p = Pika::start(&site, "-F");
+    wait_status(&site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == cpus + 1);
+    let open = |n: usize| -> Vec<TcpStream> {
+        (0..n)
+            .map(|_| {
+                let mut c = connect(p.addr);
+                c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                assert_eq!(read_response(&mut c, false).unwrap().status, 200);
+                c
+            })
+            .collect()
+    };
+    // A spare that saw its loops start a moment late may hold a connection or two
+    // of a first try: they go with it, and the next try finds it standing by.
+    let clients = 8 * cpus;
+    let (kept, by_slot) = wait_until(DEADLINE, "the kept-alive clients on the loops alone", || {
+        let kept = open(clients);
+        let by_slot = held_by_slot(p.addr);
+        let on_loops: u64 = by_slot.iter().filter(|&(&slot, _)| (slot as usize) < cpus).map(|(_, &n)| n).sum();
+        if on_loops == clients as u64 && by_slot.iter().all(|(&slot, &n)| (slot as usize) < cpus || n == 0) {
+            Some((kept, by_slot))
+        } else {
+            drop(kept);
+            None
+        }
+    });
+    assert_eq!(by_slot.len(), cpus + 1, "{by_slot:?}");
+    // Every loop held by a script: the spare listens again, and a new client is
+    // answered while they wait.
+    let held: Vec<TcpStream> = (0..cpus).map(|_| slow_client(p.addr)).collect();
+    wait_until(DEADLINE, "every loop waiting on its script", || {
+        let waiting = workers(&p).into_iter().filter(|&w| has_child(w)).count();
+        (waiting == cpus).then_some(())
+    });
+    let t = Instant::now();
+    assert_eq!(get(p.addr, "/").status, 200);
+    assert!(t.elapsed() < Duration::from_secs(2), "a new client waited {:?} with the loops held", t.elapsed());
+    drop((kept, held));
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();
