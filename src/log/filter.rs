@@ -43,6 +43,16 @@ pub struct Facts<'a, 'r> {
 impl Condition {
     fn matches(&self, f: &Facts<'_, '_>) -> bool {
         let r = f.record;
+        // The keys that cost a comparison first: the default conditions (`internal`,
+        // `health`) are decided there for every record, without the path's work.
+        let plain = self.internal.is_none_or(|i| i == f.internal)
+            && self.health.is_none_or(|h| h == r.health)
+            && self.client.is_none_or(|c| c.contains(unmap(r.client)))
+            && self.method.as_ref().is_none_or(|m| m.as_bytes() == r.method)
+            && self.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&r.status));
+        if !plain {
+            return false;
+        }
         // Paths are matched as they are served: decoded, dot segments removed, so
         // `/%61dmin` and `/x/../admin` are `/admin`. A target that cannot be cleaned
         // (it was answered 400) is matched as sent. Cleaned only when a path is asked.
@@ -50,13 +60,8 @@ impl Condition {
             .then(|| crate::http::path::clean(r.path).ok())
             .flatten();
         let path: &[u8] = cleaned.as_ref().map_or(r.path, |(c, _)| &c.bytes);
-        self.internal.is_none_or(|i| i == f.internal)
-            && self.health.is_none_or(|h| h == r.health)
-            && self.client.is_none_or(|c| c.contains(unmap(r.client)))
-            && self.method.as_ref().is_none_or(|m| m.as_bytes() == r.method)
-            && self.path.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
+        self.path.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
             && self.path_pattern.as_ref().is_none_or(|re| re.is_match(&String::from_utf8_lossy(path)))
-            && self.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&r.status))
             && self.user_agent.as_ref().is_none_or(|re| {
                 (r.headers_in)("User-Agent").is_some_and(|ua| re.is_match(&String::from_utf8_lossy(ua)))
             })
