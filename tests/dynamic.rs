@@ -962,6 +962,26 @@ fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
 }
 
 #[test]
+fn a_request_that_comes_while_its_worker_waits_on_a_script_goes_to_a_sibling_at_once() {
+    let SharedWorker { site: _site, p: _p, worker, mut idle, mut busy, started, go } =
+        shared_worker(("htdocs/cgi-bin/x.sh", "true"));
+    // That worker runs a script that waits for the test; a request that comes
+    // meanwhile on its other connection is answered by the other worker within a
+    // few of its looks at its set, not after the second the idle connections wait
+    // to be handed over.
+    busy.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
+    let asked = std::time::Instant::now();
+    let other = ask_ppid(&mut idle);
+    let took = asked.elapsed();
+    assert_ne!(other, worker, "answered by the worker that waits on the script");
+    assert!(took < std::time::Duration::from_millis(500), "answered after {took:?}");
+    std::fs::write(&go, "").unwrap();
+    let r = read_response(&mut busy, false).expect("the script's answer");
+    assert_eq!((r.status, r.text().as_str()), (200, "done"));
+}
+
+#[test]
 fn an_index_php_runs_as_the_script_at_its_path() {
     let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
     let fpm = Fpm::start(&php_fpm, None);
