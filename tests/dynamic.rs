@@ -899,6 +899,19 @@ fn shared_worker(extra_script: (&str, &str)) -> SharedWorker {
     SharedWorker { site, p, worker, idle, busy, started, go }
 }
 
+/// Whether process `pid` holds the server's end of `client`'s connection (the socket
+/// from the server's port to the client's, by its inode in /proc/net/tcp).
+fn holds_connection(pid: &str, client: &std::net::TcpStream) -> bool {
+    let local = format!(":{:04X}", client.peer_addr().unwrap().port());
+    let remote = format!(":{:04X}", client.local_addr().unwrap().port());
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let mut rows = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let row = rows.find(|f| f[1].ends_with(&local) && f[2].ends_with(&remote) && f[3] == "01");
+    let Some(socket) = row.map(|f| format!("socket:[{}]", f[9])) else { return false };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to.to_str() == Some(socket.as_str())))
+}
+
 /// Which worker (the script's parent) answers on a kept-alive connection.
 fn ask_ppid(s: &mut std::net::TcpStream) -> String {
     s.write_all(b"GET /cgi-bin/ppid.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
@@ -948,14 +961,36 @@ fn a_worker_about_to_run_a_script_lets_uploads_on_their_way_go_to_a_sibling() {
 fn a_worker_waiting_on_a_script_lets_its_idle_connections_go_to_a_sibling() {
     let SharedWorker { site: _site, p: _p, worker, mut idle, mut busy, started, go } =
         shared_worker(("htdocs/cgi-bin/x.sh", "true"));
-    // That worker runs a script that waits for the test; meanwhile a request on its
-    // idle connection is answered, by the other worker: the connection was handed
-    // over once the script had kept the worker a second. Were it not, the request
-    // would wait for the script, which waits for this answer: the read times out.
+    // That worker runs a script that waits for the test; its idle connection, on
+    // which nothing comes, is handed over once the script has kept the worker a
+    // second, and a request on it is answered by the other worker. Were it not
+    // handed over, the wait for it would time out.
+    assert!(holds_connection(&worker, &idle));
     busy.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
+    wait_until(DEADLINE, "the idle connection handed over", || (!holds_connection(&worker, &idle)).then_some(()));
     let other = ask_ppid(&mut idle);
     assert_ne!(other, worker, "answered by the worker that waits on the script");
+    std::fs::write(&go, "").unwrap();
+    let r = read_response(&mut busy, false).expect("the script's answer");
+    assert_eq!((r.status, r.text().as_str()), (200, "done"));
+}
+
+#[test]
+fn a_request_that_comes_while_its_worker_waits_on_a_script_goes_to_a_sibling_at_once() {
+    let SharedWorker { site: _site, p: _p, worker, mut idle, mut busy, started, go } =
+        shared_worker(("htdocs/cgi-bin/x.sh", "true"));
+    // That worker runs a script that waits for the test; a request that comes
+    // meanwhile on its other connection is answered by the other worker within a
+    // few of its looks at its set, not after the second the idle connections wait
+    // to be handed over.
+    busy.write_all(b"GET /cgi-bin/waits.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the waiting script to start", || started.exists().then_some(()));
+    let asked = std::time::Instant::now();
+    let other = ask_ppid(&mut idle);
+    let took = asked.elapsed();
+    assert_ne!(other, worker, "answered by the worker that waits on the script");
+    assert!(took < std::time::Duration::from_millis(500), "answered after {took:?}");
     std::fs::write(&go, "").unwrap();
     let r = read_response(&mut busy, false).expect("the script's answer");
     assert_eq!((r.status, r.text().as_str()), (200, "done"));

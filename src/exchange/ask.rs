@@ -35,10 +35,10 @@ pub struct Link<'a> {
     /// The request body, read whole by the event loop for a location that reads
     /// bodies ([`crate::gateway::incoming`]); `None` elsewhere.
     pub body: Option<&'a crate::gateway::incoming::RequestBody>,
-    /// Called once a script has kept the worker [`crate::gateway::WAITING`]: the
-    /// worker lets the idle connections it holds be served elsewhere meanwhile, as
-    /// for a write to a slow reader.
-    pub waiting: &'a dyn Fn(),
+    /// Told every [`crate::gateway::GLANCE`] a script keeps the worker, with how
+    /// long so far: the worker lets the connections whose request came meanwhile be
+    /// served elsewhere, and after [`crate::gateway::WAITING`] its idle ones too.
+    pub waiting: &'a dyn Fn(std::time::Duration),
     /// Where the worker keeps a script's answer for its client.
     pub answers: &'a crate::gateway::spool::Place,
 }

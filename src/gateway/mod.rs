@@ -29,7 +29,7 @@ pub mod spool;
 pub mod upstream;
 pub mod watch;
 
-pub use watch::{ClientWatch, WAITING};
+pub use watch::{ClientWatch, GLANCE, WAITING};
 
 /// A CGI location's settings (`cgi = true`, `cgi_interpreters`).
 #[derive(Debug, Clone, PartialEq, Eq)]

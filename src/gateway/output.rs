@@ -90,38 +90,44 @@ pub enum Got<S: Source> {
     Streaming(Head, Streaming<S>),
 }
 
-/// The script's wait, as the worker's: once it has kept the worker
-/// [`super::watch::WAITING`], `waiting` is called (once).
+/// The script's wait, as the worker's: every [`super::watch::GLANCE`] it keeps the
+/// worker, `waiting` is told for how long so far.
 struct Wait<'w> {
-    told: Option<Instant>,
-    waiting: &'w dyn Fn(),
+    since: Instant,
+    glance_at: Instant,
+    waiting: &'w dyn Fn(Duration),
 }
 
-impl Wait<'_> {
-    /// How long the next step may wait for `src`, calling `waiting` when it is time.
+impl<'w> Wait<'w> {
+    fn new(waiting: &'w dyn Fn(Duration)) -> Self {
+        let since = Instant::now();
+        Wait { since, glance_at: since + super::watch::GLANCE, waiting }
+    }
+
+    /// How long the next step may wait for `src`, telling `waiting` when it is time.
     fn next<S: Source>(&mut self, src: &S) -> Duration {
         let now = Instant::now();
-        if self.told.is_some_and(|at| now >= at) {
-            self.told = None;
-            (self.waiting)();
+        if now >= self.glance_at {
+            (self.waiting)(now - self.since);
+            self.glance_at = Instant::now() + super::watch::GLANCE;
         }
         let left = src.deadline().saturating_duration_since(now);
-        self.told.map_or(left, |at| left.min(at.saturating_duration_since(now)))
+        left.min(self.glance_at.saturating_duration_since(now))
     }
 }
 
-/// Reads `src`'s header block (calling `waiting` once it has kept the worker
-/// [`super::watch::WAITING`]), then, with a `spool`, the whole answer into it, else what
+/// Reads `src`'s header block (telling `waiting` every [`super::watch::GLANCE`] it
+/// keeps the worker), then, with a `spool`, the whole answer into it, else what
 /// follows at once, up to [`GATHER`].
 pub fn read<S: Source>(
     mut src: S,
     client: BorrowedFd<'_>,
-    waiting: &dyn Fn(),
+    waiting: &dyn Fn(Duration),
     spool: Option<&Place>,
 ) -> Result<Got<S>, Failed> {
     let mut out = Vec::with_capacity(8192);
     let mut ended = false;
-    let mut wait = Wait { told: Some(Instant::now() + super::watch::WAITING), waiting };
+    let mut wait = Wait::new(waiting);
     let (head, start) = loop {
         if let Some(found) = answer::parse(&out, MAX_HEAD, ended).map_err(Failed::Answer)? {
             break found;
@@ -358,7 +364,7 @@ mod tests {
     fn an_answer_that_comes_at_once_is_whole() {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (src, _) = pieces(&[b"Content-Type: a/b\r\n", b"\r\nhel", b"lo"], 0);
-        match read(src, client.as_fd(), &|| {}, None) {
+        match read(src, client.as_fd(), &|_| {}, None) {
             Ok(Got::Whole(head, Kept::Memory(body))) => assert_eq!((head.status, &body[..]), (200, &b"hello"[..])),
             _ => panic!("not whole"),
         }
@@ -368,7 +374,7 @@ mod tests {
     fn an_answer_still_coming_is_streamed_from_where_the_head_ends() {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (src, _) = pieces(&[b"Content-Type: a/b\n\nfirst ", b"second ", b"third"], 1);
-        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|| {}, None) else { panic!("not streamed") };
+        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|_| {}, None) else { panic!("not streamed") };
         assert_eq!(all(&mut body).unwrap(), b"first second third");
     }
 
@@ -376,11 +382,11 @@ mod tests {
     fn a_given_length_bounds_the_stream_and_a_short_one_is_an_error() {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (src, _) = pieces(&[b"Content-Type: a/b\nContent-Length: 4\n\nab", b"cdEXTRA"], 1);
-        let Ok(Got::Streaming(head, mut body)) = read(src, client.as_fd(), &|| {}, None) else { panic!() };
+        let Ok(Got::Streaming(head, mut body)) = read(src, client.as_fd(), &|_| {}, None) else { panic!() };
         assert_eq!(head.content_length, Some(4));
         assert_eq!(all(&mut body).unwrap(), b"abcd");
         let (src, cuts) = pieces(&[b"Content-Type: a/b\nContent-Length: 9\n\nab", b"cd"], 1);
-        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|| {}, None) else { panic!() };
+        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|_| {}, None) else { panic!() };
         assert!(all(&mut body).is_err());
         assert_eq!(cuts.get(), 1, "said once in the log");
     }
@@ -389,7 +395,7 @@ mod tests {
     fn a_fault_while_streaming_cuts_the_body_and_is_said() {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (src, cuts) = pieces(&[b"Status: 200\n\nsome", b"!"], 1);
-        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|| {}, None) else { panic!() };
+        let Ok(Got::Streaming(_, mut body)) = read(src, client.as_fd(), &|_| {}, None) else { panic!() };
         let mut buf = [0u8; 64];
         assert_eq!(body.read(&mut buf).unwrap(), 4);
         assert!(body.read(&mut buf).is_err());
@@ -411,11 +417,11 @@ mod tests {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (_d, place) = place(4, u64::MAX);
         let (src, _) = pieces(&[b"Content-Type: a/b\n\nfirst ", b"second ", b"third"], 3);
-        let Ok(Got::Whole(_, kept)) = read(src, client.as_fd(), &|| {}, Some(&place)) else { panic!("not whole") };
+        let Ok(Got::Whole(_, kept)) = read(src, client.as_fd(), &|_| {}, Some(&place)) else { panic!("not whole") };
         assert!(matches!(kept, Kept::File { len: 18, .. }), "past its memory, in a file");
         assert_eq!(all(&mut kept.into_reader()).unwrap(), b"first second third");
         let (src, _) = pieces(&[b"Content-Type: a/b\n\nab", b"c"], 3);
-        let Ok(Got::Whole(_, Kept::Memory(v))) = read(src, client.as_fd(), &|| {}, Some(&place)) else { panic!() };
+        let Ok(Got::Whole(_, Kept::Memory(v))) = read(src, client.as_fd(), &|_| {}, Some(&place)) else { panic!() };
         assert_eq!(v, b"abc");
     }
 
@@ -424,7 +430,7 @@ mod tests {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (_d, place) = place(4, 10);
         let (src, cuts) = pieces(&[b"Content-Type: a/b\nContent-Length: 19\n\nfirst ", b"second ", b"third", b"!!"], 1);
-        let Ok(Got::Streaming(head, mut body)) = read(src, client.as_fd(), &|| {}, Some(&place)) else {
+        let Ok(Got::Streaming(head, mut body)) = read(src, client.as_fd(), &|_| {}, Some(&place)) else {
             panic!("not streamed")
         };
         assert_eq!(head.content_length, Some(19));
@@ -436,8 +442,8 @@ mod tests {
     fn a_bad_head_is_the_scripts_fault() {
         let (client, _peer) = UnixStream::pair().unwrap();
         let (src, _) = pieces(&[b"garbage\n\n"], 0);
-        assert!(matches!(read(src, client.as_fd(), &|| {}, None), Err(Failed::Answer(_))));
+        assert!(matches!(read(src, client.as_fd(), &|_| {}, None), Err(Failed::Answer(_))));
         let (src, _) = pieces(&[b"Content-Type: a/b\n"], 0);
-        assert!(matches!(read(src, client.as_fd(), &|| {}, None), Err(Failed::Answer(AnswerError::Cut))));
+        assert!(matches!(read(src, client.as_fd(), &|_| {}, None), Err(Failed::Answer(AnswerError::Cut))));
     }
 }

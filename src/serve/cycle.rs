@@ -373,14 +373,20 @@ impl Answering<'_> {
             // for the program: free workers serve them now.
             (hooks.stalled)(Relief::Ready);
         }
-        // A script that keeps the worker waiting a second: the log records held
-        // are written (a kill meanwhile would lose them), and the worker's idle
-        // connections go to others (`Hooks::stalled`).
+        // While a script keeps the worker, the connections whose request comes
+        // meanwhile go to others (`Hooks::stalled`) at each glance; once it has
+        // kept it a second, the log records held are written (a kill meanwhile
+        // would lose them), and the worker's idle connections go too.
         let stalled = std::cell::RefCell::new((&mut *hooks.stalled, &mut *self.logs));
-        let waiting = || {
+        let told = std::cell::Cell::new(false);
+        let waiting = |kept: std::time::Duration| {
             let (stalled, logs) = &mut *stalled.borrow_mut();
-            logs.waiting();
-            stalled(Relief::All);
+            if kept >= crate::gateway::WAITING && !told.replace(true) {
+                logs.waiting();
+                stalled(Relief::All);
+            } else {
+                stalled(Relief::Arrived);
+            }
         };
         let link = Link {
             peer: if ex.client.ip() == conn.peer.ip() { conn.peer } else { ex.client },

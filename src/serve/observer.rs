@@ -28,8 +28,10 @@ pub trait Observer {
 
 /// What the worker lends a turn on a connection: its observer, and what to do when a
 /// script keeps it (the worker hands connections to others meanwhile: those in the
-/// middle of a body before a script with a body runs, [`Relief::Bodies`]; its idle
-/// ones too once a script has kept it waiting a second, [`Relief::All`]).
+/// middle of a body before a script with a body runs, [`Relief::Bodies`]; those
+/// whose request came with the script's, [`Relief::Ready`], or during its wait,
+/// [`Relief::Arrived`]; its idle ones too once a script has kept it waiting a
+/// second, [`Relief::All`]).
 pub struct Hooks<'a> {
     pub obs: &'a mut dyn Observer,
     pub stalled: &'a mut dyn FnMut(Relief),
@@ -44,6 +46,9 @@ pub enum Relief {
     Ready,
     /// Those in the middle of a request body.
     Bodies,
+    /// Those whose input came while a program keeps the worker (reported by a look
+    /// at its set without waiting), while a spare worker can take them at once.
+    Arrived,
     /// Every one it can.
     All,
 }

@@ -26,9 +26,12 @@
 //!
 //! A worker about to run a script with a request body first hands the connections
 //! it holds in the middle of their bodies to the others (their uploads go on
-//! arriving, not held up for the script), and one whose script keeps it waiting a
-//! second hands its idle connections too (`Parked::relieve`), so their next
-//! requests do not wait for the script.
+//! arriving, not held up for the script). While a program keeps it (a CGI script,
+//! php-fpm, an upstream), it looks at its set every few milliseconds
+//! (`gateway::GLANCE`) and hands the connections whose request came meanwhile to a
+//! spare worker, if one is idle; one whose script keeps it waiting a second hands
+//! its idle connections too (`Parked::relieve`), so their next requests do not
+//! wait for the script.
 //!
 //! Leaving: a worker that must retire (pipe of death, reload, WINCH, `max_requests`)
 //! stops taking connections and hands every idle plain connection, and every one
@@ -167,6 +170,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             table: Table::default(),
             ready: VecDeque::new(),
             batch: VecDeque::new(),
+            arrived: Vec::new(),
             scratch: Vec::new(),
         };
         let mut l = Loop {

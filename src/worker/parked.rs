@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering::Relaxed;
 
-use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
+use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::WorkerCtx;
 use crate::fork::handover::{self, Handover};
@@ -24,6 +24,9 @@ pub(crate) struct Parked {
     /// Connections the last wait reported with input, not served yet (the rest of
     /// its batch): what `Relief::Ready` hands to the others.
     pub(super) batch: VecDeque<usize>,
+    /// Connections a look at the set found with input while a program keeps the
+    /// worker: what `Relief::Arrived` hands to the others.
+    pub(super) arrived: Vec<usize>,
     pub(super) scratch: Vec<u8>,
 }
 
@@ -136,11 +139,12 @@ impl Parked {
     }
 
     /// A script keeps the worker (`Relief::Ready`: it is about to wait on a program;
+    /// `Relief::Arrived`: every [`crate::gateway::GLANCE`] of that wait;
     /// `Relief::Bodies`: to run one with a request body; `Relief::All`: one has kept
-    /// it waiting a second): the connections whose input is already here (while a
-    /// spare worker can take them at once), those in the middle of a body, and after
-    /// a second the idle ones too, go to workers that are free meanwhile, if a worker
-    /// of this generation stays to adopt them.
+    /// it waiting a second): the connections whose input is already here, or came
+    /// during the wait (while a spare worker can take them at once), those in the
+    /// middle of a body, and after a second the idle ones too, go to workers that are
+    /// free meanwhile, if a worker of this generation stays to adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
         let Some(handover) = handover_open(ctx) else { return };
         // Connections with their input here go where it is served at once: to a
@@ -148,7 +152,10 @@ impl Parked {
         let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
             i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
         };
-        if which == Relief::Ready && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+        if matches!(which, Relief::Ready | Relief::Arrived) && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+            return;
+        }
+        if which == Relief::Arrived && !self.look() && self.ready.is_empty() {
             return;
         }
         let (sent, _) = self.hand_over(handover, which);
@@ -156,6 +163,25 @@ impl Parked {
             log::debug!("a script holds this worker: handed {sent} connections to others");
             publish_counts(slot, self);
         }
+    }
+
+    /// Looks at the set without waiting: the connections it reports with input go
+    /// into `arrived` (not the one being served: it is out of its slot; nor the
+    /// listeners and the handover socket, whose tags are above any index). The set
+    /// is level-triggered: what is not handed over is reported again by the loop's
+    /// next wait. True if any.
+    fn look(&mut self) -> bool {
+        let mut events = [EpollEvent::empty(); LOOK_EVENTS];
+        let n = self.epoll.wait(&mut events, EpollTimeout::ZERO).unwrap_or(0);
+        self.arrived.clear();
+        for ev in &events[..n] {
+            let i = ev.data();
+            let held = i < FAR && self.table.slots.get(i as usize).is_some_and(Option::is_some);
+            if held && ev.events().contains(EpollFlags::EPOLLIN) {
+                self.arrived.push(i as usize);
+            }
+        }
+        !self.arrived.is_empty()
     }
 
     /// Sends every connection it can (of `which`) to the workers that stay: all but
@@ -174,6 +200,9 @@ impl Parked {
                 continue;
             }
             if which == Relief::Ready && !(self.batch.contains(&i) || self.ready.contains(&i)) {
+                continue;
+            }
+            if which == Relief::Arrived && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
                 continue;
             }
             let conn = *h.conn();
@@ -264,6 +293,11 @@ impl Parked {
     }
 }
 
+/// Events taken by one look at the set while a program keeps the worker: more than
+/// the connections a worker holds at a hundred clients; any beyond wait for the
+/// next look.
+const LOOK_EVENTS: usize = 64;
+
 /// The tag of a tunnel's upstream socket: its connection's index with this bit.
 /// Below the worker's other tags (`events`), above any index.
 pub(super) const FAR: u64 = 1 << 59;
@@ -326,6 +360,7 @@ mod tests {
             table: Table::default(),
             ready: VecDeque::new(),
             batch: VecDeque::new(),
+            arrived: Vec::new(),
             scratch: Vec::new(),
         };
         let mut clients = Vec::new();
@@ -346,5 +381,48 @@ mod tests {
         for _ in 0..2 {
             assert!(handover.receive(&mut buf).unwrap().is_some(), "each went to the others");
         }
+    }
+
+    /// While a program keeps the worker, a look at its set finds the connections
+    /// whose request came meanwhile: those go to the others, not the idle ones, nor
+    /// the one being served (out of its slot, its socket still in the set).
+    #[test]
+    fn an_arrived_relief_hands_over_the_connections_whose_request_came_during_the_wait() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+        let mut p = Parked {
+            epoll,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            batch: VecDeque::new(),
+            arrived: Vec::new(),
+            scratch: Vec::new(),
+        };
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+            let (s, peer) = listener.accept().unwrap();
+            let i = p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
+            let h = p.table.get(i).unwrap();
+            p.epoll.add(h.stream().as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).unwrap();
+        }
+        let served = p.table.take_out(2).unwrap();
+        for c in [1, 2] {
+            std::io::Write::write_all(&mut clients[c], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !p.look() {
+            assert!(std::time::Instant::now() < deadline, "the request never seen");
+        }
+        assert_eq!(p.arrived, [1]);
+        let handover = Handover::new().unwrap();
+        let (sent, _) = p.hand_over(&handover, Relief::Arrived);
+        assert_eq!(sent, 1);
+        p.table.put_back(2, served);
+        let held: Vec<bool> = p.table.slots.iter().map(Option::is_some).collect();
+        assert_eq!(held, [true, false, true, true]);
+        let mut buf = Vec::new();
+        let got = handover.receive(&mut buf).unwrap().expect("it went to the others");
+        assert_eq!(got.meta.requests, 0);
     }
 }
