@@ -196,16 +196,22 @@ fn the_master_sleeps_while_workers_ring_and_it_cannot_fork() {
     drop(clients);
 }
 
+/// A pika of two ready workers with these `[workers]` lines, that has answered.
+fn two_workers_answering(extra: &str) -> (Site, Pika) {
+    let site = Site::new();
+    site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n{extra}"));
+    let p = Pika::start(&site, "-F");
+    wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
+    assert_eq!(get(p.addr, "/").status, 200);
+    (site, p)
+}
+
 #[test]
 fn workers_run_under_sched_batch_unless_turned_off() {
     const SCHED_OTHER: u32 = 0;
     const SCHED_BATCH: u32 = 3;
     for (extra, want) in [("", SCHED_BATCH), ("sched_batch = false\n", SCHED_OTHER)] {
-        let site = Site::new();
-        site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n{extra}"));
-        let p = Pika::start(&site, "-F");
-        wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
-        assert_eq!(get(p.addr, "/").status, 200);
+        let (_site, p) = two_workers_answering(extra);
         assert_eq!(sched_policy(p.pid), SCHED_OTHER, "the master keeps the normal policy");
         for w in n_children(p.pid, 2) {
             assert_eq!(sched_policy(w), want, "worker {w} with [workers] {extra:?}");
@@ -224,19 +230,14 @@ fn cpus_allowed(pid: i32) -> String {
 #[test]
 fn workers_are_bound_to_cpus_when_asked() {
     let master_cpus = cpus_allowed(std::process::id() as i32);
-    let ours = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
-    let allowed: Vec<usize> = (0..nix::sched::CpuSet::count()).filter(|&c| ours.is_set(c).unwrap()).collect();
+    let allowed = allowed_cpus();
     let last = *allowed.last().unwrap();
     for (extra, want) in [
         ("cpu_affinity = \"auto\"\n", allowed.iter().take(2).map(|c| c.to_string()).collect::<Vec<_>>()),
         (&format!("cpu_affinity = [{last}]\n")[..], vec![last.to_string()]),
         ("", vec![master_cpus.clone()]),
     ] {
-        let site = Site::new();
-        site.config("", &format!("[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n{extra}"));
-        let p = Pika::start(&site, "-F");
-        wait_status(&site, "two ready workers", DEADLINE, |s| s.contains("states: ready 2"));
-        assert_eq!(get(p.addr, "/").status, 200);
+        let (_site, p) = two_workers_answering(extra);
         assert_eq!(cpus_allowed(p.pid), master_cpus, "the master is not bound");
         let mut got: Vec<String> = n_children(p.pid, 2).into_iter().map(cpus_allowed).collect();
         got.sort();
@@ -248,9 +249,9 @@ fn workers_are_bound_to_cpus_when_asked() {
 }
 
 /// The CPUs this test (and the pika it starts) may run on.
-fn cpu_count() -> usize {
+fn allowed_cpus() -> Vec<usize> {
     let ours = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
-    (0..nix::sched::CpuSet::count()).filter(|&c| ours.is_set(c).unwrap()).count()
+    (0..nix::sched::CpuSet::count()).filter(|&c| ours.is_set(c).unwrap()).collect()
 }
 
 /// Kept-alive connections held by each scoreboard slot, from the status page.
@@ -265,7 +266,7 @@ fn held_by_slot(addr: SocketAddr) -> std::collections::BTreeMap<u64, u64> {
 /// programs, the spare takes new connections again.
 #[test]
 fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
-    let cpus = cpu_count();
+    let cpus = allowed_cpus().len();
     let site = Site::new();
     hold_script(&site);
     site.config(

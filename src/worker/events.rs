@@ -45,16 +45,15 @@
 //! Then the worker exits. A hard stop (`TERM`) closes all of them, once the answers
 //! being written are logged with what went of them.
 
-use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
-use super::parked::{FAR, Parked, Table, handover_open, interest, publish_counts};
+use super::parked::{FAR, Parked, handover_open, interest, publish_counts};
 use crate::base::sys;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
@@ -162,17 +161,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         server: &'a mut Server<'c>,
         obs: &'a mut SlotObserver<'a>,
     ) -> std::io::Result<Self> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
-        let parked = Parked {
-            epoll,
-            table: Table::default(),
-            ready: VecDeque::new(),
-            batch: VecDeque::new(),
-            arrived: Vec::new(),
-            scratch: Vec::new(),
-        };
+        let parked = Parked::new()?;
         let mut l = Loop {
             ctx,
             tls,

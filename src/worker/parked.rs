@@ -91,6 +91,17 @@ impl Table {
 }
 
 impl Parked {
+    /// An empty table in a new `epoll` set.
+    pub(super) fn new() -> std::io::Result<Parked> {
+        Ok(Parked {
+            epoll: Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC)?,
+            table: Table::default(),
+            ready: VecDeque::new(),
+            batch: VecDeque::new(),
+            arrived: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
     /// Puts a connection back after a turn, watched from now on for what it waits
     /// for: input, or room for an answer (and a tunnel's upstream socket for what
     /// it waits for, tagged [`FAR`]).
@@ -345,30 +356,31 @@ pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
 mod tests {
     use std::net::{TcpListener, TcpStream};
 
-    use nix::sys::epoll::EpollCreateFlags;
-
     use super::*;
+
+    /// `n` connections held in `p`, each watched in its set if `in_set`; their
+    /// clients' ends.
+    fn hold(p: &mut Parked, n: usize, in_set: bool) -> Vec<TcpStream> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+            let (s, peer) = listener.accept().unwrap();
+            let i = p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
+            if in_set {
+                let h = p.table.get(i).unwrap();
+                p.epoll.add(h.stream().as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).unwrap();
+            }
+        }
+        clients
+    }
 
     /// Before a request waits on a program, only the connections whose input the
     /// same wait reported (or whose request is buffered) go to the others.
     #[test]
     fn a_ready_relief_hands_over_only_the_connections_with_input_here() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
-        let mut p = Parked {
-            epoll,
-            table: Table::default(),
-            ready: VecDeque::new(),
-            batch: VecDeque::new(),
-            arrived: Vec::new(),
-            scratch: Vec::new(),
-        };
-        let mut clients = Vec::new();
-        for _ in 0..4 {
-            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
-            let (s, peer) = listener.accept().unwrap();
-            p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
-        }
+        let mut p = Parked::new().unwrap();
+        let _clients = hold(&mut p, 4, false);
         p.batch = VecDeque::from([1]);
         p.ready.push_back(3);
         let handover = Handover::new().unwrap();
@@ -388,24 +400,8 @@ mod tests {
     /// the one being served (out of its slot, its socket still in the set).
     #[test]
     fn an_arrived_relief_hands_over_the_connections_whose_request_came_during_the_wait() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
-        let mut p = Parked {
-            epoll,
-            table: Table::default(),
-            ready: VecDeque::new(),
-            batch: VecDeque::new(),
-            arrived: Vec::new(),
-            scratch: Vec::new(),
-        };
-        let mut clients = Vec::new();
-        for _ in 0..4 {
-            clients.push(TcpStream::connect(listener.local_addr().unwrap()).unwrap());
-            let (s, peer) = listener.accept().unwrap();
-            let i = p.table.insert(Held::new(s, peer, 80, false), Watch::Input);
-            let h = p.table.get(i).unwrap();
-            p.epoll.add(h.stream().as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).unwrap();
-        }
+        let mut p = Parked::new().unwrap();
+        let mut clients = hold(&mut p, 4, true);
         let served = p.table.take_out(2).unwrap();
         for c in [1, 2] {
             std::io::Write::write_all(&mut clients[c], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
