@@ -317,6 +317,70 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
     drop((kept, held));
 }
 
+/// A round of the event loop that answered several clients ends with `sched_yield`
+/// (they run before the worker's next round); a round of one does not. Seen with
+/// strace on the one worker: two kept-alive clients answered one by one, then both
+/// at once (their requests came while a script held the worker).
+#[test]
+fn a_round_of_several_answers_yields_the_cpu() {
+    let Some(strace) = need_tool("strace") else { return };
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::new();
+    let gate = site.path("gate");
+    site.write(
+        "htdocs/hold/gate.sh",
+        format!(
+            "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nopen\\n'\n",
+            gate.display()
+        ),
+    );
+    std::fs::set_permissions(site.path("htdocs/hold/gate.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n{HOLD}"));
+    let p = Pika::start(&site, "-F");
+    let worker = n_children(p.pid, 1)[0];
+    let trace = site.path("yields.strace");
+    let mut tracer = std::process::Command::new(strace)
+        .args(["-qq", "-e", "trace=sched_yield", "-e", "signal=none", "-o"])
+        .arg(&trace)
+        .args(["-p", &worker.to_string()])
+        .spawn()
+        .unwrap();
+    wait_until(DEADLINE, "strace attached", || {
+        let status = std::fs::read_to_string(format!("/proc/{worker}/status")).ok()?;
+        status.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0")).then_some(())
+    });
+    let ask = |c: &mut TcpStream| c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let answered = |c: &mut TcpStream| assert_eq!(read_response(c, false).expect("a response").status, 200);
+    // One by one: rounds of one event each.
+    let (mut a, mut b) = (connect(p.addr), connect(p.addr));
+    for _ in 0..2 {
+        for c in [&mut a, &mut b] {
+            ask(c);
+            answered(c);
+        }
+    }
+    // Both at once: they ask while the worker waits on the script, so its next wait
+    // finds the two ready together.
+    let mut held = connect(p.addr);
+    held.write_all(b"GET /hold/gate.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    wait_until(DEADLINE, "the worker waiting on its script", || has_child(worker).then_some(()));
+    ask(&mut a);
+    ask(&mut b);
+    std::fs::write(&gate, "").unwrap();
+    answered(&mut held);
+    answered(&mut a);
+    answered(&mut b);
+    // One more alone: answered once the worker is past that round, yield and all.
+    ask(&mut a);
+    answered(&mut a);
+    // strace writes what it saw as it detaches.
+    send_signal(tracer.id() as i32, nix::sys::signal::Signal::SIGTERM);
+    tracer.wait().unwrap();
+    let seen = std::fs::read_to_string(&trace).unwrap();
+    let yields = seen.lines().filter(|l| l.starts_with("sched_yield")).count();
+    assert_eq!(yields, 1, "one round of two answers, one yield:\n{seen}");
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();

@@ -169,6 +169,12 @@ pub fn sched_batch() -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Lets the other tasks waiting for this CPU run first (`sched_yield`); returns at
+/// once when none waits. It cannot fail on Linux.
+pub fn yield_cpu() {
+    let _ = nix::sched::sched_yield();
+}
+
 /// Moves this process back to `SCHED_OTHER`, the normal policy (a wake-up may
 /// preempt the running task). A process needs no privilege for it.
 pub fn sched_normal() -> io::Result<()> {
