@@ -10,7 +10,8 @@
 //! connections and other requests. A request that is already on its way when the
 //! answer to the last one leaves is served by the same worker with no hand-off at
 //! all, so busy clients pay one `epoll_wait` (shared by every connection that was
-//! ready at once) and nothing else.
+//! ready at once) and nothing else. A round that took several ready events ends
+//! with `sched_yield` ([`YIELD_FROM`]): the clients it answered run before the next.
 //!
 //! Heads are read without waiting: a head that comes in pieces stays in its
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
