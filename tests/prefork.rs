@@ -317,6 +317,40 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
     drop((kept, held));
 }
 
+/// A pool shrinking back retires the spares above the event loops, not the loops:
+/// the master's dummy connection wakes a loop (the spares standing by are off the
+/// listeners), and the loop leaves the pipe of death to a spare holding nothing.
+/// Without that, a loop left, its clients went to a spare that then listened, and
+/// more workers than CPUs took turns on the cores.
+#[test]
+fn a_shrinking_pool_retires_spares_not_its_event_loops() {
+    let cpus = allowed_cpus().len();
+    let site = Site::new();
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = {}\nmin_spare = 1\nmax_spare = {}\n[status]\nenabled = true\n",
+            cpus + 3,
+            cpus + 1
+        ),
+    );
+    let p = Pika::start(&site, "-F");
+    wait_status(&site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == cpus + 3);
+    let pids = |addr| -> std::collections::BTreeMap<u64, i64> {
+        let json: serde_json::Value = serde_json::from_str(&get(addr, "/server-status?json").text()).unwrap();
+        let rows = json["workers"].as_array().unwrap().iter();
+        rows.map(|w| (w["slot"].as_u64().unwrap(), w["pid"].as_i64().unwrap())).collect()
+    };
+    let loops: Vec<(u64, i64)> = pids(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).collect();
+    assert_eq!(loops.len(), cpus, "{loops:?}");
+    // Idle, the loops count as spares too: the master retires two workers.
+    wait_until(DEADLINE, "the pool down by two", || (workers(&p).len() == cpus + 1).then_some(()));
+    let now = pids(p.addr);
+    for (slot, pid) in &loops {
+        assert_eq!(now.get(slot), Some(pid), "the event loop in slot {slot} stays: {now:?}");
+    }
+}
+
 /// A round of the event loop that answered several clients ends with `sched_yield`
 /// (they run before the worker's next round); a round of one does not. Seen with
 /// strace on the one worker: two kept-alive clients answered one by one, then both

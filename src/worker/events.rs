@@ -73,6 +73,22 @@ fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
     })
 }
 
+/// Whether a worker of this one's generation above the event loops (a slot at
+/// `loops` or higher) is a spare holding no connection: one a retirement had better
+/// take than an event loop.
+fn spare_above_loops(ctx: &WorkerCtx<'_>, loops: usize) -> bool {
+    ctx.scoreboard.slots.iter().enumerate().skip(loops).any(|(i, s)| {
+        i != ctx.slot
+            && s.generation.load(Relaxed) == ctx.generation
+            && s.is_spare()
+            && s.conns_keepalive.load(Relaxed)
+                + s.conns_writing.load(Relaxed)
+                + s.conns_closing.load(Relaxed)
+                + s.conns_tunnels.load(Relaxed)
+                == 0
+    })
+}
+
 /// Takes a connection from `listener`, its socket non-blocking (`accept4` with
 /// `SOCK_NONBLOCK`: no write of ours ever waits on a client) and closed on exec.
 fn accept_nonblocking(
@@ -628,14 +644,20 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// generation that does neither, if there is one (it reads it within a second):
     /// a worker that leaves finishes its answers first, which a client that stops
     /// reading makes last until `send_timeout`, holding the worker's slot, and
-    /// closes its tunnels.
+    /// closes its tunnels. An event loop (a slot below the CPU count) leaves it to a
+    /// spare above the loops that holds nothing, if there is one: the master's dummy
+    /// connection wakes a loop (a spare standing by is off the listeners), and a loop
+    /// that left would pass its clients on and leave its slot to a spare that then
+    /// listens, so a pool shrinking after a burst ran more busy workers than CPUs.
     fn must_leave(&self, quiet: bool) -> Option<Leaving> {
         let ctx = self.ctx;
         let header = ctx.scoreboard.header;
         let holds = |slot: &crate::scoreboard::Slot| {
             slot.conns_writing.load(Relaxed) > 0 || slot.conns_tunnels.load(Relaxed) > 0
         };
-        let defer = || holds(self.obs.slot) && spare_writing_none(ctx);
+        let defer = || {
+            holds(self.obs.slot) && spare_writing_none(ctx) || ctx.slot < self.cpus && spare_above_loops(ctx, self.cpus)
+        };
         let pod = ctx.pod.as_deref().is_some_and(|p| {
             let pending = quiet || header.pod_pending.load(std::sync::atomic::Ordering::SeqCst) > 0;
             pending && !defer() && if quiet { p.check_idle(header) } else { p.check(header) }
