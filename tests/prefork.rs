@@ -256,9 +256,15 @@ fn allowed_cpus() -> Vec<usize> {
 
 /// Kept-alive connections held by each scoreboard slot, from the status page.
 fn held_by_slot(addr: SocketAddr) -> std::collections::BTreeMap<u64, u64> {
+    by_slot(addr, "conns_keepalive")
+}
+
+/// A number of each worker's row of the status page (`pid`, `conns_keepalive`, ...)
+/// by its scoreboard slot.
+fn by_slot(addr: SocketAddr, key: &str) -> std::collections::BTreeMap<u64, u64> {
     let json: serde_json::Value = serde_json::from_str(&get(addr, "/server-status?json").text()).unwrap();
     let rows = json["workers"].as_array().unwrap().iter();
-    rows.map(|w| (w["slot"].as_u64().unwrap(), w["conns_keepalive"].as_u64().unwrap())).collect()
+    rows.map(|w| (w["slot"].as_u64().unwrap(), w[key].as_u64().unwrap())).collect()
 }
 
 /// With an event loop per CPU free, a spare stands by: kept-alive clients all go
@@ -336,12 +342,8 @@ fn a_shrinking_pool_retires_spares_not_its_event_loops() {
     );
     let p = Pika::start(&site, "-F");
     wait_status(&site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == cpus + 3);
-    let pids = |addr| -> std::collections::BTreeMap<u64, i64> {
-        let json: serde_json::Value = serde_json::from_str(&get(addr, "/server-status?json").text()).unwrap();
-        let rows = json["workers"].as_array().unwrap().iter();
-        rows.map(|w| (w["slot"].as_u64().unwrap(), w["pid"].as_i64().unwrap())).collect()
-    };
-    let loops: Vec<(u64, i64)> = pids(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).collect();
+    let pids = |addr| by_slot(addr, "pid");
+    let loops: Vec<(u64, u64)> = pids(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).collect();
     assert_eq!(loops.len(), cpus, "{loops:?}");
     // Idle, the loops count as spares too: the master retires two workers.
     wait_until(DEADLINE, "the pool down by two", || (workers(&p).len() == cpus + 1).then_some(()));
