@@ -57,9 +57,28 @@ const HOLD: &str = "\n[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs
 
 /// A CGI script that sleeps for five minutes: its worker waits on it.
 fn hold_script(site: &Site) {
+    cgi_script(site, "htdocs/hold/sleep.sh", "#!/bin/sh\nexec sleep 300\n");
+}
+
+/// Writes `text` to `path` in the site, executable.
+fn cgi_script(site: &Site, path: &str, text: &str) {
     use std::os::unix::fs::PermissionsExt;
-    site.write("htdocs/hold/sleep.sh", "#!/bin/sh\nexec sleep 300\n");
-    std::fs::set_permissions(site.path("htdocs/hold/sleep.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.write(path, text);
+    std::fs::set_permissions(site.path(path), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A pool of `start` workers and at most `max_spare` idle ones, with the status
+/// page (and `extra` after it), every worker ready.
+fn pool_with_status(site: &Site, start: usize, max_spare: usize, extra: &str) -> Pika {
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = {start}\nmin_spare = 1\nmax_spare = {max_spare}\n[status]\nenabled = true\n{extra}"
+        ),
+    );
+    let p = Pika::start(site, "-F");
+    wait_status(site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == start);
+    p
 }
 
 /// The worker waiting on a script (in `poll`).
@@ -275,16 +294,7 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
     let cpus = allowed_cpus().len();
     let site = Site::new();
     hold_script(&site);
-    site.config(
-        "",
-        &format!(
-            "[workers]\nstart = {}\nmin_spare = 1\nmax_spare = {}\n[status]\nenabled = true\n{HOLD}",
-            cpus + 1,
-            cpus + 3
-        ),
-    );
-    let p = Pika::start(&site, "-F");
-    wait_status(&site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == cpus + 1);
+    let p = pool_with_status(&site, cpus + 1, cpus + 3, HOLD);
     let open = |n: usize| -> Vec<TcpStream> {
         (0..n)
             .map(|_| {
@@ -332,16 +342,7 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
 fn a_shrinking_pool_retires_spares_not_its_event_loops() {
     let cpus = allowed_cpus().len();
     let site = Site::new();
-    site.config(
-        "",
-        &format!(
-            "[workers]\nstart = {}\nmin_spare = 1\nmax_spare = {}\n[status]\nenabled = true\n",
-            cpus + 3,
-            cpus + 1
-        ),
-    );
-    let p = Pika::start(&site, "-F");
-    wait_status(&site, "every worker ready", DEADLINE, |s| in_state(s, "ready ") as usize == cpus + 3);
+    let p = pool_with_status(&site, cpus + 3, cpus + 1, "");
     let pids = |addr| by_slot(addr, "pid");
     let loops: Vec<(u64, u64)> = pids(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).collect();
     assert_eq!(loops.len(), cpus, "{loops:?}");
@@ -360,17 +361,16 @@ fn a_shrinking_pool_retires_spares_not_its_event_loops() {
 #[test]
 fn a_round_of_several_answers_yields_the_cpu() {
     let Some(strace) = need_tool("strace") else { return };
-    use std::os::unix::fs::PermissionsExt;
     let site = Site::new();
     let gate = site.path("gate");
-    site.write(
+    cgi_script(
+        &site,
         "htdocs/hold/gate.sh",
-        format!(
+        &format!(
             "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nopen\\n'\n",
             gate.display()
         ),
     );
-    std::fs::set_permissions(site.path("htdocs/hold/gate.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n{HOLD}"));
     let p = Pika::start(&site, "-F");
     let worker = n_children(p.pid, 1)[0];
