@@ -29,9 +29,8 @@ pub trait Observer {
 /// What the worker lends a turn on a connection: its observer, and what to do when a
 /// script keeps it (the worker hands connections to others meanwhile: those in the
 /// middle of a body before a script with a body runs, [`Relief::Bodies`]; those
-/// whose request came with the script's, [`Relief::Ready`], or during its wait,
-/// [`Relief::Arrived`]; its idle ones too once a script has kept it waiting a
-/// second, [`Relief::All`]).
+/// whose request came during its wait, [`Relief::Arrived`]; its idle ones too once a
+/// script has kept it waiting a second, [`Relief::All`]).
 pub struct Hooks<'a> {
     pub obs: &'a mut dyn Observer,
     pub stalled: &'a mut dyn FnMut(Relief),
@@ -40,10 +39,6 @@ pub struct Hooks<'a> {
 /// Which connections a worker that a script keeps sends to the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relief {
-    /// Those whose input is already here (reported ready by the same wait as the
-    /// request about to wait on a program, or a whole request buffered): they would
-    /// otherwise wait for the program; a free worker serves them now.
-    Ready,
     /// Those in the middle of a request body.
     Bodies,
     /// Those whose input came while a program keeps the worker (reported by a look

@@ -21,9 +21,6 @@ pub(crate) struct Parked {
     /// Connections with a whole request already in their buffer (pipelined): served
     /// before the next wait, a burst each, in turn.
     pub(super) ready: VecDeque<usize>,
-    /// Connections the last wait reported with input, not served yet (the rest of
-    /// its batch): what `Relief::Ready` hands to the others.
-    pub(super) batch: VecDeque<usize>,
     /// Connections a look at the set found with input while a program keeps the
     /// worker: what `Relief::Arrived` hands to the others.
     pub(super) arrived: Vec<usize>,
@@ -97,7 +94,6 @@ impl Parked {
             epoll: Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC)?,
             table: Table::default(),
             ready: VecDeque::new(),
-            batch: VecDeque::new(),
             arrived: Vec::new(),
             scratch: Vec::new(),
         })
@@ -149,13 +145,12 @@ impl Parked {
         (keepalive, writing, closing, tunnels)
     }
 
-    /// A script keeps the worker (`Relief::Ready`: it is about to wait on a program;
-    /// `Relief::Arrived`: every [`crate::gateway::GLANCE`] of that wait;
-    /// `Relief::Bodies`: to run one with a request body; `Relief::All`: one has kept
-    /// it waiting a second): the connections whose input is already here, or came
-    /// during the wait (while a spare worker can take them at once), those in the
-    /// middle of a body, and after a second the idle ones too, go to workers that are
-    /// free meanwhile, if a worker of this generation stays to adopt them.
+    /// A script keeps the worker (`Relief::Arrived`: every [`crate::gateway::GLANCE`]
+    /// of its wait; `Relief::Bodies`: to run one with a request body; `Relief::All`:
+    /// one has kept it waiting a second): the connections whose input came during
+    /// the wait or is buffered (while a spare worker can take them at once), those in
+    /// the middle of a body, and after a second the idle ones too, go to workers that
+    /// are free meanwhile, if a worker of this generation stays to adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
         let Some(handover) = handover_open(ctx) else { return };
         // Connections with their input here go where it is served at once: to a
@@ -163,7 +158,7 @@ impl Parked {
         let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
             i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
         };
-        if matches!(which, Relief::Ready | Relief::Arrived) && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+        if which == Relief::Arrived && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
             return;
         }
         if which == Relief::Arrived && !self.look() && self.ready.is_empty() {
@@ -208,9 +203,6 @@ impl Parked {
                 continue;
             }
             if which == Relief::Bodies && !h.in_body() {
-                continue;
-            }
-            if which == Relief::Ready && !(self.batch.contains(&i) || self.ready.contains(&i)) {
                 continue;
             }
             if which == Relief::Arrived && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
@@ -262,7 +254,6 @@ impl Parked {
                 Ok(()) => {
                     self.table.remove(i);
                     self.ready.retain(|&r| r != i);
-                    self.batch.retain(|&r| r != i);
                     sent += 1;
                 }
                 Err(e) => {
@@ -373,26 +364,6 @@ mod tests {
             }
         }
         clients
-    }
-
-    /// Before a request waits on a program, only the connections whose input the
-    /// same wait reported (or whose request is buffered) go to the others.
-    #[test]
-    fn a_ready_relief_hands_over_only_the_connections_with_input_here() {
-        let mut p = Parked::new().unwrap();
-        let _clients = hold(&mut p, 4, false);
-        p.batch = VecDeque::from([1]);
-        p.ready.push_back(3);
-        let handover = Handover::new().unwrap();
-        let (sent, _) = p.hand_over(&handover, Relief::Ready);
-        assert_eq!(sent, 2);
-        let held: Vec<bool> = p.table.slots.iter().map(Option::is_some).collect();
-        assert_eq!(held, [true, false, true, false]);
-        assert!(p.ready.is_empty() && p.batch.is_empty());
-        let mut buf = Vec::new();
-        for _ in 0..2 {
-            assert!(handover.receive(&mut buf).unwrap().is_some(), "each went to the others");
-        }
     }
 
     /// While a program keeps the worker, a look at its set finds the connections
