@@ -333,59 +333,6 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
     drop((kept, held));
 }
 
-/// A spare that took a client while every event loop was held by a program gives
-/// it back once the loops have been free a while, and stands by again: the clients
-/// of quick programs end on one loop per CPU, not spread over every worker a slow
-/// moment brought in (the FastCGI tail, `docs/scaling.md`).
-#[test]
-fn a_spare_gives_its_clients_back_to_the_loops_once_they_are_free() {
-    let cpus = allowed_cpus().len();
-    let site = Site::new();
-    let gate = site.path("gate");
-    cgi_script(
-        &site,
-        "htdocs/hold/gate.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nopen\\n'\n",
-            gate.display()
-        ),
-    );
-    let p = pool_with_status(&site, cpus + 1, cpus + 3, HOLD);
-    let mut held: Vec<TcpStream> = (0..cpus)
-        .map(|_| {
-            let mut c = connect(p.addr);
-            c.write_all(b"GET /hold/gate.sh HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-            c
-        })
-        .collect();
-    wait_until(DEADLINE, "every loop waiting on its script", || {
-        let waiting = workers(&p).into_iter().filter(|&w| has_child(w)).count();
-        (waiting == cpus).then_some(())
-    });
-    // A new client is served by the spare meanwhile, and stays kept alive there.
-    let mut client = connect(p.addr);
-    let ask = |c: &mut TcpStream| {
-        c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-        assert_eq!(read_response(c, false).expect("an answer").status, 200);
-    };
-    ask(&mut client);
-    let on_spares =
-        |addr| held_by_slot(addr).into_iter().filter(|&(slot, _)| slot as usize >= cpus).map(|(_, n)| n).sum::<u64>();
-    assert_eq!(on_spares(p.addr), 1, "{:?}", held_by_slot(p.addr));
-    std::fs::write(&gate, "").unwrap();
-    for c in &mut held {
-        assert_eq!(read_response(c, false).expect("the script's answer").status, 200);
-    }
-    // The loops free, the spare hands its client over to them within a few sweeps.
-    wait_until(DEADLINE, "the spare's client back on a loop", || (on_spares(p.addr) == 0).then_some(()));
-    let on_loops: u64 =
-        held_by_slot(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).map(|(_, n)| n).sum();
-    assert!(on_loops >= 1, "{:?}", held_by_slot(p.addr));
-    ask(&mut client);
-    ask(&mut client);
-    assert_eq!(on_spares(p.addr), 0, "{:?}", held_by_slot(p.addr));
-}
-
 /// A pool shrinking back retires the spares above the event loops, not the loops:
 /// the master's dummy connection wakes a loop (the spares standing by are off the
 /// listeners), and the loop leaves the pipe of death to a spare holding nothing.

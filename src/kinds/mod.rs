@@ -353,6 +353,13 @@ impl<'c> Handler<'c> {
         }
     }
 
+    /// Whether answering keeps the worker waiting on a program (a CGI script, a
+    /// FastCGI application, an upstream server), while its other connections wait.
+    #[inline]
+    pub fn waits_on_a_program(&self) -> bool {
+        matches!(self, Handler::Cgi(_) | Handler::FastCgi(_) | Handler::Proxy(_))
+    }
+
     /// Whether it is the health check (its requests stay out of the logs by default).
     #[inline]
     pub fn is_health(&self) -> bool {

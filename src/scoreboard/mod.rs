@@ -175,10 +175,6 @@ pub struct Slot {
     /// upstream) for the request it serves: its event loop turns for nobody
     /// meanwhile, so a sibling in standby takes new connections.
     pub program_wait: AtomicU32,
-    /// How many times a program has held the worker (each wait that reached a
-    /// glance, or a script run with a request body): a spare reads the loops' sum to
-    /// see whether any was held in the last second.
-    pub programs_held: AtomicU32,
     /// Bytes of request bodies the worker holds in temporary files
     /// (`gateway::spool::Disk`): each worker reads every slot's for the server's
     /// `body_spool_max`. Zero when the slot is claimed and when its worker dies (its
@@ -287,7 +283,6 @@ impl Slot {
         self.conns_tunnels.store(0, Relaxed);
         self.full.store(0, Relaxed);
         self.program_wait.store(0, Relaxed);
-        self.programs_held.store(0, Relaxed);
         self.body_spool.store(0, Relaxed);
         self.answer_spool.store(0, Relaxed);
         store_text(&self.request, b"");
@@ -348,16 +343,6 @@ impl Scoreboard {
         };
         self.slots[..me.min(self.slots.len())].iter().filter(free).take(enough).count()
     }
-
-    /// The times programs have held the workers of `generation` in the slots below
-    /// `me` (`Slot::programs_held`, summed): unchanged over a second, none was held.
-    pub fn programs_held_below(&self, generation: u32, me: usize) -> u64 {
-        let below = self.slots[..me.min(self.slots.len())].iter();
-        below
-            .filter(|s| s.generation.load(Relaxed) == generation)
-            .map(|s| u64::from(s.programs_held.load(Relaxed)))
-            .sum()
-    }
 }
 
 #[cfg(test)]
@@ -390,10 +375,6 @@ mod tests {
         assert_eq!(sb.free_loops_below(1, 5, 8), 1, "a worker held by a program is no loop");
         sb.slots[0].full.store(1, Relaxed);
         assert_eq!(sb.free_loops_below(1, 6, 8), 1, "nor is a full one; slot 5 is");
-        sb.slots[1].programs_held.store(3, Relaxed);
-        sb.slots[4].programs_held.store(5, Relaxed);
-        sb.slots[5].programs_held.store(7, Relaxed);
-        assert_eq!(sb.programs_held_below(1, 5), 3, "slot 4 is another generation's, slot 5 is not below");
     }
 
     #[test]

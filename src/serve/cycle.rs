@@ -368,12 +368,14 @@ impl Answering<'_> {
             (hooks.stalled)(Relief::Bodies);
         }
         let (place, guards) = *routed;
+        if place.handler.waits_on_a_program() {
+            // The worker's connections whose requests came with this one would wait
+            // for the program: free workers serve them now, if the worker's last
+            // program kept it a glance (`Relief::Ready`).
+            (hooks.stalled)(Relief::Ready);
+        }
         // While a script keeps the worker, the connections whose request comes
-        // meanwhile go to others (`Hooks::stalled`) at each glance, not before
-        // the wait: most programs answer within one (php-fpm's hello in 0.1 ms),
-        // and connections handed over at every request took turns between the
-        // workers, each time at the back of another's line (`docs/scaling.md`,
-        // "The FastCGI tail"). Once it has
+        // meanwhile go to others (`Hooks::stalled`) at each glance; once it has
         // kept it a second, the log records held are written (a kill meanwhile
         // would lose them), and the worker's idle connections go too.
         let stalled = std::cell::RefCell::new((&mut *hooks.stalled, &mut *self.logs));

@@ -29,8 +29,9 @@ pub trait Observer {
 /// What the worker lends a turn on a connection: its observer, and what to do when a
 /// script keeps it (the worker hands connections to others meanwhile: those in the
 /// middle of a body before a script with a body runs, [`Relief::Bodies`]; those
-/// whose request came during its wait, [`Relief::Arrived`]; its idle ones too once a
-/// script has kept it waiting a second, [`Relief::All`]).
+/// whose request is here as a program's wait begins, [`Relief::Ready`], or came
+/// during it, [`Relief::Arrived`]; its idle ones too once a script has kept it
+/// waiting a second, [`Relief::All`]).
 pub struct Hooks<'a> {
     pub obs: &'a mut dyn Observer,
     pub stalled: &'a mut dyn FnMut(Relief),
@@ -39,6 +40,11 @@ pub struct Hooks<'a> {
 /// Which connections a worker that a script keeps sends to the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relief {
+    /// Those whose input is here as a request is about to wait on a program: they
+    /// would wait for it. The worker hands them over only when its last program
+    /// wait lasted a glance (a program that answers within one keeps them: handed
+    /// over at every request, they took turns between the workers).
+    Ready,
     /// Those in the middle of a request body.
     Bodies,
     /// Those whose input came while a program keeps the worker (reported by a look

@@ -180,9 +180,6 @@ pub(super) struct Loop<'a, 'c> {
     close_idle_at: u64,
     accept_paused_until: u64,
     next_sweep: u64,
-    /// What a spare holding connections saw of `Scoreboard::programs_held_below` at
-    /// its last sweep ([`Self::give_back`]).
-    loops_held: Option<u64>,
     scratch: Vec<u8>,
 }
 
@@ -211,7 +208,6 @@ impl<'a, 'c> Loop<'a, 'c> {
             close_idle_at: 0,
             accept_paused_until: 0,
             next_sweep: now_ms() + SWEEP.as_millis() as u64,
-            loops_held: None,
             scratch: Vec::new(),
         };
         let bell = sys::catch_stop()?;
@@ -313,7 +309,6 @@ impl<'a, 'c> Loop<'a, 'c> {
                     self.server.idle();
                 }
                 self.sweep(now);
-                self.give_back();
                 self.server.sweep_files();
                 if let Err(code) = self.look_at_listeners() {
                     return code;
@@ -375,50 +370,18 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// listeners, so kept-alive clients stay on about one busy event loop per CPU
     /// (fewer workers taking turns on the cores: a lower tail, `docs/scaling.md`),
     /// and it listens again as soon as a loop below is held by a program, full,
-    /// leaving or gone. While the loops below are free, a spare adopts nothing from
-    /// the handover socket, standing by or not: what a spare gives back
-    /// ([`Self::give_back`]) and what a leaving worker hands over go to the loops.
-    /// A leaving, full or paused worker keeps what that decided.
+    /// leaving or gone. A leaving, full or paused worker keeps what that decided.
     fn stand_by(&mut self) -> bool {
         if self.leaving.is_some() || self.full || self.accept_paused_until != 0 {
             return false;
         }
         let ctx = self.ctx;
-        let loops_free = ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.cpus) >= self.cpus;
-        let standby = self.parked.table.len == 0 && loops_free;
-        let _ = self.listen(!standby);
-        self.adopt_from_handover(!loops_free);
+        let standby = self.parked.table.len == 0
+            && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.cpus) >= self.cpus;
+        if standby == self.listening {
+            let _ = self.listen(!standby);
+        }
         standby
-    }
-
-    /// A spare above the event loops that holds connections (taken while a loop
-    /// was held by a program, or in a burst of new clients) gives them back once
-    /// every loop has been free for a whole sweep: no program held one since the
-    /// last (`Slot::programs_held`) and none is held, full or gone now. Its idle
-    /// connections go through the handover socket to the loops (a spare standing
-    /// by does not adopt), it holds nothing, and it stands by: the clients of
-    /// quick programs stay on one loop per CPU, not on every worker a slow moment
-    /// brought in. Those that cannot go (a TLS session, an answer being written)
-    /// stay until they end.
-    fn give_back(&mut self) {
-        let ctx = self.ctx;
-        if ctx.slot < self.cpus || self.leaving.is_some() || self.parked.table.len == 0 {
-            self.loops_held = None;
-            return;
-        }
-        let held = ctx.scoreboard.programs_held_below(ctx.generation, self.cpus);
-        let quiet = self.loops_held == Some(held)
-            && ctx.scoreboard.free_loops_below(ctx.generation, self.cpus, self.cpus) >= self.cpus;
-        self.loops_held = Some(held);
-        if !quiet {
-            return;
-        }
-        let Some(handover) = handover_open(ctx) else { return };
-        let (sent, _) = self.parked.hand_over(handover, Relief::All);
-        if sent > 0 {
-            log::debug!("the event loops are free: gave {sent} connections back");
-            self.publish();
-        }
     }
 
     /// Takes one connection from listener `i` and serves what it brought.
@@ -581,10 +544,16 @@ impl<'a, 'c> Loop<'a, 'c> {
         // connections meanwhile (`stand_by`).
         let mut held_by_program = false;
         let mut stalled = |which| {
+            match which {
+                // A new wait keeps the connections with input here unless the last
+                // one lasted a glance.
+                Relief::Ready if !std::mem::replace(&mut parked.slow_program, false) => return,
+                Relief::Arrived | Relief::All => parked.slow_program = true,
+                _ => {}
+            }
             if !held_by_program {
                 held_by_program = true;
                 slot.program_wait.store(1, Relaxed);
-                slot.programs_held.fetch_add(1, Relaxed);
             }
             if !retiring {
                 parked.relieve(ctx, slot, which);

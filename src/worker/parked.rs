@@ -22,8 +22,11 @@ pub(crate) struct Parked {
     /// before the next wait, a burst each, in turn.
     pub(super) ready: VecDeque<usize>,
     /// Connections a look at the set found with input while a program keeps the
-    /// worker: what `Relief::Arrived` hands to the others.
+    /// worker: what `Relief::Arrived` and `Relief::Ready` hand to the others.
     pub(super) arrived: Vec<usize>,
+    /// Whether the last program wait lasted a glance: the next one hands the
+    /// connections with input over before it begins (`Relief::Ready`).
+    pub(super) slow_program: bool,
     pub(super) scratch: Vec<u8>,
 }
 
@@ -95,6 +98,7 @@ impl Parked {
             table: Table::default(),
             ready: VecDeque::new(),
             arrived: Vec::new(),
+            slow_program: false,
             scratch: Vec::new(),
         })
     }
@@ -145,12 +149,14 @@ impl Parked {
         (keepalive, writing, closing, tunnels)
     }
 
-    /// A script keeps the worker (`Relief::Arrived`: every [`crate::gateway::GLANCE`]
-    /// of its wait; `Relief::Bodies`: to run one with a request body; `Relief::All`:
-    /// one has kept it waiting a second): the connections whose input came during
-    /// the wait or is buffered (while a spare worker can take them at once), those in
-    /// the middle of a body, and after a second the idle ones too, go to workers that
-    /// are free meanwhile, if a worker of this generation stays to adopt them.
+    /// A script keeps the worker (`Relief::Ready`: it is about to wait on a program,
+    /// and the last one lasted a glance; `Relief::Arrived`: every
+    /// [`crate::gateway::GLANCE`] of its wait; `Relief::Bodies`: to run one with a
+    /// request body; `Relief::All`: one has kept it waiting a second): the
+    /// connections whose input is here (while a spare worker can take them at
+    /// once), those in the middle of a body, and after a second the idle ones too,
+    /// go to workers that are free meanwhile, if a worker of this generation stays
+    /// to adopt them.
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
         let Some(handover) = handover_open(ctx) else { return };
         // Connections with their input here go where it is served at once: to a
@@ -158,10 +164,11 @@ impl Parked {
         let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
             i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
         };
-        if which == Relief::Arrived && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+        let with_input = matches!(which, Relief::Ready | Relief::Arrived);
+        if with_input && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
             return;
         }
-        if which == Relief::Arrived && !self.look() && self.ready.is_empty() {
+        if with_input && !self.look() && self.ready.is_empty() {
             return;
         }
         let (sent, _) = self.hand_over(handover, which);
@@ -205,7 +212,8 @@ impl Parked {
             if which == Relief::Bodies && !h.in_body() {
                 continue;
             }
-            if which == Relief::Arrived && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
+            let with_input = matches!(which, Relief::Ready | Relief::Arrived);
+            if with_input && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
                 continue;
             }
             let conn = *h.conn();
