@@ -53,3 +53,11 @@ pub enum Relief {
     /// Every one it can.
     All,
 }
+
+impl Relief {
+    /// Those whose input is here ([`Relief::Ready`], [`Relief::Arrived`]): they go
+    /// only where they are served at once, to a spare worker.
+    pub fn with_input(self) -> bool {
+        matches!(self, Relief::Ready | Relief::Arrived)
+    }
+}

@@ -164,11 +164,10 @@ impl Parked {
         let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
             i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
         };
-        let with_input = matches!(which, Relief::Ready | Relief::Arrived);
-        if with_input && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+        if which.with_input() && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
             return;
         }
-        if with_input && !self.look() && self.ready.is_empty() {
+        if which.with_input() && !self.look() && self.ready.is_empty() {
             return;
         }
         let (sent, _) = self.hand_over(handover, which);
@@ -212,8 +211,7 @@ impl Parked {
             if which == Relief::Bodies && !h.in_body() {
                 continue;
             }
-            let with_input = matches!(which, Relief::Ready | Relief::Arrived);
-            if with_input && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
+            if which.with_input() && !(self.arrived.contains(&i) || self.ready.contains(&i)) {
                 continue;
             }
             let conn = *h.conn();
