@@ -76,6 +76,19 @@ pub struct WorkerCtx<'a> {
     pub held: Option<Shelf>,
 }
 
+impl WorkerCtx<'_> {
+    /// Whether another worker of this one's generation, in slot `from` or above, is
+    /// a spare (idle, not full) of which `also` holds.
+    pub(super) fn spare_sibling(&self, from: usize, also: impl Fn(&Slot) -> bool) -> bool {
+        self.scoreboard
+            .slots
+            .iter()
+            .enumerate()
+            .skip(from)
+            .any(|(i, s)| i != self.slot && s.generation.load(Relaxed) == self.generation && s.is_spare() && also(s))
+    }
+}
+
 /// Whether the worker must leave: a new generation serves, or the server stops.
 pub(super) fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
     ctx.master.is_some()

@@ -68,28 +68,19 @@ use crate::serve::observer::{Hooks, Relief};
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written and no tunnel (one the master's pipe of death had better retire).
 fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
-    ctx.scoreboard.slots.iter().enumerate().any(|(i, s)| {
-        i != ctx.slot
-            && s.generation.load(Relaxed) == ctx.generation
-            && s.is_spare()
-            && s.conns_writing.load(Relaxed) == 0
-            && s.conns_tunnels.load(Relaxed) == 0
-    })
+    ctx.spare_sibling(0, |s| s.conns_writing.load(Relaxed) == 0 && s.conns_tunnels.load(Relaxed) == 0)
 }
 
 /// Whether a worker of this one's generation above the event loops (a slot at
 /// `loops` or higher) is a spare holding no connection: one a retirement had better
 /// take than an event loop.
 fn spare_above_loops(ctx: &WorkerCtx<'_>, loops: usize) -> bool {
-    ctx.scoreboard.slots.iter().enumerate().skip(loops).any(|(i, s)| {
-        i != ctx.slot
-            && s.generation.load(Relaxed) == ctx.generation
-            && s.is_spare()
-            && s.conns_keepalive.load(Relaxed)
-                + s.conns_writing.load(Relaxed)
-                + s.conns_closing.load(Relaxed)
-                + s.conns_tunnels.load(Relaxed)
-                == 0
+    ctx.spare_sibling(loops, |s| {
+        s.conns_keepalive.load(Relaxed)
+            + s.conns_writing.load(Relaxed)
+            + s.conns_closing.load(Relaxed)
+            + s.conns_tunnels.load(Relaxed)
+            == 0
     })
 }
 

@@ -161,10 +161,7 @@ impl Parked {
         let Some(handover) = handover_open(ctx) else { return };
         // Connections with their input here go where it is served at once: to a
         // spare worker; with none, handing them over would only move their wait.
-        let spare = |(i, s): (usize, &crate::scoreboard::Slot)| {
-            i != ctx.slot && s.is_spare() && s.generation.load(Relaxed) == ctx.generation
-        };
-        if which.with_input() && !ctx.scoreboard.slots.iter().enumerate().any(spare) {
+        if which.with_input() && !ctx.spare_sibling(0, |_| true) {
             return;
         }
         if which.with_input() && !self.look() && self.ready.is_empty() {
