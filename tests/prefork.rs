@@ -67,13 +67,14 @@ fn cgi_script(site: &Site, path: &str, text: &str) {
     std::fs::set_permissions(site.path(path), std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// A pool of `start` workers and at most `max_spare` idle ones, with the status
-/// page (and `extra` after it), every worker ready.
-fn pool_with_status(site: &Site, start: usize, max_spare: usize, extra: &str) -> Pika {
+/// A pool of `start` workers and at most `max_spare` idle ones (and the
+/// `[workers]` keys in `workers`), with the status page (and `extra` after it),
+/// every worker ready.
+fn pool_with_status(site: &Site, start: usize, max_spare: usize, workers: &str, extra: &str) -> Pika {
     site.config(
         "",
         &format!(
-            "[workers]\nstart = {start}\nmin_spare = 1\nmax_spare = {max_spare}\n[status]\nenabled = true\n{extra}"
+            "[workers]\nstart = {start}\nmin_spare = 1\nmax_spare = {max_spare}\n{workers}[status]\nenabled = true\n{extra}"
         ),
     );
     let p = Pika::start(site, "-F");
@@ -287,14 +288,23 @@ fn by_slot(addr: SocketAddr, key: &str) -> std::collections::BTreeMap<u64, u64> 
 }
 
 /// With an event loop per CPU free, a spare stands by: kept-alive clients all go
-/// to the loops (the lowest slots), none to the spare; once the loops are held by
-/// programs, the spare takes new connections again.
+/// to the loops (the lowest slots, each taking some), none to the spare; once the
+/// loops are held by programs, the spare takes new connections again. The same
+/// with the workers bound to CPUs (before, a worker counted the loops after it
+/// was bound to its one CPU, and one loop took every client).
 #[test]
 fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
+    for keys in ["", "cpu_affinity = \"auto\"\n"] {
+        clients_on_the_loops(keys);
+    }
+}
+
+/// [`kept_alive_clients_stay_on_one_event_loop_per_cpu`] with these `[workers]` keys.
+fn clients_on_the_loops(keys: &str) {
     let cpus = allowed_cpus().len();
     let site = Site::new();
     hold_script(&site);
-    let p = pool_with_status(&site, cpus + 1, cpus + 3, HOLD);
+    let p = pool_with_status(&site, cpus + 1, cpus + 3, keys, HOLD);
     let open = |n: usize| -> Vec<TcpStream> {
         (0..n)
             .map(|_| {
@@ -305,14 +315,23 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
             })
             .collect()
     };
-    // A spare that saw its loops start a moment late may hold a connection or two
-    // of a first try: they go with it, and the next try finds it standing by.
+    // A worker decides whether it stands by as it wakes: a spare that saw its
+    // loops start a moment late may hold a connection or two of a first try. They
+    // go with it, and the next try finds each worker where its count of the loops
+    // puts it, so no try before the second counts.
     let clients = 8 * cpus;
+    let mut tries = 0;
     let (kept, by_slot) = wait_until(DEADLINE, "the kept-alive clients on the loops alone", || {
+        tries += 1;
         let kept = open(clients);
         let by_slot = held_by_slot(p.addr);
         let on_loops: u64 = by_slot.iter().filter(|&(&slot, _)| (slot as usize) < cpus).map(|(_, &n)| n).sum();
-        if on_loops == clients as u64 && by_slot.iter().all(|(&slot, &n)| (slot as usize) < cpus || n == 0) {
+        let every_loop = (0..cpus as u64).all(|slot| by_slot.get(&slot).is_some_and(|&n| n > 0));
+        if tries >= 2
+            && on_loops == clients as u64
+            && every_loop
+            && by_slot.iter().all(|(&slot, &n)| (slot as usize) < cpus || n == 0)
+        {
             Some((kept, by_slot))
         } else {
             drop(kept);
@@ -328,9 +347,24 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
         (waiting == cpus).then_some(())
     });
     let t = Instant::now();
-    assert_eq!(get(p.addr, "/").status, 200);
+    let ask = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let mut newcomer = connect(p.addr);
+    newcomer.write_all(ask).unwrap();
+    let first = read_response(&mut newcomer, false).expect("an answer");
+    assert_eq!(first.status, 200);
     assert!(t.elapsed() < Duration::from_secs(2), "a new client waited {:?} with the loops held", t.elapsed());
-    drop((kept, held));
+    assert_eq!(first.header("connection"), None, "kept alive while the loops are held");
+    // The loops free again (their clients gone, the scripts are cut): the spare's
+    // next answer to that client closes its connection, which comes back through
+    // the listeners to a loop.
+    drop(held);
+    wait_until(DEADLINE, "the spare handing its client back", || {
+        newcomer.write_all(ask).unwrap();
+        let next = read_response(&mut newcomer, false).expect("an answer");
+        assert_eq!(next.status, 200);
+        (next.header("connection").as_deref() == Some("close")).then_some(())
+    });
+    drop(kept);
 }
 
 /// A pool shrinking back retires the spares above the event loops, not the loops:
@@ -342,7 +376,7 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
 fn a_shrinking_pool_retires_spares_not_its_event_loops() {
     let cpus = allowed_cpus().len();
     let site = Site::new();
-    let p = pool_with_status(&site, cpus + 3, cpus + 1, "");
+    let p = pool_with_status(&site, cpus + 3, cpus + 1, "", "");
     let pids = |addr| by_slot(addr, "pid");
     let loops: Vec<(u64, u64)> = pids(p.addr).into_iter().filter(|&(slot, _)| (slot as usize) < cpus).collect();
     assert_eq!(loops.len(), cpus, "{loops:?}");

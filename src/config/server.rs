@@ -320,6 +320,22 @@ impl Affinity {
         };
         (!list.is_empty()).then(|| list[slot % list.len()])
     }
+
+    /// How many event loops a generation runs: one per CPU its workers spread over
+    /// (the CPUs the master may use, `allowed`, unless a list names fewer). Read
+    /// before a worker binds itself: bound, it may use one.
+    pub fn loops(&self, allowed: &[usize]) -> usize {
+        let n = match self {
+            Affinity::Off | Affinity::Auto => allowed.len(),
+            Affinity::Cpus(cpus) => {
+                let mut distinct = cpus.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                distinct.len()
+            }
+        };
+        n.max(1)
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -189,6 +189,10 @@ fn cpu_affinity_is_off_auto_or_cpus_pika_may_use() {
     assert_eq!(Affinity::Cpus(vec![2, 5, 7]).cpu_for(4, &[0, 1]), Some(5));
     assert_eq!(Affinity::Off.cpu_for(0, &[0, 1]), None);
     assert_eq!(Affinity::Auto.cpu_for(0, &[]), None);
+    assert_eq!(Affinity::Auto.loops(&[0, 1, 2]), 3);
+    assert_eq!(Affinity::Off.loops(&[0, 1]), 2);
+    assert_eq!(Affinity::Cpus(vec![3, 1, 3]).loops(&[0, 1, 2, 3]), 2, "distinct CPUs of the list");
+    assert_eq!(Affinity::Off.loops(&[]), 1);
 }
 
 #[test]

@@ -48,12 +48,15 @@ pub struct Meta {
     pub body: Vec<u8>,
     /// A tunnel's state (`serve` freezes it); empty for any other connection.
     pub tunnel: Vec<u8>,
+    /// Sent by a worker a program holds, not by one that leaves: the connection is
+    /// lent (`serve::held::Conn::lent`).
+    pub lent: bool,
 }
 
 /// Bytes of [`Meta`] before `pending`: the format's version, two addresses (family,
-/// IPv6 or mapped IPv4 bytes, port), the local port, two counts, the lengths of
-/// `pending`, `body` and `tunnel`.
-const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 4 + 4 + 4;
+/// IPv6 or mapped IPv4 bytes, port), the local port, two counts, whether it is
+/// lent, the lengths of `pending`, `body` and `tunnel`.
+const FIXED: usize = 1 + 2 * ADDR + 2 + 8 + 8 + 1 + 4 + 4 + 4;
 const ADDR: usize = 1 + 16 + 2;
 /// The layout's version, first in every message. A binary upgrade passes this
 /// socket to the new master, whose workers adopt the old ones' connections: a new
@@ -61,7 +64,8 @@ const ADDR: usize = 1 + 16 + 2;
 /// socket of its own.
 /// 2: a request body's state and file (1 carried connections between requests only).
 /// 3: a tunnel's state and its upstream's socket.
-pub const VERSION: u8 = 3;
+/// 4: whether the connection is lent.
+pub const VERSION: u8 = 4;
 /// The most bytes of its state a connection may carry over (pending input, a
 /// body's request head and decoder, or a tunnel's); one with more (a head larger
 /// than 64 KiB on its way, under a config that allows it) stays with its worker.
@@ -107,6 +111,7 @@ impl Meta {
         out.extend_from_slice(&self.local_port.to_le_bytes());
         out.extend_from_slice(&self.requests.to_le_bytes());
         out.extend_from_slice(&self.waited_ms.to_le_bytes());
+        out.push(u8::from(self.lent));
         out.extend_from_slice(&(self.pending.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.tunnel.len() as u32).to_le_bytes());
@@ -130,7 +135,7 @@ impl Meta {
         let balancer = addr_at(&b[1 + ADDR..]).ok()?;
         let at = 1 + 2 * ADDR;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as usize;
-        let (len, body, tunnel) = (u32_at(at + 18), u32_at(at + 22), u32_at(at + 26));
+        let (len, body, tunnel) = (u32_at(at + 19), u32_at(at + 23), u32_at(at + 27));
         if b.len() != FIXED + len + body + tunnel {
             return None;
         }
@@ -140,6 +145,7 @@ impl Meta {
             local_port: u16_at(at),
             requests: u64_at(at + 2),
             waited_ms: u64_at(at + 10),
+            lent: b[at + 18] != 0,
             pending: b[FIXED..FIXED + len].to_vec(),
             body: b[FIXED + len..FIXED + len + body].to_vec(),
             tunnel: b[FIXED + len + body..].to_vec(),
@@ -274,6 +280,7 @@ mod tests {
             pending: pending.to_vec(),
             body: Vec::new(),
             tunnel: Vec::new(),
+            lent: false,
         }
     }
 
@@ -290,6 +297,10 @@ mod tests {
         assert_eq!(Meta::decode(&buf), Some(m));
         // A client named by a balancer's PROXY header keeps the balancer beside it.
         let m = Meta { balancer: Some("127.0.0.9:1234".parse().unwrap()), ..meta("192.0.2.7:40000", b"x") };
+        m.encode(&mut buf);
+        assert_eq!(Meta::decode(&buf), Some(m));
+        // Lent by a worker a program holds.
+        let m = Meta { lent: true, ..meta("192.0.2.7:40000", b"x") };
         m.encode(&mut buf);
         assert_eq!(Meta::decode(&buf), Some(m));
         // In the middle of a body: its state after what was read of the next request.

@@ -330,6 +330,13 @@ impl Scoreboard {
         idle.take(want).count() < want
     }
 
+    /// Whether a worker of `generation` in a slot below `me` waits on a program.
+    pub fn program_held_below(&self, generation: u32, me: usize) -> bool {
+        self.slots[..me.min(self.slots.len())]
+            .iter()
+            .any(|s| s.generation.load(Relaxed) == generation && s.program_wait.load(Relaxed) != 0)
+    }
+
     /// The workers of `generation` in slots below `me`, up to `enough`, that take
     /// new connections now: serving or waiting for work (not starting, not leaving),
     /// not full, not held by a program. The lowest such slots are a generation's

@@ -191,7 +191,7 @@ impl<'c> Server<'c> {
         // decorate
         decorate::decorate(&self.sites[ex.vhost], answered.map(|p| &p.decor), (&req, ex.start), ex.tls, &mut reply);
         // deliver
-        let how = ex.delivery(body, &reply, may_keep_alive(&self.config.http, conn, hooks.obs));
+        let how = ex.delivery(body, &reply, may_keep_alive(&self.config.http, conn, ex.tls, hooks.obs));
         let (cached, upstream) = (reply.cached, reply.upstream.take());
         let answer = self.out.deliver(t, reply, ex.start, how, hooks.obs);
         // finish
@@ -475,10 +475,12 @@ fn pass_gate((place, guards): Routed<'_>, ask: &Ask<'_>, reply: &mut Reply<'_>) 
 }
 
 /// Whether the server lets a connection take another request: keep-alive on, not
-/// at `max_keepalive_requests`, and the worker not leaving.
-fn may_keep_alive(http: &Http, conn: &Conn, obs: &mut dyn Observer) -> bool {
+/// at `max_keepalive_requests`, the worker not leaving, and not a plain connection
+/// lent to a spare while the event loops are free.
+fn may_keep_alive(http: &Http, conn: &Conn, tls: bool, obs: &mut dyn Observer) -> bool {
     http.keepalive
         && !obs.must_close()
+        && (!conn.lent || tls || !obs.hand_back())
         && (http.max_keepalive_requests == 0 || conn.requests < http.max_keepalive_requests)
 }
 
@@ -661,6 +663,9 @@ mod tests {
         fn request(&mut self, _: &[u8], _: SocketAddr) {}
         fn served(&mut self, _: &Outcome<'_>) {}
         fn must_close(&self) -> bool {
+            false
+        }
+        fn hand_back(&self) -> bool {
             false
         }
     }

@@ -42,11 +42,14 @@ pub struct Conn {
     pub local_port: u16,
     /// Requests read on it so far.
     pub requests: u64,
+    /// Taken by a spare while a worker below it waited on a program: it goes back
+    /// to the event loops once they are free ([`crate::serve::observer::Observer::hand_back`]).
+    pub lent: bool,
 }
 
 impl Conn {
     pub fn new(peer: SocketAddr, local_port: u16) -> Conn {
-        Conn { peer, balancer: None, local_port, requests: 0 }
+        Conn { peer, balancer: None, local_port, requests: 0, lent: false }
     }
 
     /// The socket's peer: the balancer that sent a PROXY header, or the client.
@@ -313,6 +316,11 @@ impl Held {
 
     pub fn conn(&self) -> &Conn {
         &self.conn
+    }
+
+    /// Marks the connection lent to a spare ([`Conn::lent`]).
+    pub fn lend(&mut self) {
+        self.conn.lent = true;
     }
 
     /// Whether another worker can take this connection over now: a plain one waiting

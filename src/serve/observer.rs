@@ -24,6 +24,11 @@ pub trait Observer {
     fn served(&mut self, outcome: &crate::scoreboard::counters::Outcome<'_>);
     /// The worker must finish: answer this request with `Connection: close`.
     fn must_close(&self) -> bool;
+    /// The worker is a spare and the event loops below it are free: the answer on
+    /// a plain connection lent to it ([`crate::serve::held::Conn::lent`]) says
+    /// `Connection: close`, and its client's next connection goes to a loop (a TLS
+    /// one stays: its handshake costs more).
+    fn hand_back(&self) -> bool;
 }
 
 /// What the worker lends a turn on a connection: its observer, and what to do when a

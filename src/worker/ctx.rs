@@ -77,15 +77,15 @@ pub struct WorkerCtx<'a> {
 }
 
 impl WorkerCtx<'_> {
-    /// Whether another worker of this one's generation, in slot `from` or above, is
-    /// a spare (idle, not full) of which `also` holds.
-    pub(super) fn spare_sibling(&self, from: usize, also: impl Fn(&Slot) -> bool) -> bool {
-        self.scoreboard
-            .slots
-            .iter()
-            .enumerate()
-            .skip(from)
-            .any(|(i, s)| i != self.slot && s.generation.load(Relaxed) == self.generation && s.is_spare() && also(s))
+    /// How many other workers of this one's generation, in slot `from` or above,
+    /// are spares (idle, not full) of which `also` holds.
+    pub(super) fn spare_siblings(&self, from: usize, also: impl Fn(&Slot) -> bool) -> usize {
+        let slots = self.scoreboard.slots.iter().enumerate().skip(from);
+        slots
+            .filter(|&(i, s)| {
+                i != self.slot && s.generation.load(Relaxed) == self.generation && s.is_spare() && also(s)
+            })
+            .count()
     }
 }
 
@@ -99,6 +99,10 @@ pub(super) fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
 pub(super) struct SlotObserver<'a> {
     pub(super) slot: &'a Slot,
     pub(super) ctx: &'a WorkerCtx<'a>,
+    /// How many event loops the generation runs (one per CPU the workers spread
+    /// over, `Affinity::loops`): the workers in its lowest slots; those above them
+    /// are spares.
+    pub(super) loops: usize,
     /// The client of the current request.
     pub(super) client: Option<SocketAddr>,
     /// Reused to format the client for the slot.
@@ -142,5 +146,35 @@ impl Observer for SlotObserver<'_> {
         // A leaving worker hands its idle connections over (`events`); those it
         // cannot, it closes only after an answer that said so.
         self.retiring || must_retire(self.ctx)
+    }
+
+    fn hand_back(&self) -> bool {
+        self.above_free_loops()
+    }
+}
+
+impl SlotObserver<'_> {
+    /// Whether this worker is a spare above its generation's event loops and they
+    /// take connections now: as many of them in the slots below its own as there
+    /// are loops, none held by a program, full or leaving
+    /// (`Scoreboard::free_loops_below`). Such a worker stands by off the listeners
+    /// (`events`), and the plain connections it holds go back to the loops through
+    /// them ([`Observer::hand_back`]): a moment a program held a loop gave it those
+    /// clients, and a spare that kept them would be one more event loop taking turns
+    /// on the cores for as long as they stay.
+    pub(super) fn above_free_loops(&self) -> bool {
+        let ctx = self.ctx;
+        ctx.master.is_some() && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops
+    }
+
+    /// Whether a connection this worker accepts now is lent
+    /// ([`crate::serve::held::Conn::lent`]): it is a spare above the event loops
+    /// and a worker of its generation below it waits on a program (what makes a
+    /// spare listen). One accepted while the loops start or leave is not lent: it
+    /// stays. (An adopted connection is lent when the worker that sent it was
+    /// relieved, not leaving: `fork::handover::Meta::lent`.)
+    pub(super) fn lent_here(&self) -> bool {
+        let ctx = self.ctx;
+        ctx.master.is_some() && ctx.slot >= self.loops && ctx.scoreboard.program_held_below(ctx.generation, ctx.slot)
     }
 }

@@ -68,20 +68,21 @@ use crate::serve::observer::{Hooks, Relief};
 /// Whether another worker of this one's generation is a spare holding no answer
 /// being written and no tunnel (one the master's pipe of death had better retire).
 fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
-    ctx.spare_sibling(0, |s| s.conns_writing.load(Relaxed) == 0 && s.conns_tunnels.load(Relaxed) == 0)
+    ctx.spare_siblings(0, |s| s.conns_writing.load(Relaxed) == 0 && s.conns_tunnels.load(Relaxed) == 0) > 0
 }
 
 /// Whether a worker of this one's generation above the event loops (a slot at
 /// `loops` or higher) is a spare holding no connection: one a retirement had better
 /// take than an event loop.
 fn spare_above_loops(ctx: &WorkerCtx<'_>, loops: usize) -> bool {
-    ctx.spare_sibling(loops, |s| {
+    let holds_nothing = |s: &crate::scoreboard::Slot| {
         s.conns_keepalive.load(Relaxed)
             + s.conns_writing.load(Relaxed)
             + s.conns_closing.load(Relaxed)
             + s.conns_tunnels.load(Relaxed)
             == 0
-    })
+    };
+    ctx.spare_siblings(loops, holds_nothing) > 0
 }
 
 /// Takes a connection from `listener`, its socket non-blocking (`accept4` with
@@ -166,9 +167,6 @@ pub(super) struct Loop<'a, 'c> {
     /// open-file limit); at it, it takes no new ones.
     cap: usize,
     full: bool,
-    /// The CPUs the worker may run on: as many free event loops in the slots below
-    /// it let it stand by.
-    cpus: usize,
     leaving: Option<Leaving>,
     /// When a leaving worker closes the idle connections it still holds (and from
     /// then on, those that become idle).
@@ -198,7 +196,6 @@ impl<'a, 'c> Loop<'a, 'c> {
             adopting: false,
             cap,
             full: false,
-            cpus: sys::allowed_cpus().len().max(1),
             leaving: None,
             close_idle_at: 0,
             accept_paused_until: 0,
@@ -265,7 +262,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             } else if standby {
                 // The spare right above the loops looks most often; each one above it
                 // less often (it is needed only once those below it listen).
-                let look = STANDBY_LOOK.saturating_mul((self.ctx.slot + 1).saturating_sub(self.cpus).max(1) as u64);
+                let look =
+                    STANDBY_LOOK.saturating_mul((self.ctx.slot + 1).saturating_sub(self.obs.loops).max(1) as u64);
                 self.next_sweep.saturating_sub(now_ms()).min(look).min(SWEEP.as_millis() as u64)
             } else {
                 self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
@@ -359,20 +357,20 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(())
     }
 
-    /// Whether the worker stands by: it holds no connection and, in the slots below
-    /// its own, as many event loops of its generation as there are CPUs take
-    /// connections (`Scoreboard::free_loops_below`). Standing by it is off the
-    /// listeners, so kept-alive clients stay on about one busy event loop per CPU
-    /// (fewer workers taking turns on the cores: a lower tail, `docs/scaling.md`),
-    /// and it listens again as soon as a loop below is held by a program, full,
-    /// leaving or gone. A leaving, full or paused worker keeps what that decided.
+    /// Whether the worker stands by: in the slots below its own, as many event loops
+    /// of its generation as there are CPUs take connections
+    /// (`SlotObserver::above_free_loops`). Standing by it is off the listeners, so
+    /// kept-alive clients stay on about one busy event loop per CPU (fewer workers
+    /// taking turns on the cores: a lower tail, `docs/scaling.md`), and it listens
+    /// again as soon as a loop below is held by a program, full, leaving or gone.
+    /// What it holds meanwhile it serves, and its plain connections go back to the
+    /// loops after their next answer (`Observer::hand_back`). A leaving, full or
+    /// paused worker keeps what that decided.
     fn stand_by(&mut self) -> bool {
         if self.leaving.is_some() || self.full || self.accept_paused_until != 0 {
             return false;
         }
-        let ctx = self.ctx;
-        let standby = self.parked.table.len == 0
-            && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.cpus) >= self.cpus;
+        let standby = self.obs.above_free_loops();
         if standby == self.listening {
             let _ = self.listen(!standby);
         }
@@ -412,7 +410,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         }
         self.obs.slot.connections.fetch_add(1, Relaxed);
         let port = l.bound.port();
-        let held = match (&self.tls, l.tls) {
+        let mut held = match (&self.tls, l.tls) {
             (_, false) => Held::new(stream, peer, port, l.proxy_protocol),
             (Some(tls), true) => match Held::new_tls(stream, peer, port, l.proxy_protocol, tls) {
                 Ok(h) => h,
@@ -426,6 +424,9 @@ impl<'a, 'c> Loop<'a, 'c> {
             // plain text.
             (None, true) => return Ok(()),
         };
+        if self.obs.lent_here() {
+            held.lend();
+        }
         self.take(held);
         if self.parked.table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
@@ -464,6 +465,7 @@ impl<'a, 'c> Loop<'a, 'c> {
                     balancer: meta.balancer,
                     local_port: meta.local_port,
                     requests: meta.requests,
+                    lent: meta.lent,
                 };
                 if let Some(far) = got.far {
                     // A tunnel: it relays here from now on.
@@ -649,7 +651,8 @@ impl<'a, 'c> Loop<'a, 'c> {
             slot.conns_writing.load(Relaxed) > 0 || slot.conns_tunnels.load(Relaxed) > 0
         };
         let defer = || {
-            holds(self.obs.slot) && spare_writing_none(ctx) || ctx.slot < self.cpus && spare_above_loops(ctx, self.cpus)
+            holds(self.obs.slot) && spare_writing_none(ctx)
+                || ctx.slot < self.obs.loops && spare_above_loops(ctx, self.obs.loops)
         };
         let pod = ctx.pod.as_deref().is_some_and(|p| {
             let pending = quiet || header.pod_pending.load(std::sync::atomic::Ordering::SeqCst) > 0;
@@ -703,7 +706,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.full.store(0, Relaxed);
         self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
         let Some(handover) = handover_open(self.ctx) else { return };
-        let (sent, kept) = self.parked.hand_over(handover, Relief::All);
+        let (sent, kept) = self.parked.hand_over(handover, Relief::All, usize::MAX, false);
         if sent + kept > 0 {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }

@@ -49,6 +49,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
             return ChildExit::Fatal;
         }
     }
+    // Counted before `set_limits` binds the worker to one CPU.
+    let loops = ctx.config.workers.cpu_affinity.loops(&sys::allowed_cpus());
     if let Err(code) = set_limits(&ctx) {
         return code;
     }
@@ -118,7 +120,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
     let disks = (Disk::bodies(slot, ctx.scoreboard.slots), Disk::answers(slot, ctx.scoreboard.slots));
     let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port, disks);
-    let mut obs = SlotObserver { slot, ctx: &ctx, client: None, scratch: Vec::with_capacity(64), retiring: false };
+    let mut obs =
+        SlotObserver { slot, ctx: &ctx, loops, client: None, scratch: Vec::with_capacity(64), retiring: false };
     match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),
         Err(e) => {

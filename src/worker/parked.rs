@@ -160,14 +160,20 @@ impl Parked {
     pub(super) fn relieve(&mut self, ctx: &WorkerCtx<'_>, slot: &crate::scoreboard::Slot, which: Relief) {
         let Some(handover) = handover_open(ctx) else { return };
         // Connections with their input here go where it is served at once: to a
-        // spare worker; with none, handing them over would only move their wait.
-        if which.with_input() && !ctx.spare_sibling(0, |_| true) {
-            return;
-        }
-        if which.with_input() && !self.look() && self.ready.is_empty() {
-            return;
-        }
-        let (sent, _) = self.hand_over(handover, which);
+        // spare worker, one to each that is idle; with none, handing them over would
+        // only move their wait. (At 100 kept-alive clients every connection of a
+        // loop has its next request here: a glance handed all of them to one or two
+        // spares, which then took turns on the cores with the loops.)
+        let most = if which.with_input() {
+            let spares = ctx.spare_siblings(0, |_| true);
+            if spares == 0 || !self.look() && self.ready.is_empty() {
+                return;
+            }
+            spares
+        } else {
+            usize::MAX
+        };
+        let (sent, _) = self.hand_over(handover, which, most, true);
         if sent > 0 {
             log::debug!("a script holds this worker: handed {sent} connections to others");
             publish_counts(slot, self);
@@ -193,13 +199,18 @@ impl Parked {
         !self.arrived.is_empty()
     }
 
-    /// Sends every connection it can (of `which`) to the workers that stay: all but
-    /// lingering closes, answers being written, TLS sessions, draining tunnels and
-    /// oversized pending heads. Returns how many went and how many stay.
-    pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief) -> (usize, usize) {
+    /// Sends every connection it can (of `which`, `most` of them) to the workers
+    /// that stay: all but lingering closes, answers being written, TLS sessions,
+    /// draining tunnels and oversized pending heads; `lent` by a worker a program
+    /// holds (it goes back to the loops from a spare), not by one that leaves.
+    /// Returns how many went and how many stay.
+    pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief, most: usize, lent: bool) -> (usize, usize) {
         let (mut sent, mut kept) = (0, 0);
         let (mut state, mut tunnel) = (Vec::new(), Vec::new());
         for i in 0..self.table.slots.len() {
+            if sent == most {
+                break;
+            }
             let Some(h) = self.table.slots[i].as_mut() else { continue };
             if !h.can_hand_over(handover::MAX_PENDING) {
                 kept += 1;
@@ -241,6 +252,7 @@ impl Parked {
                 pending,
                 body: if in_body { std::mem::take(&mut state) } else { Vec::new() },
                 tunnel: std::mem::take(&mut tunnel),
+                lent,
             };
             if !meta.fits() {
                 kept += 1;
@@ -386,7 +398,7 @@ mod tests {
         }
         assert_eq!(p.arrived, [1]);
         let handover = Handover::new().unwrap();
-        let (sent, _) = p.hand_over(&handover, Relief::Arrived);
+        let (sent, _) = p.hand_over(&handover, Relief::Arrived, usize::MAX, true);
         assert_eq!(sent, 1);
         p.table.put_back(2, served);
         let held: Vec<bool> = p.table.slots.iter().map(Option::is_some).collect();
@@ -394,5 +406,25 @@ mod tests {
         let mut buf = Vec::new();
         let got = handover.receive(&mut buf).unwrap().expect("it went to the others");
         assert_eq!(got.meta.requests, 0);
+        assert!(got.meta.lent);
+    }
+
+    /// Connections with their request here go one to each idle spare (`most`):
+    /// the rest stay, reported again by the loop's next wait.
+    #[test]
+    fn a_relief_hands_over_at_most_as_many_as_asked() {
+        let mut p = Parked::new().unwrap();
+        let mut clients = hold(&mut p, 4, true);
+        for c in [0, 1, 3] {
+            std::io::Write::write_all(&mut clients[c], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !(p.look() && p.arrived.len() == 3) {
+            assert!(std::time::Instant::now() < deadline, "the requests never seen");
+        }
+        let handover = Handover::new().unwrap();
+        assert_eq!(p.hand_over(&handover, Relief::Arrived, 2, true).0, 2);
+        assert_eq!(p.table.len, 2, "one with its request and the idle one stay");
+        assert!(p.table.slots[2].is_some(), "the idle one stays");
     }
 }
