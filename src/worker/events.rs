@@ -29,8 +29,10 @@
 //! it holds in the middle of their bodies to the others (their uploads go on
 //! arriving, not held up for the script). While a program keeps it (a CGI script,
 //! php-fpm, an upstream), it looks at its set every few milliseconds
-//! (`gateway::GLANCE`) and hands the connections whose request came meanwhile to a
-//! spare worker, if one is idle; one whose script keeps it waiting a second hands
+//! (`gateway::GLANCE`) and hands the connections whose request came meanwhile to
+//! the spare workers, one to each that is idle (lent: a spare's answer on a plain
+//! one says `Connection: close` once the loops are free, so the client comes back
+//! to a loop); one whose script keeps it waiting a second hands
 //! its idle connections too (`Parked::relieve`), so their next requests do not
 //! wait for the script. A worker whose last program wait lasted a glance hands
 //! those whose request is already here over before the next wait begins; one whose
