@@ -158,10 +158,10 @@ impl SlotObserver<'_> {
     /// take connections now: as many of them in the slots below its own as there
     /// are loops, none held by a program, full or leaving
     /// (`Scoreboard::free_loops_below`). Such a worker stands by off the listeners
-    /// (`events`), and the plain connections it holds go back to the loops through
-    /// them ([`Observer::hand_back`]): a moment a program held a loop gave it those
-    /// clients, and a spare that kept them would be one more event loop taking turns
-    /// on the cores for as long as they stay.
+    /// (`events`), and the plain connections it was lent go back to the loops
+    /// through them ([`Observer::hand_back`]): a moment a program held a loop gave it
+    /// those clients, and a spare that kept them would be one more event loop taking
+    /// turns on the cores for as long as they stay.
     pub(super) fn above_free_loops(&self) -> bool {
         let ctx = self.ctx;
         ctx.master.is_some() && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops

@@ -365,8 +365,8 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// kept-alive clients stay on about one busy event loop per CPU (fewer workers
     /// taking turns on the cores: a lower tail, `docs/scaling.md`), and it listens
     /// again as soon as a loop below is held by a program, full, leaving or gone.
-    /// What it holds meanwhile it serves, and its plain connections go back to the
-    /// loops after their next answer (`Observer::hand_back`). A leaving, full or
+    /// What it holds meanwhile it serves, and the plain connections it was lent go
+    /// back to the loops after their next answer (`Observer::hand_back`). A leaving, full or
     /// paused worker keeps what that decided.
     fn stand_by(&mut self) -> bool {
         if self.leaving.is_some() || self.full || self.accept_paused_until != 0 {
