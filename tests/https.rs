@@ -340,11 +340,16 @@ fn a_session_resumes_on_another_worker() {
         // The second connection, while the first holds its worker.
         let out = h.s_client(
             &openssl,
-            &["-servername", "a.example", version, "-sess_in", sess.to_str().unwrap()],
+            &["-servername", "a.example", version, "-msg", "-sess_in", sess.to_str().unwrap()],
             request(true).as_bytes(),
         );
         let want = if version == "-tls1_2" { "Reused, TLSv1.2" } else { "Reused, TLSv1.3" };
         assert!(out.contains(want) && out.contains("HTTP/1.1 200 OK"), "{version}: not resumed: {out}");
+        if version == "-tls1_3" {
+            // One ticket replaces the one used.
+            let tickets = out.lines().filter(|l| l.starts_with("<<<") && l.ends_with("NewSessionTicket")).count();
+            assert_eq!(tickets, 1, "{out}");
+        }
         let lines = h.access();
         let resumed_pid = lines[before + 1].split("pid=").nth(1).unwrap();
         assert_ne!(resumed_pid, held_pid, "{version}: resumed on the worker that issued the ticket: {lines:?}");

@@ -170,6 +170,13 @@ pub fn server_config(
     c.alpn_protocols = vec![ALPN_HTTP11.to_vec(), ACME_TLS_1.to_vec()];
     c.ticketer = Arc::new(Ticketer::new(tickets));
     c.session_storage = Arc::new(NoServerSessionStorage {});
+    // One TLS 1.3 ticket a handshake (rustls sends two by default): a resumed
+    // handshake replaces the ticket it used, as OpenSSL does after a resumption and
+    // Go and h2o do always. The second cost each resumed connection a ticket sealed
+    // here and taken in by the client (HTTPS with a resumed handshake a connection:
+    // 3,900 / 3,936 requests a second with one, 3,733 / 3,815 with two; server CPU
+    // 142-143 against 150-155 µs a request).
+    c.send_tls13_tickets = 1;
     Ok(Arc::new(c))
 }
 
