@@ -164,7 +164,11 @@ impl SlotObserver<'_> {
     /// turns on the cores for as long as they stay.
     pub(super) fn above_free_loops(&self) -> bool {
         let ctx = self.ctx;
-        ctx.master.is_some() && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops
+        // A loop has fewer loops than that below it: the scan is for spares only
+        // (`stand_by` asks on every round of the loop).
+        ctx.master.is_some()
+            && ctx.slot >= self.loops
+            && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops
     }
 
     /// Whether a connection this worker accepts now is lent
