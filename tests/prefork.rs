@@ -367,6 +367,48 @@ fn clients_on_the_loops(keys: &str) {
     drop(kept);
 }
 
+/// A kept-alive client whose request comes while its event loop waits on a script
+/// is handed to a spare, lent: the spare answers it at once and keeps it while the
+/// loop is held, and once the loop is free its next answer closes the connection,
+/// so the client comes back through the listeners to the loop. (The flag travels
+/// with the connection through the handover socket: a spare that dropped it kept
+/// the client for good, one more busy worker on the cores.)
+#[test]
+fn a_client_lent_to_a_spare_while_its_loop_waits_goes_back_once_the_loop_is_free() {
+    let site = Site::new();
+    hold_script(&site);
+    // One event loop (the list names one CPU) and one spare.
+    let p = pool_with_status(&site, 2, 3, "cpu_affinity = [0]\n", HOLD);
+    let ask = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let answer = |c: &mut TcpStream| {
+        c.write_all(ask).unwrap();
+        let r = read_response(c, false).expect("an answer");
+        assert_eq!(r.status, 200);
+        r
+    };
+    // A spare that had not yet stood by may take a first client: tried afresh until
+    // the loop holds it.
+    let mut client = wait_until(DEADLINE, "a client on the event loop", || {
+        let mut c = connect(p.addr);
+        answer(&mut c);
+        let by_slot = held_by_slot(p.addr);
+        (by_slot.get(&0) == Some(&1) && by_slot.values().sum::<u64>() == 1).then_some(c)
+    });
+    let loop_pid = by_slot(p.addr, "pid")[&0] as i32;
+    let held = slow_client(p.addr);
+    wait_until(DEADLINE, "the event loop waiting on its script", || has_child(loop_pid).then_some(()));
+    // Its request comes while the loop waits: a glance later it is the spare's.
+    let t = Instant::now();
+    let first = answer(&mut client);
+    assert!(t.elapsed() < Duration::from_secs(5), "the client waited {:?} for the held loop", t.elapsed());
+    assert!(has_child(loop_pid), "answered while the loop still waits");
+    assert_eq!(first.header("connection"), None, "kept alive while the loop is held");
+    drop(held);
+    wait_until(DEADLINE, "the spare handing its lent client back", || {
+        (answer(&mut client).header("connection").as_deref() == Some("close")).then_some(())
+    });
+}
+
 /// A pool shrinking back retires the spares above the event loops, not the loops:
 /// the master's dummy connection wakes a loop (the spares standing by are off the
 /// listeners), and the loop leaves the pipe of death to a spare holding nothing.
