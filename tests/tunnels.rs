@@ -320,6 +320,37 @@ fn a_thousand_idle_websockets_hold_no_worker() {
     assert_eq!(records(), 1000, "one record each");
 }
 
+/// An open tunnel keeps its upstream counted in use for the pool (what
+/// `least_conn` chooses by, and the status page's upstream line says): one while
+/// it is open, none once it has ended. And the tunnels count is the status page's
+/// as soon as a kept-alive connection switches, not at the worker's next accept.
+#[test]
+fn an_open_tunnel_keeps_its_upstream_counted_in_use() {
+    let Some(py) = python_with_websockets() else { return };
+    let echo = Echo::start(&py);
+    let pool = "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n";
+    let site = site_for(&echo, "", pool);
+    let p = Pika::start(&site, "-F");
+    let in_use = || {
+        let page = get(p.addr, "/status?auto").text();
+        let name = format!("Upstream: http://127.0.0.1:{} ", echo.port);
+        let line = page.lines().find_map(|l| l.strip_prefix(&name).map(str::to_string));
+        line.and_then(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+    };
+    // A kept-alive connection asks a plain page first, then switches.
+    let mut ws = connect(p.addr);
+    ws.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut ws, false).unwrap().status, 200);
+    let head = ws_open(&mut ws, "/ws/busy");
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    ws_echo(&mut ws, "hello");
+    assert_eq!(in_use(), Some(1), "the tunnel's upstream in use");
+    assert_eq!(auto(p.addr, "ConnsTunnels"), 1);
+    drop(ws);
+    wait_until(DEADLINE, "the upstream free again", || (in_use() == Some(0)).then_some(()));
+    assert_eq!(auto(p.addr, "ConnsTunnels"), 0);
+}
+
 #[test]
 fn tunnel_timeout_closes_an_idle_tunnel_and_not_a_busy_one() {
     let Some(py) = python_with_websockets() else { return };

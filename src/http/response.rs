@@ -163,6 +163,9 @@ pub struct Switched {
     pub early: Vec<u8>,
     /// How long the tunnel may carry nothing either way.
     pub idle: std::time::Duration,
+    /// What keeps the upstream counted in use for its pool (`least_conn`) while
+    /// the tunnel lives: dropped with it.
+    pub busy: Option<Box<dyn std::any::Any>>,
 }
 
 /// What the access log says of the upstream a request was passed to (nginx's

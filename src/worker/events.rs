@@ -526,8 +526,15 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// with a whole request buffered). It is out of the table while it is served.
     fn serve(&mut self, i: usize) {
         let Some(mut h) = self.parked.table.take_out(i) else { return };
+        let was_tunnel = h.tunnel();
         let next = self.turn(&mut h, false);
+        // A kept-alive connection that switched protocols: the status page counts
+        // its tunnel now, not at the worker's next accept or close.
+        let switched = h.tunnel() != was_tunnel;
         self.settle(i, h, next);
+        if switched {
+            self.publish();
+        }
     }
 
     /// One turn on a connection out of the table: what it has is served (or the rest

@@ -279,7 +279,7 @@ impl<'c> Proxy<'c> {
                     watch: ClientWatch::default(),
                     idle: up.idle.clone(),
                     seen: Rc::clone(seen),
-                    _busy: self.chooser.in_use(at),
+                    busy: Some(self.chooser.in_use(at)),
                     upgrade: upgrade.is_some(),
                     switching: None,
                     switched: Rc::clone(switched),
@@ -350,6 +350,7 @@ impl Proxy<'_> {
             far: switch.conn.into_fd(),
             early: switch.early,
             idle: self.config.tunnel_timeout,
+            busy: switch.busy.map(|b| Box::new(b) as Box<dyn std::any::Any>),
         }));
     }
 }
@@ -369,6 +370,8 @@ struct Switch {
     headers: Vec<u8>,
     protocol: Option<Vec<u8>>,
     early: Vec<u8>,
+    /// The upstream counted in use: the tunnel keeps it so.
+    busy: Option<InUse>,
 }
 
 /// What the access log is told of the upstream's answer: its status, when its head came.
@@ -433,8 +436,9 @@ struct Talk {
     watch: ClientWatch,
     idle: Pool,
     seen: Rc<Cell<Seen>>,
-    /// The connection counted in use for the pool's least-connections choice.
-    _busy: InUse,
+    /// The connection counted in use for the pool's least-connections choice (a
+    /// tunnel takes it on after a 101).
+    busy: Option<InUse>,
     /// The request asked to switch protocols.
     upgrade: bool,
     /// The upstream answered 101: what it said, until the connection is taken.
@@ -605,7 +609,8 @@ impl Source for Talk {
             if let Some(s) = self.switching.take() {
                 let conn = conn.expect("a connection");
                 let (headers, protocol, early) = (s.headers, s.protocol, s.early);
-                *self.switched.borrow_mut() = Some(Switch { conn, headers, protocol, early });
+                let busy = self.busy.take();
+                *self.switched.borrow_mut() = Some(Switch { conn, headers, protocol, early, busy });
                 return Ok(true);
             }
             let whole = self.out.is_empty() && self.sent_body == self.body.len();

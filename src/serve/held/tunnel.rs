@@ -95,6 +95,10 @@ pub(crate) struct Tunnel<R> {
     pub(crate) draining: bool,
     /// What the record of its end needs.
     pub(crate) owed: R,
+    /// Its upstream counted in use for the pool while it lives ([`Switched::busy`]);
+    /// not carried to another worker (a tunnel handed over at a reload stops
+    /// counting).
+    _busy: Option<Box<dyn std::any::Any>>,
 }
 
 impl<R> Tunnel<R> {
@@ -119,6 +123,7 @@ impl<R> Tunnel<R> {
             idle_ms,
             draining: false,
             owed,
+            _busy: far.busy,
         }
     }
 
@@ -188,6 +193,7 @@ impl<R> Tunnel<R> {
             idle_ms,
             draining: false,
             owed,
+            _busy: None,
         })
     }
 
@@ -406,7 +412,8 @@ mod tests {
         let (client, _) = l.accept().unwrap();
         client.set_nonblocking(true).unwrap();
         user.set_nonblocking(true).unwrap();
-        let switched = Switched { far: far.into(), early: b"early ".to_vec(), idle: Duration::from_secs(60) };
+        let switched =
+            Switched { far: far.into(), early: b"early ".to_vec(), idle: Duration::from_secs(60), busy: None };
         (Tunnel::new(switched, (), b"HTTP/1.1 101 \r\n\r\n", b"first".to_vec()), client, user, upstream)
     }
 
