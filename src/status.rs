@@ -383,7 +383,7 @@ impl Snapshot {
         }
         s.push_str("</table></div>\n");
         if !self.certificates.is_empty() {
-            s.push_str("<h2>TLS certificates</h2>\n<table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th><th>ACME</th></tr>\n");
+            s.push_str("<h2>TLS certificates</h2>\n<div class=\"scroll\"><table border=\"1\"><tr><th>Vhost</th><th>Days left</th><th>Expires</th><th>File</th><th>ACME</th></tr>\n");
             for c in &self.certificates {
                 let _ = writeln!(
                     s,
@@ -395,10 +395,10 @@ impl Snapshot {
                     acme_cell(c)
                 );
             }
-            s.push_str("</table>\n");
+            s.push_str("</table></div>\n");
         }
         if !self.upstreams.is_empty() {
-            s.push_str("<h2>Upstreams</h2>\n<table id=\"upstreams\" border=\"1\"><tr><th>Upstream</th><th>State</th><th>Role</th><th>Connections</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>Failed tries</th></tr>\n");
+            s.push_str("<h2>Upstreams</h2>\n<div class=\"scroll\"><table id=\"upstreams\" border=\"1\"><tr><th>Upstream</th><th>State</th><th>Role</th><th>Connections</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th><th>Failed tries</th></tr>\n");
             for u in &self.upstreams {
                 let [a, b, c, d, e] = u.answered;
                 let _ = writeln!(
@@ -411,7 +411,7 @@ impl Snapshot {
                     u.failed
                 );
             }
-            s.push_str("</table>\n");
+            s.push_str("</table></div>\n");
         }
         if let Some(line) = cluster_line() {
             let _ = writeln!(s, "<p>Cluster: {}</p>", html_escape(&line));

@@ -195,12 +195,19 @@ fn base64_decode(text: &str) -> Vec<u8> {
 /// files whose name, size and age orders all differ, and a folder.
 fn site() -> Site {
     let site = Site::new();
+    // An upstream that refuses (a port just let go): the status page's upstreams
+    // table has a row that a request through `/app/` changes.
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     site.config(
         "",
-        "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 4\n\
-         [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
-         [[vhost.location]]\nexact = \"/server-status\"\nstatus = true\n\
-         [[vhost.location]]\nprefix = \"/files/\"\nautoindex = true\n",
+        &format!(
+            "[workers]\nstart = 3\nmin_spare = 1\nmax_spare = 4\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nexact = \"/server-status\"\nstatus = true\n\
+             [[vhost.location]]\nprefix = \"/files/\"\nautoindex = true\n\
+             [[vhost.location]]\nprefix = \"/app/\"\nproxy = \"http://127.0.0.1:{refusing}\"\n\
+             proxy_fail_timeout = \"300s\"\n"
+        ),
     );
     std::fs::create_dir_all(site.path("htdocs/files/folder")).unwrap();
     let now = SystemTime::now();
@@ -248,6 +255,12 @@ fn status_page_listing_and_error_page_in_chromium() {
     let mut pids: Vec<i32> = pids.as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
     pids.sort();
     assert_eq!(pids, children_of(p.pid), "the table's rows are the worker processes");
+    // The upstreams' table is redrawn too: a request through the proxy fails, and
+    // the row says so without a reload.
+    let cell = |n: usize| format!("document.getElementById('upstreams').rows[1].cells[{n}].textContent");
+    assert_eq!(b.eval(&cell(1)), Ok(json!("up")));
+    assert_eq!(get(p.addr, "/app/x").status, 502);
+    b.wait_for("the upstream's row redrawn", &format!("{} === '1' && {}.startsWith('down')", cell(9), cell(1)));
     assert_eq!(b.violations(), json!([]), "nothing the page's Content-Security-Policy refuses");
     b.screenshot("status-desktop");
 

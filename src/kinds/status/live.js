@@ -2,7 +2,7 @@
 // Content-Security-Policy of script-src 'self' allows it). Every second it reads
 // ?json from the same path and draws the last five minutes: requests per second,
 // and busy and idle workers, as SVG polylines; it refreshes the figures, the
-// scoreboard and the workers' table from the same answer. It writes text with
+// scoreboard, the workers' table and the upstreams' from the same answer. It writes text with
 // textContent and draws with attributes, never with markup or style attributes.
 "use strict";
 (function () {
@@ -84,6 +84,23 @@
     }
   }
 
+  // The upstreams' table (the proxy locations'), as the page draws it: its header
+  // row kept, one row per upstream after it.
+  function upstreams(list) {
+    const t = byId("upstreams");
+    if (!t || !list) return;
+    while (t.rows.length > 1) t.deleteRow(1);
+    for (const u of list) {
+      const r = t.insertRow();
+      cell(r, u.name);
+      cell(r, u.up ? "up" : "down (" + u.down_for + " s more)");
+      cell(r, u.backup ? "backup" : "primary");
+      cell(r, u.active);
+      for (const c of ["1xx", "2xx", "3xx", "4xx", "5xx"]) cell(r, u.answered[c]);
+      cell(r, u.failed);
+    }
+  }
+
   function show(s) {
     const at = performance.now();
     let rps = null;
@@ -106,6 +123,7 @@
     put("scoreboard", s.scoreboard);
     put("updated", new Date().toLocaleTimeString());
     table(s.workers);
+    upstreams(s.upstreams);
   }
 
   function tick() {
