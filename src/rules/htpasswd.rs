@@ -6,7 +6,9 @@
 //!
 //! A bcrypt hash costs 2^cost rounds to check, and each wrong guess holds a worker
 //! that long: a cost above [`BCRYPT_WARN_COST`] is said by `pika -t`, and one above
-//! [`BCRYPT_MAX_COST`] (htpasswd's own maximum) refused like DES.
+//! [`BCRYPT_MAX_COST`] (htpasswd's own maximum) refused like DES. A SHA crypt hash
+//! costs its `rounds=` (5000 when it names none, `htpasswd -r`) the same way: above
+//! [`SHA_ROUNDS_WARN`] said, above [`SHA_ROUNDS_MAX`] refused.
 //!
 //! Parsing is pure ([`Users::parse`]); who reads the file, and when again, is the
 //! config's business (`rules::basic`).
@@ -28,6 +30,28 @@ pub const BCRYPT_WARN_COST: u32 = 12;
 /// 8 s a check). Above it a single guess holds a worker for minutes to days (cost
 /// 31: 2^31 rounds) until the watchdog kills it, so the user cannot log in.
 pub const BCRYPT_MAX_COST: u32 = 17;
+
+/// The most rounds of a SHA crypt hash `pika -t` takes without a word: about a
+/// quarter of a second of a worker for each check of a `$6$` hash, as
+/// [`BCRYPT_WARN_COST`] (htpasswd's default, 5000, takes about a millisecond).
+pub const SHA_ROUNDS_WARN: u64 = 1_000_000;
+
+/// The most rounds of a SHA crypt hash checked at all: about as long a check of a
+/// `$6$` hash as bcrypt's [`BCRYPT_MAX_COST`] (7 s). The format allows 999,999,999,
+/// minutes of a worker for each guess.
+pub const SHA_ROUNDS_MAX: u64 = 30_000_000;
+
+/// Rounds checked in a millisecond: `$5$` (SHA-256, which the CPU's SHA
+/// instructions speed up) and `$6$` (SHA-512); measured here (bcrypt at cost 12
+/// took 235 ms on the same machine).
+const SHA_ROUNDS_PER_MS: [u64; 2] = [15_000, 4_500];
+
+/// Why a SHA crypt hash past [`SHA_ROUNDS_MAX`] is refused.
+const SHA_ROUNDS_REFUSED: &str = "SHA crypt rounds above 30000000: each check would hold a worker for seconds or \
+                                  more; make it again with htpasswd -5 -r 1000000 or less";
+
+/// The rounds of a SHA crypt hash that names none.
+const SHA_ROUNDS_DEFAULT: u64 = 5000;
 
 /// The lowest cost bcrypt has.
 const BCRYPT_MIN_COST: u32 = 4;
@@ -81,7 +105,14 @@ impl Hash {
             if text.split('$').count() < 4 {
                 return Err("a malformed SHA crypt hash");
             }
-            return Ok(Hash::ShaCrypt(text.into()));
+            let hash = Hash::ShaCrypt(text.into());
+            match hash.sha_rounds() {
+                None => return Err("a malformed SHA crypt hash (its rounds= is not a number)"),
+                Some(r) if r > SHA_ROUNDS_MAX => {
+                    return Err(SHA_ROUNDS_REFUSED);
+                }
+                Some(_) => return Ok(hash),
+            }
         }
         if let Some(b64) = text.strip_prefix("{SHA}") {
             use base64::Engine;
@@ -119,6 +150,16 @@ impl Hash {
         match self {
             Hash::Bcrypt(h) => h.get(4..6)?.parse().ok(),
             _ => None,
+        }
+    }
+
+    /// A SHA crypt hash's rounds (`rounds=N`, else 5000); `None` for another kind, or
+    /// a `rounds=` that is not a number.
+    pub fn sha_rounds(&self) -> Option<u64> {
+        let Hash::ShaCrypt(h) = self else { return None };
+        match h.split('$').nth(2).and_then(|f| f.strip_prefix("rounds=")) {
+            Some(n) => n.parse().ok(),
+            None => Some(SHA_ROUNDS_DEFAULT),
         }
     }
 
@@ -207,6 +248,16 @@ impl Users {
                             format!(
                                 "user {user:?}: bcrypt cost {cost}: every check, a wrong guess too, holds a worker \
                                  about {ms} ms; {BCRYPT_WARN_COST} or less is enough (htpasswd -B -C)"
+                            ),
+                            true,
+                        );
+                    }
+                    if let Some(rounds) = h.sha_rounds().filter(|&r| r > SHA_ROUNDS_WARN) {
+                        problem(
+                            format!(
+                                "user {user:?}: SHA crypt with {rounds} rounds: every check, a wrong guess too, holds a \
+                                 worker about {} ms; {SHA_ROUNDS_WARN} or less is enough (htpasswd -r)",
+                                rounds / SHA_ROUNDS_PER_MS[usize::from(hash.starts_with("$6$"))]
                             ),
                             true,
                         );
@@ -432,5 +483,34 @@ erin:{SHA}cRQ3iPZN/cUFUyAxdC91S5hcXvA=
         assert!(problems[0].what.contains("bcrypt cost 13") && problems[0].what.contains("512 ms"), "{problems:?}");
         assert!(problems[2].what.contains("above 17") && problems[2].what.contains("cannot log in"), "{problems:?}");
         assert!(problems[3].what.contains("malformed"), "{problems:?}");
+    }
+
+    #[test]
+    fn a_costly_sha_crypt_hash_is_said_and_one_past_the_maximum_refused() {
+        let tail = "$lVdAhOha9RHSr/dz$m9O24VtBxVOJ..z1bT07Ta8fG3tlUe7XSBPwHxBvli/";
+        let line = |user: &str, rounds: &str| format!("{user}:$5${rounds}{tail}\n");
+        let text = [
+            line("default", ""),
+            line("fine", "rounds=1000000$"),
+            line("slow", "rounds=2000000$"),
+            line("huge", "rounds=999999999$"),
+            line("odd", "rounds=many$"),
+        ]
+        .concat();
+        let (users, problems) = Users::parse(&text);
+        assert_eq!(users.get("default").and_then(Hash::sha_rounds), Some(5000));
+        assert_eq!(users.get("fine").and_then(Hash::sha_rounds), Some(1_000_000));
+        assert!(users.get("slow").is_some() && users.get("huge").is_none() && users.get("odd").is_none());
+        let said: Vec<(usize, bool)> = problems.iter().map(|p| (p.line, p.warning)).collect();
+        assert_eq!(said, [(3, true), (4, false), (5, false)], "{problems:?}");
+        assert!(problems[0].what.contains("2000000 rounds") && problems[0].what.contains("133 ms"), "{problems:?}");
+        assert!(
+            problems[1].what.contains("above 30000000") && problems[1].what.contains("cannot log in"),
+            "{problems:?}"
+        );
+        assert!(problems[2].what.contains("malformed"), "{problems:?}");
+        // Checked as a SHA crypt hash: the rounds it names.
+        let h = Hash::parse("$5$rounds=100000$lVdAhOha9RHSr/dz$m9O24VtBxVOJ..z1bT07Ta8fG3tlUe7XSBPwHxBvli/").unwrap();
+        assert!(h.verify(b"x") && !h.verify(b"y"));
     }
 }
