@@ -60,7 +60,7 @@ use std::time::Duration;
 use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
-use super::parked::{FAR, Parked, handover_open, interest, publish_counts};
+use super::parked::{FAR, Handing, Parked, handover_open, interest, publish_counts};
 use crate::base::sys;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
@@ -715,7 +715,7 @@ impl<'a, 'c> Loop<'a, 'c> {
         self.obs.slot.full.store(0, Relaxed);
         self.close_idle_at = now_ms() + LEAVE_GRACE_MS;
         let Some(handover) = handover_open(self.ctx) else { return };
-        let (sent, kept) = self.parked.hand_over(handover, Relief::All, usize::MAX, false);
+        let (sent, kept) = self.parked.hand_over(handover, Relief::All, Handing::Give);
         if sent + kept > 0 {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }

@@ -173,7 +173,7 @@ impl Parked {
         } else {
             usize::MAX
         };
-        let (sent, _) = self.hand_over(handover, which, most, true);
+        let (sent, _) = self.hand_over(handover, which, Handing::Lend { most });
         if sent > 0 {
             log::debug!("a script holds this worker: handed {sent} connections to others");
             publish_counts(slot, self);
@@ -199,12 +199,15 @@ impl Parked {
         !self.arrived.is_empty()
     }
 
-    /// Sends every connection it can (of `which`, `most` of them) to the workers
-    /// that stay: all but lingering closes, answers being written, TLS sessions,
-    /// draining tunnels and oversized pending heads; `lent` by a worker a program
-    /// holds (it goes back to the loops from a spare), not by one that leaves.
-    /// Returns how many went and how many stay.
-    pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief, most: usize, lent: bool) -> (usize, usize) {
+    /// Sends every connection it can (of `which`, as many as `how` says) to the
+    /// workers that stay: all but lingering closes, answers being written, TLS
+    /// sessions, draining tunnels and oversized pending heads. Returns how many
+    /// went and how many stay.
+    pub(crate) fn hand_over(&mut self, handover: &Handover, which: Relief, how: Handing) -> (usize, usize) {
+        let (most, lent) = match how {
+            Handing::Lend { most } => (most, true),
+            Handing::Give => (usize::MAX, false),
+        };
         let (mut sent, mut kept) = (0, 0);
         let (mut state, mut tunnel) = (Vec::new(), Vec::new());
         for i in 0..self.table.slots.len() {
@@ -310,6 +313,17 @@ impl Parked {
     }
 }
 
+/// How a worker's connections leave it by the handover socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handing {
+    /// Lent by a worker a program holds, `most` of them: each goes back to the
+    /// event loops from the spare that takes it (`handover::Meta::lent`).
+    Lend { most: usize },
+    /// Given by a worker that leaves (a reload, `max_requests`, the pipe of death),
+    /// every one it can: they stay where they go.
+    Give,
+}
+
 /// Events taken by one look at the set while a program keeps the worker: more than
 /// the connections a worker holds at a hundred clients; any beyond wait for the
 /// next look.
@@ -398,7 +412,7 @@ mod tests {
         }
         assert_eq!(p.arrived, [1]);
         let handover = Handover::new().unwrap();
-        let (sent, _) = p.hand_over(&handover, Relief::Arrived, usize::MAX, true);
+        let (sent, _) = p.hand_over(&handover, Relief::Arrived, Handing::Lend { most: usize::MAX });
         assert_eq!(sent, 1);
         p.table.put_back(2, served);
         let held: Vec<bool> = p.table.slots.iter().map(Option::is_some).collect();
@@ -423,7 +437,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the requests never seen");
         }
         let handover = Handover::new().unwrap();
-        assert_eq!(p.hand_over(&handover, Relief::Arrived, 2, true).0, 2);
+        assert_eq!(p.hand_over(&handover, Relief::Arrived, Handing::Lend { most: 2 }).0, 2);
         assert_eq!(p.table.len, 2, "one with its request and the idle one stay");
         assert!(p.table.slots[2].is_some(), "the idle one stays");
     }
