@@ -305,6 +305,8 @@ impl<'a, 'c> Loop<'a, 'c> {
                 }
                 self.sweep(now);
                 self.server.sweep_files();
+                // SCHED_BATCH again once no TLS handshake came for a while.
+                crate::serve::handshakes::settle(now);
                 if let Err(code) = self.look_at_listeners() {
                     return code;
                 }

@@ -147,7 +147,7 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         // A worker woken by a new connection or request waits for the running task's
         // slice (or an idle CPU) instead of preempting it: fewer switches when the
         // CPUs are saturated. The master keeps the normal policy, and so does a
-        // worker while a TLS handshake is under way (`handshake_policy`).
+        // worker while TLS handshakes come (`handshake_policy`).
         match sys::sched_batch() {
             Ok(()) => crate::serve::handshakes::on_first_and_last(handshake_policy),
             Err(e) => log::warn!("cannot switch the worker to SCHED_BATCH: {e}"),
@@ -162,8 +162,8 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
     Ok(())
 }
 
-/// A worker under `SCHED_BATCH` takes the normal policy while a TLS handshake is
-/// under way, and `SCHED_BATCH` again when the last ends: a handshake's turns must
+/// A worker under `SCHED_BATCH` takes the normal policy when a TLS handshake begins,
+/// and `SCHED_BATCH` again once none has come for a second: a handshake's turns must
 /// not each wait for a slice (`crate::serve::handshakes`). Both moves are a
 /// process's own right; one that failed leaves the policy as it was, which serves.
 fn handshake_policy(under_way: bool) {
