@@ -152,6 +152,15 @@ impl Gunicorn {
     }
 }
 
+/// A TCP port on 127.0.0.1 that refuses connections for as long as the socket
+/// lives: bound, never listening.
+fn refusing_port() -> (socket2::Socket, u16) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
+}
+
 impl Drop for Gunicorn {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
@@ -841,9 +850,10 @@ fn least_conn_sends_requests_to_the_upstream_not_busy() {
 fn a_stopped_upstream_fails_max_fails_tries_for_the_pool_and_no_request() {
     let Some(bin) = need_tool("gunicorn") else { return };
     let a = Gunicorn::start(&bin, "sync");
-    let stopped = Gunicorn::start(&bin, "sync");
-    let port = stopped.port;
-    drop(stopped);
+    // A stopped upstream: its port bound and never listening, so it refuses every
+    // connection and nothing else can take it meanwhile (a gunicorn stopped by TERM
+    // once accepted a POST there in CI, and reset it).
+    let (_held, port) = refusing_port();
     let site = pooled(&[a.port, port], "proxy_max_fails = 2\nproxy_fail_timeout = \"60s\"");
     let p = Pika::start(&site, "-F");
     // GETs and POSTs, each on a connection of its own (several workers): a refused
