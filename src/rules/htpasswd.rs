@@ -106,13 +106,11 @@ impl Hash {
                 return Err("a malformed SHA crypt hash");
             }
             let hash = Hash::ShaCrypt(text.into());
-            match hash.sha_rounds() {
-                None => return Err("a malformed SHA crypt hash (its rounds= is not a number)"),
-                Some(r) if r > SHA_ROUNDS_MAX => {
-                    return Err(SHA_ROUNDS_REFUSED);
-                }
-                Some(_) => return Ok(hash),
-            }
+            return match hash.sha_rounds() {
+                None => Err("a malformed SHA crypt hash (its rounds= is not a number)"),
+                Some(r) if r > SHA_ROUNDS_MAX => Err(SHA_ROUNDS_REFUSED),
+                Some(_) => Ok(hash),
+            };
         }
         if let Some(b64) = text.strip_prefix("{SHA}") {
             use base64::Engine;

@@ -36,7 +36,7 @@ pub const QUIET_MS: u64 = 1000;
 
 /// Sets what the worker does when a handshake begins after a quiet time (`true`)
 /// and when none has come for [`QUIET_MS`] (`false`).
-pub fn on_first_and_last(hook: fn(bool)) {
+pub fn on_handshakes_coming(hook: fn(bool)) {
     HOOK.set(Some(hook));
 }
 
@@ -95,7 +95,7 @@ mod tests {
         let unheard = UnderWay::begin();
         drop(unheard);
         settle(u64::MAX);
-        on_first_and_last(|any| HEARD.with_borrow_mut(|h| h.push(any)));
+        on_handshakes_coming(|any| HEARD.with_borrow_mut(|h| h.push(any)));
         assert_eq!(heard(), [false; 0]);
         let a = UnderWay::begin();
         assert_eq!(heard(), [true]);

@@ -149,7 +149,7 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         // CPUs are saturated. The master keeps the normal policy, and so does a
         // worker while TLS handshakes come (`handshake_policy`).
         match sys::sched_batch() {
-            Ok(()) => crate::serve::handshakes::on_first_and_last(handshake_policy),
+            Ok(()) => crate::serve::handshakes::on_handshakes_coming(handshake_policy),
             Err(e) => log::warn!("cannot switch the worker to SCHED_BATCH: {e}"),
         }
     }
@@ -166,8 +166,8 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
 /// and `SCHED_BATCH` again once none has come for a second: a handshake's turns must
 /// not each wait for a slice (`crate::serve::handshakes`). Both moves are a
 /// process's own right; one that failed leaves the policy as it was, which serves.
-fn handshake_policy(under_way: bool) {
-    let _ = if under_way { sys::sched_normal() } else { sys::sched_batch() };
+fn handshake_policy(coming: bool) {
+    let _ = if coming { sys::sched_normal() } else { sys::sched_batch() };
 }
 
 /// Confines the worker before it serves: chroot, the uid change, and whether (and
