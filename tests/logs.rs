@@ -704,6 +704,7 @@ fn keep_bounds_the_rotated_files_of_every_naming_compressed_or_not() {
 
 /// `%I` is every byte the request took: its head and its body, framing included,
 /// also when the body came in later turns while the connection waited in the set.
+/// (`%{remote}p` is each client's own port.)
 #[test]
 fn bytes_in_count_a_body_that_came_after_its_head() {
     let site = Site::new();
@@ -711,11 +712,12 @@ fn bytes_in_count_a_body_that_came_after_its_head() {
         "",
         "[[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
          [[vhost.location]]\nexact = \"/echo\"\necho = true\n\
-         [[access_log]]\npath = \"logs/in.log\"\nformat = \"%r %I\"\nbuffer = 0\n",
+         [[access_log]]\npath = \"logs/in.log\"\nformat = \"%r %I %{remote}p\"\nbuffer = 0\n",
     );
     let p = Pika::start(&site, "-X");
     let head = "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 700\r\nConnection: close\r\n\r\n";
     let mut s = connect(p.addr);
+    let first_port = s.local_addr().unwrap().port();
     s.write_all(head.as_bytes()).unwrap();
     s.write_all(&[b'a'; 100]).unwrap();
     // The rest after a pause: the connection waits for it in the worker's set.
@@ -725,14 +727,15 @@ fn bytes_in_count_a_body_that_came_after_its_head() {
     // And a chunked one, its framing counted.
     let chunked = "POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
     let mut s = connect(p.addr);
+    let second_port = s.local_addr().unwrap().port();
     s.write_all(chunked.as_bytes()).unwrap();
     s.write_all(b"5\r\nhello\r\n").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     s.write_all(b"6\r\n world\r\n0\r\n\r\n").unwrap();
     assert_eq!(read_response(&mut s, false).expect("the echo").text(), "hello world");
     let want = [
-        format!("POST /echo HTTP/1.1 {}", head.len() + 700),
-        format!("POST /echo HTTP/1.1 {}", chunked.len() + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n".len()),
+        format!("POST /echo HTTP/1.1 {} {first_port}", head.len() + 700),
+        format!("POST /echo HTTP/1.1 {} {second_port}", chunked.len() + "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n".len()),
     ];
     let lines = wait_until(DEADLINE, "both records", || {
         let l: Vec<String> = site.read("logs/in.log").lines().map(str::to_string).collect();

@@ -420,6 +420,7 @@ mod tests {
         Record {
             client: "127.0.0.1".parse().unwrap(),
             peer: "127.0.0.1".parse().unwrap(),
+            peer_port: 40000,
             user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",

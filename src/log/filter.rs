@@ -139,6 +139,7 @@ mod tests {
         Record {
             client: "10.1.2.3".parse().unwrap(),
             peer: "10.1.2.3".parse().unwrap(),
+            peer_port: 40000,
             user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",

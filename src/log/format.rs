@@ -37,7 +37,8 @@ enum Token {
     Seconds,      // %T
     VhostName,    // %v
     HostHeader,   // %V
-    LocalPort,    // %p
+    LocalPort,    // %p, %{local}p, %{canonical}p
+    RemotePort,   // %{remote}p
     Pid,          // %P
     BytesIn,      // %I
     BytesOut,     // %O
@@ -160,7 +161,9 @@ impl LogFormat {
                 ('T', None) => Token::Seconds,
                 ('v', None) => Token::VhostName,
                 ('V', None) => Token::HostHeader,
-                ('p', _) => Token::LocalPort,
+                ('p', Some(a)) if a == "remote" => Token::RemotePort,
+                ('p', None) => Token::LocalPort,
+                ('p', Some(a)) if a == "local" || a == "canonical" => Token::LocalPort,
                 ('P', _) => Token::Pid,
                 ('I', None) => Token::BytesIn,
                 ('O', None) => Token::BytesOut,
@@ -274,6 +277,7 @@ impl LogFormat {
                     None => escape_into(out, r.vhost.as_bytes()),
                 },
                 Token::LocalPort => text::push_int(out, r.local_port),
+                Token::RemotePort => text::push_int(out, r.peer_port),
                 Token::Pid => text::push_int(out, std::process::id()),
                 Token::BytesIn => text::push_int(out, r.bytes_in),
                 Token::BytesOut => text::push_int(out, r.bytes_out),
@@ -468,6 +472,7 @@ pub(crate) mod tests {
         Record {
             client: "::ffff:127.0.0.1".parse().unwrap(),
             peer: "::ffff:127.0.0.1".parse().unwrap(),
+            peer_port: 51234,
             user: None,
             local_port: 8080,
             request_line: b"GET /a%20b?x=1 HTTP/1.1",
@@ -532,6 +537,13 @@ pub(crate) mod tests {
                 + "\n"
         );
         assert!(render("%P", &h).trim().parse::<u32>().is_ok());
+    }
+
+    #[test]
+    fn ports_as_apache_names_them() {
+        let h = |_: &str| None;
+        assert_eq!(render("%p %{local}p %{canonical}p %{remote}p", &h), "8080 8080 8080 51234\n");
+        assert!(LogFormat::parse("%{peer}p").is_err());
     }
 
     #[test]

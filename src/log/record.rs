@@ -11,6 +11,8 @@ pub struct Record<'a> {
     pub client: IpAddr,
     /// The socket's peer (`%{c}a`): the balancer when one named the client.
     pub peer: IpAddr,
+    /// The socket peer's port (`%{remote}p`).
+    pub peer_port: u16,
     /// The user a Basic `Authorization` header names, where the location asks for a
     /// password (`%u`; as Apache's, it may name a user who failed: see the status).
     pub user: Option<&'a str>,
