@@ -354,6 +354,9 @@ impl<'c> Server<'c> {
             Err(e) => {
                 self.req_head.clear();
                 self.req_head.extend_from_slice(request::request_line(&incoming.head));
+                // What came of the body (its temporary file too) goes before the
+                // refusal does: once the client has its answer, the file is closed.
+                wait.phase = Phase::Head(Buffer::default());
                 Some(self.refuse(t, conn, body::refusal(&e, conn.peer), hooks))
             }
         }
