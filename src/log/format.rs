@@ -161,9 +161,12 @@ impl LogFormat {
                 ('T', None) => Token::Seconds,
                 ('v', None) => Token::VhostName,
                 ('V', None) => Token::HostHeader,
-                ('p', Some(a)) if a == "remote" => Token::RemotePort,
+                // Apache's names, in any case.
+                ('p', Some(a)) if a.eq_ignore_ascii_case("remote") => Token::RemotePort,
                 ('p', None) => Token::LocalPort,
-                ('p', Some(a)) if a == "local" || a == "canonical" => Token::LocalPort,
+                ('p', Some(a)) if a.eq_ignore_ascii_case("local") || a.eq_ignore_ascii_case("canonical") => {
+                    Token::LocalPort
+                }
                 ('P', _) => Token::Pid,
                 ('I', None) => Token::BytesIn,
                 ('O', None) => Token::BytesOut,
@@ -542,7 +545,7 @@ pub(crate) mod tests {
     #[test]
     fn ports_as_apache_names_them() {
         let h = |_: &str| None;
-        assert_eq!(render("%p %{local}p %{canonical}p %{remote}p", &h), "8080 8080 8080 51234\n");
+        assert_eq!(render("%p %{local}p %{canonical}p %{remote}p %{REMOTE}p", &h), "8080 8080 8080 51234 51234\n");
         assert!(LogFormat::parse("%{peer}p").is_err());
     }
 
