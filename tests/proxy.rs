@@ -152,15 +152,6 @@ impl Gunicorn {
     }
 }
 
-/// A TCP port on 127.0.0.1 that refuses connections for as long as the socket
-/// lives: bound, never listening.
-fn refusing_port() -> (socket2::Socket, u16) {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
-    let port = s.local_addr().unwrap().as_socket().unwrap().port();
-    (s, port)
-}
-
 impl Drop for Gunicorn {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
@@ -175,6 +166,15 @@ impl Drop for Gunicorn {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A TCP port on 127.0.0.1 that refuses connections for as long as the socket
+/// lives: bound, never listening.
+fn refusing_port() -> (socket2::Socket, u16) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
 }
 
 /// A site whose locations pass to `g` in every way these tests need.

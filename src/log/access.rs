@@ -419,8 +419,7 @@ mod tests {
     fn record<'a>(path: &'a [u8], headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
         Record {
             client: "127.0.0.1".parse().unwrap(),
-            peer: "127.0.0.1".parse().unwrap(),
-            peer_port: 40000,
+            peer: "127.0.0.1:40000".parse().unwrap(),
             user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",

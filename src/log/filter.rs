@@ -138,8 +138,7 @@ mod tests {
     fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>, status: u16, path: &'a [u8]) -> Record<'a> {
         Record {
             client: "10.1.2.3".parse().unwrap(),
-            peer: "10.1.2.3".parse().unwrap(),
-            peer_port: 40000,
+            peer: "10.1.2.3:40000".parse().unwrap(),
             user: None,
             local_port: 80,
             request_line: b"GET / HTTP/1.1",

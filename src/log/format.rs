@@ -252,7 +252,7 @@ impl LogFormat {
             match t {
                 Token::Literal(s) => out.extend_from_slice(s.as_bytes()),
                 Token::RemoteHost => text::push_ip(out, r.client),
-                Token::PeerIp => text::push_ip(out, r.peer),
+                Token::PeerIp => text::push_ip(out, r.peer.ip()),
                 Token::User => match r.user {
                     Some(u) if !u.is_empty() => escape_into(out, u.as_bytes()),
                     _ => out.push(b'-'),
@@ -280,7 +280,7 @@ impl LogFormat {
                     None => escape_into(out, r.vhost.as_bytes()),
                 },
                 Token::LocalPort => text::push_int(out, r.local_port),
-                Token::RemotePort => text::push_int(out, r.peer_port),
+                Token::RemotePort => text::push_int(out, r.peer.port()),
                 Token::Pid => text::push_int(out, std::process::id()),
                 Token::BytesIn => text::push_int(out, r.bytes_in),
                 Token::BytesOut => text::push_int(out, r.bytes_out),
@@ -474,8 +474,7 @@ pub(crate) mod tests {
     pub(crate) fn record<'a>(headers: &'a dyn Fn(&str) -> Option<&'a [u8]>) -> Record<'a> {
         Record {
             client: "::ffff:127.0.0.1".parse().unwrap(),
-            peer: "::ffff:127.0.0.1".parse().unwrap(),
-            peer_port: 51234,
+            peer: "[::ffff:127.0.0.1]:51234".parse().unwrap(),
             user: None,
             local_port: 8080,
             request_line: b"GET /a%20b?x=1 HTTP/1.1",

@@ -1,7 +1,7 @@
 //! One request as the access logs see it: the fields a format, a filter or the JSON
 //! writer may ask about, borrowed from the connection for the time of one write.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 /// Everything a format may ask about one request. Byte fields are raw client input.
@@ -9,10 +9,9 @@ pub struct Record<'a> {
     /// The client: the socket's peer, or the one a PROXY protocol header or a
     /// trusted forwarder named (`%a`, `%h`, filters).
     pub client: IpAddr,
-    /// The socket's peer (`%{c}a`): the balancer when one named the client.
-    pub peer: IpAddr,
-    /// The socket peer's port (`%{remote}p`).
-    pub peer_port: u16,
+    /// The socket's peer (`%{c}a`, its port `%{remote}p`): the balancer when one
+    /// named the client.
+    pub peer: SocketAddr,
     /// The user a Basic `Authorization` header names, where the location asks for a
     /// password (`%u`; as Apache's, it may name a user who failed: see the status).
     pub user: Option<&'a str>,

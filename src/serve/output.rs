@@ -273,8 +273,7 @@ impl Output {
         };
         let record = Record {
             client,
-            peer: conn.socket_peer().ip(),
-            peer_port: conn.socket_peer().port(),
+            peer: conn.socket_peer(),
             user: user.as_deref(),
             local_port: conn.local_port,
             request_line: line,
