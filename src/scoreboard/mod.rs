@@ -337,15 +337,6 @@ impl Scoreboard {
             .any(|s| s.generation.load(Relaxed) == generation && s.program_wait.load(Relaxed) != 0)
     }
 
-    /// Whether a connection the spare in slot `me` (above `loops` event loops of
-    /// `generation`) accepts now is lent, to go back to the loops after its next
-    /// answer: a worker below it waits on a program (what makes a spare listen), or
-    /// the loops take connections again (the wait ended before this accept). Not
-    /// while a loop starts, leaves or is full: then the spare keeps it.
-    pub fn lends_on_accept(&self, generation: u32, me: usize, loops: usize) -> bool {
-        self.program_held_below(generation, me) || self.free_loops_below(generation, me, loops) >= loops
-    }
-
     /// The workers of `generation` in slots below `me`, up to `enough`, that take
     /// new connections now: serving or waiting for work (not starting, not leaving),
     /// not full, not held by a program. The lowest such slots are a generation's
@@ -391,25 +382,6 @@ mod tests {
         assert_eq!(sb.free_loops_below(1, 5, 8), 1, "a worker held by a program is no loop");
         sb.slots[0].full.store(1, Relaxed);
         assert_eq!(sb.free_loops_below(1, 6, 8), 1, "nor is a full one; slot 5 is");
-    }
-
-    #[test]
-    fn a_spare_lends_what_it_accepts_unless_a_loop_cannot_take_it() {
-        let sb = Scoreboard::new(3).unwrap();
-        for i in 0..3 {
-            sb.slots[i].claim(1);
-            sb.slots[i].set_state(State::Ready);
-        }
-        // Two loops below the spare in slot 2.
-        assert!(sb.lends_on_accept(1, 2, 2), "the loops are free again: back to them");
-        sb.slots[0].program_wait.store(1, Relaxed);
-        assert!(sb.lends_on_accept(1, 2, 2), "a loop waits on a program");
-        sb.slots[0].program_wait.store(0, Relaxed);
-        sb.slots[1].full.store(1, Relaxed);
-        assert!(!sb.lends_on_accept(1, 2, 2), "a full loop takes no more: the spare keeps it");
-        sb.slots[1].full.store(0, Relaxed);
-        sb.slots[1].set_state(State::Graceful);
-        assert!(!sb.lends_on_accept(1, 2, 2), "nor does a leaving one");
     }
 
     #[test]

@@ -172,18 +172,13 @@ impl SlotObserver<'_> {
     }
 
     /// Whether a connection this worker accepts now is lent
-    /// ([`crate::serve::held::Conn::lent`]): it is a spare above the event loops,
+    /// ([`crate::serve::held::Conn::lent`]): it is a spare above the event loops
     /// and a worker of its generation below it waits on a program (what makes a
-    /// spare listen) or the loops take connections again (the spare listened for a
-    /// wait that ended before this accept: a client that came in that moment, and
-    /// stayed, kept a spare busy beside the loops until `max_keepalive_requests`).
-    /// One accepted while the loops start, leave or are full is not lent: it stays.
-    /// (An adopted connection is lent when the worker that sent it was relieved, not
-    /// leaving: `fork::handover::Meta::lent`.)
+    /// spare listen). One accepted while the loops start or leave is not lent: it
+    /// stays. (An adopted connection is lent when the worker that sent it was
+    /// relieved, not leaving: `fork::handover::Meta::lent`.)
     pub(super) fn lent_here(&self) -> bool {
         let ctx = self.ctx;
-        ctx.master.is_some()
-            && ctx.slot >= self.loops
-            && ctx.scoreboard.lends_on_accept(ctx.generation, ctx.slot, self.loops)
+        ctx.master.is_some() && ctx.slot >= self.loops && ctx.scoreboard.program_held_below(ctx.generation, ctx.slot)
     }
 }
