@@ -171,14 +171,15 @@ impl SlotObserver<'_> {
             && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops
     }
 
-    /// Whether a connection this worker accepts now is lent
-    /// ([`crate::serve::held::Conn::lent`]): it is a spare above the event loops
-    /// and a worker of its generation below it waits on a program (what makes a
-    /// spare listen). One accepted while the loops start or leave is not lent: it
-    /// stays. (An adopted connection is lent when the worker that sent it was
-    /// relieved, not leaving: `fork::handover::Meta::lent`.)
-    pub(super) fn lent_here(&self) -> bool {
-        let ctx = self.ctx;
-        ctx.master.is_some() && ctx.slot >= self.loops && ctx.scoreboard.program_held_below(ctx.generation, ctx.slot)
+    /// Whether this worker is a spare: above its generation's event loops, under a
+    /// master (a foreground single worker is its own loop).
+    pub(super) fn spare(&self) -> bool {
+        self.ctx.master.is_some() && self.ctx.slot >= self.loops
+    }
+
+    /// Whether a worker of this generation in a slot below this one waits on a
+    /// program (what makes a spare listen).
+    pub(super) fn program_held_below(&self) -> bool {
+        self.ctx.scoreboard.program_held_below(self.ctx.generation, self.ctx.slot)
     }
 }

@@ -164,6 +164,9 @@ pub(super) struct Loop<'a, 'c> {
     /// time, so a write that stalls can hand the others over ([`Loop::turn`]).
     parked: Parked,
     listening: bool,
+    /// A spare listens because a worker below it waited on a program: what it
+    /// accepts until it stands by again is lent ([`Turned::lends`]).
+    for_a_wait: bool,
     adopting: bool,
     /// The most connections it holds (`workers.max_connections`, within the
     /// open-file limit); at it, it takes no new ones.
@@ -195,6 +198,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             obs,
             parked,
             listening: false,
+            for_a_wait: false,
             adopting: false,
             cap,
             full: false,
@@ -375,9 +379,11 @@ impl<'a, 'c> Loop<'a, 'c> {
             return false;
         }
         let standby = self.obs.above_free_loops();
-        if standby == self.listening {
-            let _ = self.listen(!standby);
+        let turned = Turned::at(standby, self.listening, self.for_a_wait, || self.obs.program_held_below());
+        if turned.listen != self.listening {
+            let _ = self.listen(turned.listen);
         }
+        self.for_a_wait = turned.for_a_wait;
         standby
     }
 
@@ -428,7 +434,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             // plain text.
             (None, true) => return Ok(()),
         };
-        if self.obs.lent_here() {
+        if self.obs.spare() && Turned::lends(self.for_a_wait, || self.obs.program_held_below()) {
             held.lend();
         }
         self.take(held);
@@ -722,5 +728,73 @@ impl<'a, 'c> Loop<'a, 'c> {
             log::debug!("leaving: handed over {sent} connections, finishing {kept} here");
         }
         self.publish();
+    }
+}
+
+/// A spare's listeners at a round of its loop (`Loop::stand_by`): on unless the
+/// loops below it take connections, and whether it listens *for a wait*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Turned {
+    listen: bool,
+    for_a_wait: bool,
+}
+
+impl Turned {
+    /// `standby`: the loops below take connections; `listening`, `for_a_wait`:
+    /// as the last round left them; `held_below`: a worker below waits on a
+    /// program (asked only when the listeners go on). Listeners turned on while a
+    /// program holds a worker below are on for that wait until the spare stands by
+    /// again, even once the wait has ended; those on since start-up, or for a full
+    /// or leaving loop, are not.
+    fn at(standby: bool, listening: bool, for_a_wait: bool, held_below: impl FnOnce() -> bool) -> Turned {
+        if standby {
+            Turned { listen: false, for_a_wait: false }
+        } else if listening {
+            Turned { listen: true, for_a_wait }
+        } else {
+            Turned { listen: true, for_a_wait: held_below() }
+        }
+    }
+
+    /// Whether a connection a spare accepts is lent
+    /// ([`crate::serve::held::Conn::lent`]), to go back to the loops after its
+    /// next answer once they are free: it listens for a wait (a client that came
+    /// just after the wait ended would otherwise keep the spare busy beside the
+    /// loops until `max_keepalive_requests`), or a worker below waits on a program
+    /// now. One accepted at start-up, before the spare first stood by, or while a
+    /// loop is full or leaving, stays.
+    fn lends(for_a_wait: bool, held_below: impl FnOnce() -> bool) -> bool {
+        for_a_wait || held_below()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Turned;
+
+    #[test]
+    fn a_spare_lends_what_it_accepts_while_it_listens_for_a_wait() {
+        // Start-up: listening, not for a wait; the loops are free, none waits.
+        let t = Turned::at(false, true, false, || false);
+        assert_eq!(t, Turned { listen: true, for_a_wait: false });
+        assert!(!Turned::lends(t.for_a_wait, || false), "a client taken at start-up stays");
+        // It stands by.
+        let t = Turned::at(true, t.listen, t.for_a_wait, || unreachable!());
+        assert_eq!(t, Turned { listen: false, for_a_wait: false });
+        // A loop waits on a program: it listens for that wait.
+        let t = Turned::at(false, t.listen, t.for_a_wait, || true);
+        assert_eq!(t, Turned { listen: true, for_a_wait: true });
+        assert!(Turned::lends(t.for_a_wait, || true));
+        // The wait ended; the spare has not stood by yet: still lent.
+        assert!(Turned::lends(t.for_a_wait, || false), "a client that came just after the wait goes back");
+        let t = Turned::at(false, t.listen, t.for_a_wait, || false);
+        assert!(t.for_a_wait, "kept until it stands by");
+        // Stands by, then listens for a full loop: what it takes then stays.
+        let t = Turned::at(true, t.listen, t.for_a_wait, || false);
+        let t = Turned::at(false, t.listen, t.for_a_wait, || false);
+        assert_eq!(t, Turned { listen: true, for_a_wait: false });
+        assert!(!Turned::lends(t.for_a_wait, || false));
+        // ... unless a loop waits on a program at the accept.
+        assert!(Turned::lends(t.for_a_wait, || true));
     }
 }
