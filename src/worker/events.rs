@@ -762,7 +762,8 @@ impl Turned {
     /// just after the wait ended would otherwise keep the spare busy beside the
     /// loops until `max_keepalive_requests`), or a worker below waits on a program
     /// now. One accepted at start-up, before the spare first stood by, or while a
-    /// loop is full or leaving, stays.
+    /// loop is full or leaving, stays. (An adopted connection is lent when the
+    /// worker that sent it was relieved, not leaving: `fork::handover::Meta::lent`.)
     fn lends(for_a_wait: bool, held_below: impl FnOnce() -> bool) -> bool {
         for_a_wait || held_below()
     }
