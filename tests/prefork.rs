@@ -493,6 +493,61 @@ fn a_round_of_several_answers_yields_the_cpu() {
     assert_eq!(yields, 1, "one round of two answers, one yield:\n{seen}");
 }
 
+/// A round of the event loop that lasts looks at the listeners between its turns: a
+/// connection that comes while the one worker serves the first of two scripts in a
+/// round is accepted and answered before the second script's turn, not after it.
+/// Each script waits for its own gate file, so the order is the test's, not the
+/// clock's: without the look the newcomer waits in the backlog until the second gate
+/// opens, which the test does only once the newcomer is answered.
+#[test]
+fn a_long_round_accepts_a_new_connection_between_its_turns() {
+    let site = Site::new();
+    let gate = |n: &str| site.path(&format!("gate-{n}"));
+    cgi_script(
+        &site,
+        "htdocs/hold/gate.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {}-$QUERY_STRING ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\n%s\\n' \"$QUERY_STRING\"\n",
+            site.path("gate").display()
+        ),
+    );
+    site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n{HOLD}"));
+    let p = Pika::start(&site, "-F");
+    let worker = n_children(p.pid, 1)[0];
+    let ask = |c: &mut TcpStream, path: &str| {
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap()
+    };
+    let answered = |c: &mut TcpStream, body: &str| {
+        let r = read_response(c, false).expect("a response");
+        assert_eq!((r.status, r.text().trim()), (200, body));
+    };
+    // Three kept-alive connections the worker holds.
+    let (mut held, mut a, mut b) = (connect(p.addr), connect(p.addr), connect(p.addr));
+    for c in [&mut held, &mut a, &mut b] {
+        ask(c, "/hold/gate.sh?open");
+        std::fs::write(gate("open"), "").unwrap();
+        answered(c, "open");
+    }
+    // While a script holds the worker, a and b ask for a script each, and then a new
+    // connection comes: its next round holds a, b and the listener, in that order.
+    ask(&mut held, "/hold/gate.sh?0");
+    wait_until(DEADLINE, "the worker waiting on its script", || has_child(worker).then_some(()));
+    ask(&mut a, "/hold/gate.sh?1");
+    ask(&mut b, "/hold/gate.sh?2");
+    let mut newcomer = connect(p.addr);
+    ask(&mut newcomer, "/hold/gate.sh?open");
+    std::fs::write(gate("0"), "").unwrap();
+    answered(&mut held, "0");
+    // a's script runs now; once it is answered the round has lasted, and the
+    // newcomer is taken before b's script starts.
+    std::fs::write(gate("1"), "").unwrap();
+    answered(&mut a, "1");
+    newcomer.set_read_timeout(Some(DEADLINE)).unwrap();
+    answered(&mut newcomer, "open");
+    std::fs::write(gate("2"), "").unwrap();
+    answered(&mut b, "2");
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();

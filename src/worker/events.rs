@@ -129,6 +129,18 @@ const SPREAD_FROM: usize = 1;
 /// request, an accept) does not yield: that cost the close-per-request cell 5-8 %.
 const YIELD_FROM: usize = 2;
 
+/// How long a round of the loop serves before it looks at the listeners again
+/// between two turns: a connection that came meanwhile is accepted, and its first
+/// request served, then, not after the rest of the round. A listener's readiness is
+/// reported once per `epoll_wait`, so a loop took one new connection a round; under
+/// php-fpm a round of 50 kept-alive clients lasts 5-7 ms, and the last of 100
+/// connections opened at once waited ~270 ms for its first answer (wrk's
+/// coordinated-omission correction spreads such a wait over its whole p99: 48-79 ms
+/// against 14-23 with this look, `docs/scaling.md`, "New connections under a long
+/// round"). A look finds nothing most of the time: one `accept` (`EAGAIN`) per
+/// listener, at most every this long, and only in rounds this long.
+const LOOK_IN_ROUND: Duration = Duration::from_micros(300);
+
 /// How soon the first worker in standby (the one right above the loops) looks again
 /// whether the event loops below it are still free: a loop held by a program leaves
 /// new connections waiting this long at most before that spare takes them. The
@@ -346,9 +358,16 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Hands each ready descriptor to its step: a listener's to [`Self::accept`], the
     /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`].
+    /// A round that has lasted [`LOOK_IN_ROUND`] looks at the listeners between two
+    /// turns ([`Self::look_at_listeners`]).
     fn dispatch(&mut self, events: &[EpollEvent]) -> Result<(), ChildExit> {
+        let mut looked = std::time::Instant::now();
         for ev in events {
             let tag = ev.data();
+            if tag < LISTENER && self.listening && looked.elapsed() >= LOOK_IN_ROUND {
+                looked = std::time::Instant::now();
+                self.look_at_listeners()?;
+            }
             if tag >= LISTENER {
                 self.accept((tag - LISTENER) as usize)?;
             } else if tag == HANDOVER {
@@ -447,13 +466,14 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(())
     }
 
-    /// Accepts what waits on the listeners without being told, once a sweep.
-    /// `EPOLLEXCLUSIVE` wakes one waiter per new connection, and a worker killed by a
-    /// signal is still a waiter until it has run to its end: a connection that comes in
-    /// then wakes only that worker, and sits in the backlog with every other worker
-    /// asleep until the next connection comes (seen after a `KILL`: the next request
-    /// waited for as long as the server stayed quiet). Costs one `accept` (`EAGAIN`)
-    /// per listener a second.
+    /// Accepts what waits on the listeners without being told (one `accept` per
+    /// listener, `EAGAIN` when nothing waits). Between the turns of a long round
+    /// ([`LOOK_IN_ROUND`]), and once a sweep: `EPOLLEXCLUSIVE` wakes one waiter per
+    /// new connection, and a worker killed by a signal is still a waiter until it has
+    /// run to its end: a connection that comes in then wakes only that worker, and
+    /// sits in the backlog with every other worker asleep until the next connection
+    /// comes (seen after a `KILL`: the next request waited for as long as the server
+    /// stayed quiet).
     fn look_at_listeners(&mut self) -> Result<(), ChildExit> {
         if !self.listening {
             return Ok(());
