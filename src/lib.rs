@@ -36,7 +36,8 @@
 //! A connection is accepted by one of its generation's event loops (the workers in
 //! the lowest scoreboard slots, one per CPU; a spare above them stands by off the
 //! listeners while they are free, listens while one waits on a program, and hands
-//! back through them what it was lent meanwhile) →
+//! back through them what it was lent meanwhile; a loop in a long round looks at the
+//! listeners between its turns once programs have kept it 300 µs) →
 //! [`worker`]'s event loop → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
 //! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**

@@ -12,6 +12,9 @@
 //! all, so busy clients pay one `epoll_wait` (shared by every connection that was
 //! ready at once) and nothing else. A round that took several ready events ends
 //! with `sched_yield` ([`YIELD_FROM`]): the clients it answered run before the next.
+//! A round that programs make last looks at the listeners between its turns
+//! ([`LOOK_IN_ROUND`]): a new connection's first request waits for the turn being
+//! served, not for the rest of the round.
 //!
 //! Heads are read without waiting: a head that comes in pieces stays in its
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
@@ -129,16 +132,18 @@ const SPREAD_FROM: usize = 1;
 /// request, an accept) does not yield: that cost the close-per-request cell 5-8 %.
 const YIELD_FROM: usize = 2;
 
-/// How long a round of the loop serves before it looks at the listeners again
-/// between two turns: a connection that came meanwhile is accepted, and its first
-/// request served, then, not after the rest of the round. A listener's readiness is
-/// reported once per `epoll_wait`, so a loop took one new connection a round; under
-/// php-fpm a round of 50 kept-alive clients lasts 5-7 ms, and the last of 100
-/// connections opened at once waited ~270 ms for its first answer (wrk's
-/// coordinated-omission correction spreads such a wait over its whole p99: 48-79 ms
-/// against 14-23 with this look, `docs/scaling.md`, "New connections under a long
-/// round"). A look finds nothing most of the time: one `accept` (`EAGAIN`) per
-/// listener, at most every this long, and only in rounds this long.
+/// How long a round of the loop in which a program kept it (php-fpm, a CGI script,
+/// an upstream) serves before it looks at the listeners again between two turns: a
+/// connection that came meanwhile is accepted, and its first request served, then,
+/// not after the rest of the round. A listener's readiness is reported once per
+/// `epoll_wait`, so a loop took one new connection a round; under php-fpm a round of
+/// 50 kept-alive clients lasts 5-7 ms, and the last of 100 connections opened at
+/// once waited ~270 ms for its first answer (wrk's coordinated-omission correction
+/// spreads such a wait over its whole p99: 48-79 ms against 14-23 with this look,
+/// `docs/scaling.md`, "New connections under a long round"). A look finds nothing
+/// most of the time: one `accept` (`EAGAIN`) per listener, at most every this long.
+/// Rounds of static answers do not look: at 500 kept-alive clients they last a few
+/// ms, which is all a new connection waits there.
 const LOOK_IN_ROUND: Duration = Duration::from_micros(300);
 
 /// How soon the first worker in standby (the one right above the loops) looks again
@@ -179,6 +184,9 @@ pub(super) struct Loop<'a, 'c> {
     /// A spare listens because a worker below it waited on a program: what it
     /// accepts until it stands by again is lent ([`Turned::lends`]).
     for_a_wait: bool,
+    /// A turn of this round waited on a program since the listeners were last
+    /// looked at ([`LOOK_IN_ROUND`]).
+    program_since_look: bool,
     adopting: bool,
     /// The most connections it holds (`workers.max_connections`, within the
     /// open-file limit); at it, it takes no new ones.
@@ -211,6 +219,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             parked,
             listening: false,
             for_a_wait: false,
+            program_since_look: false,
             adopting: false,
             cap,
             full: false,
@@ -358,14 +367,17 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Hands each ready descriptor to its step: a listener's to [`Self::accept`], the
     /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`].
-    /// A round that has lasted [`LOOK_IN_ROUND`] looks at the listeners between two
-    /// turns ([`Self::look_at_listeners`]).
+    /// A round in which a program kept the loop, once it has lasted
+    /// [`LOOK_IN_ROUND`], looks at the listeners between two turns
+    /// ([`Self::look_at_listeners`]).
     fn dispatch(&mut self, events: &[EpollEvent]) -> Result<(), ChildExit> {
         let mut looked = std::time::Instant::now();
+        self.program_since_look = false;
         for ev in events {
             let tag = ev.data();
-            if tag < LISTENER && self.listening && looked.elapsed() >= LOOK_IN_ROUND {
+            if tag < LISTENER && self.program_since_look && self.listening && looked.elapsed() >= LOOK_IN_ROUND {
                 looked = std::time::Instant::now();
+                self.program_since_look = false;
                 self.look_at_listeners()?;
             }
             if tag >= LISTENER {
@@ -571,13 +583,14 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// others meanwhile (not while it leaves: it finishes them itself), so their next
     /// requests do not wait for it.
     fn turn(&mut self, h: &mut Held, expired: bool) -> Next {
-        let Loop { server, obs, parked, ctx, .. } = self;
+        let Loop { server, obs, parked, ctx, program_since_look, .. } = self;
         server.sync_logs();
         let (slot, retiring) = (obs.slot, obs.retiring);
         // Held by a program for this turn: a sibling in standby takes new
         // connections meanwhile (`stand_by`).
         let mut held_by_program = false;
         let mut stalled = |which| {
+            *program_since_look = true;
             match which {
                 // A new wait keeps the connections with input here unless the last
                 // one lasted a glance.
