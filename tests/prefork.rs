@@ -493,9 +493,10 @@ fn a_round_of_several_answers_yields_the_cpu() {
     assert_eq!(yields, 1, "one round of two answers, one yield:\n{seen}");
 }
 
-/// A round of the event loop that lasts looks at the listeners between its turns: a
-/// connection that comes while the one worker serves the first of two scripts in a
-/// round is accepted and answered before the second script's turn, not after it.
+/// A round of the event loop that programs make last looks at the listeners between
+/// its turns (rounds of static answers do not): a connection that comes while the
+/// one worker serves the first of two scripts in a round is accepted and answered
+/// before the second script's turn, not after it.
 /// Each script waits for its own gate file, so the order is the test's, not the
 /// clock's: without the look the newcomer waits in the backlog until the second gate
 /// opens, which the test does only once the newcomer is answered.
