@@ -326,10 +326,14 @@ fn clients_on_the_loops(keys: &str) {
         let kept = open(clients);
         let by_slot = held_by_slot(p.addr);
         let on_loops: u64 = by_slot.iter().filter(|&(&slot, _)| (slot as usize) < cpus).map(|(_, &n)| n).sum();
-        let every_loop = (0..cpus as u64).all(|slot| by_slot.get(&slot).is_some_and(|&n| n > 0));
+        // Each loop holds some, level within one: none is off the listeners for
+        // being ahead of the others (`the_event_loops_keep_their_connections_level`)
+        // when the scripts below come.
+        let each: Vec<u64> = (0..cpus as u64).map(|slot| by_slot.get(&slot).copied().unwrap_or(0)).collect();
+        let level = each.iter().all(|&n| n > 0) && each.iter().max().unwrap() - each.iter().min().unwrap() <= 1;
         if tries >= 2
             && on_loops == clients as u64
-            && every_loop
+            && level
             && by_slot.iter().all(|(&slot, &n)| (slot as usize) < cpus || n == 0)
         {
             Some((kept, by_slot))
@@ -407,6 +411,55 @@ fn a_client_lent_to_a_spare_while_its_loop_waits_goes_back_once_the_loop_is_free
     wait_until(DEADLINE, "the spare handing its lent client back", || {
         (answer(&mut client).header("connection").as_deref() == Some("close")).then_some(())
     });
+}
+
+/// The event loops keep their connections level: one that holds more than its
+/// siblings (here those taken while a sibling waited on a script) leaves new
+/// connections to them until they have caught up. A loop serves its kept-alive
+/// clients a round at a time, so its clients wait about as long as it holds
+/// connections; new ones taken by whichever loop woke first left 60 / 40 splits
+/// of 100 clients, and the heavier loop's tail was the server's.
+#[test]
+fn the_event_loops_keep_their_connections_level() {
+    let cpus = allowed_cpus().len();
+    if cpus < 2 {
+        eprintln!("one CPU: one event loop, nothing to level");
+        return;
+    }
+    let site = Site::new();
+    hold_script(&site);
+    // The loops alone: no spare to take what comes while one waits.
+    let p = pool_with_status(&site, cpus, cpus, &format!("max = {cpus}\n"), HOLD);
+    let open = |n: usize| -> Vec<TcpStream> {
+        (0..n)
+            .map(|_| {
+                let mut c = connect(p.addr);
+                c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                assert_eq!(read_response(&mut c, false).unwrap().status, 200);
+                c
+            })
+            .collect()
+    };
+    // While one loop waits on its script, the others take six clients each.
+    let script = slow_client(p.addr);
+    let waiting = held_worker(&p);
+    let before = open(6 * (cpus - 1));
+    drop(script);
+    wait_until(DEADLINE, "the loop free of its script and waiting for work", || {
+        let sleeping = blocked_in(waiting, libc::SYS_epoll_wait) || blocked_in(waiting, libc::SYS_epoll_pwait);
+        (!has_child(waiting) && sleeping).then_some(())
+    });
+    // The next six go to the loop that holds none, but for one each other loop may
+    // take as it wakes, before it sees itself ahead.
+    let after = open(6);
+    let slot = by_slot(p.addr, "pid").into_iter().find(|&(_, pid)| pid as i32 == waiting).expect("its slot").0;
+    let held = held_by_slot(p.addr);
+    assert!(
+        held[&slot] as usize >= 6 - (cpus - 1),
+        "the loop that waited holds {} of the last six: {held:?}",
+        held[&slot]
+    );
+    drop((before, after));
 }
 
 /// A pool shrinking back retires the spares above the event loops, not the loops:
@@ -493,6 +546,34 @@ fn a_round_of_several_answers_yields_the_cpu() {
     assert_eq!(yields, 1, "one round of two answers, one yield:\n{seen}");
 }
 
+/// One worker (no spare) with a CGI script at `/hold/gate.sh?NAME` that answers
+/// `NAME` once the site has a file `gate-NAME`; the pool and its worker's pid.
+fn one_worker_behind_gates(site: &Site) -> (Pika, i32) {
+    cgi_script(
+        site,
+        "htdocs/hold/gate.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e {}-$QUERY_STRING ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\n%s\\n' \"$QUERY_STRING\"\n",
+            site.path("gate").display()
+        ),
+    );
+    site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n{HOLD}"));
+    let p = Pika::start(site, "-F");
+    let worker = n_children(p.pid, 1)[0];
+    (p, worker)
+}
+
+/// Sends a GET of `path` on a kept-alive connection.
+fn ask(c: &mut TcpStream, path: &str) {
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap()
+}
+
+/// Reads an answer on `c`: a 200 whose body is `body`.
+fn answered(c: &mut TcpStream, body: &str) {
+    let r = read_response(c, false).expect("a response");
+    assert_eq!((r.status, r.text().trim()), (200, body));
+}
+
 /// A round of the event loop that programs make last looks at the listeners between
 /// its turns (rounds of static answers do not): a connection that comes while the
 /// one worker serves the first of two scripts in a round is accepted and answered
@@ -503,25 +584,8 @@ fn a_round_of_several_answers_yields_the_cpu() {
 #[test]
 fn a_long_round_accepts_a_new_connection_between_its_turns() {
     let site = Site::new();
+    let (p, worker) = one_worker_behind_gates(&site);
     let gate = |n: &str| site.path(&format!("gate-{n}"));
-    cgi_script(
-        &site,
-        "htdocs/hold/gate.sh",
-        &format!(
-            "#!/bin/sh\nwhile [ ! -e {}-$QUERY_STRING ]; do sleep 0.02; done\nprintf 'Content-Type: text/plain\\r\\n\\r\\n%s\\n' \"$QUERY_STRING\"\n",
-            site.path("gate").display()
-        ),
-    );
-    site.config("", &format!("[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\nmax = 1\n{HOLD}"));
-    let p = Pika::start(&site, "-F");
-    let worker = n_children(p.pid, 1)[0];
-    let ask = |c: &mut TcpStream, path: &str| {
-        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap()
-    };
-    let answered = |c: &mut TcpStream, body: &str| {
-        let r = read_response(c, false).expect("a response");
-        assert_eq!((r.status, r.text().trim()), (200, body));
-    };
     // Three kept-alive connections the worker holds.
     let (mut held, mut a, mut b) = (connect(p.addr), connect(p.addr), connect(p.addr));
     for c in [&mut held, &mut a, &mut b] {
@@ -545,6 +609,39 @@ fn a_long_round_accepts_a_new_connection_between_its_turns() {
     answered(&mut a, "1");
     newcomer.set_read_timeout(Some(DEADLINE)).unwrap();
     answered(&mut newcomer, "open");
+    std::fs::write(gate("2"), "").unwrap();
+    answered(&mut b, "2");
+}
+
+/// A round serves its connections by their last turn, oldest first, not in the
+/// order `epoll` reports them (which puts a connection whose request came after the
+/// last wait behind the others, though its client waited longest): with three
+/// connections served in turn, b's request coming before a's while a script holds
+/// the one worker, the next round serves a first. Each script waits for its own
+/// gate file and the test opens only a's: served b first, the worker would wait on
+/// b's script and a's answer would never come.
+#[test]
+fn a_round_serves_the_connection_served_longest_ago_first() {
+    let site = Site::new();
+    let (p, worker) = one_worker_behind_gates(&site);
+    let gate = |n: &str| site.path(&format!("gate-{n}"));
+    // Three kept-alive connections, served in turn: a's last turn is older than b's.
+    let (mut held, mut a, mut b) = (connect(p.addr), connect(p.addr), connect(p.addr));
+    std::fs::write(gate("open"), "").unwrap();
+    for c in [&mut held, &mut a, &mut b] {
+        ask(c, "/hold/gate.sh?open");
+        answered(c, "open");
+    }
+    // While a script holds the worker, b asks, then a.
+    ask(&mut held, "/hold/gate.sh?0");
+    wait_until(DEADLINE, "the worker waiting on its script", || has_child(worker).then_some(()));
+    ask(&mut b, "/hold/gate.sh?2");
+    ask(&mut a, "/hold/gate.sh?1");
+    std::fs::write(gate("0"), "").unwrap();
+    answered(&mut held, "0");
+    std::fs::write(gate("1"), "").unwrap();
+    a.set_read_timeout(Some(DEADLINE)).unwrap();
+    answered(&mut a, "1");
     std::fs::write(gate("2"), "").unwrap();
     answered(&mut b, "2");
 }

@@ -234,6 +234,27 @@ fn load_bytes(words: &[AtomicU64]) -> Vec<u8> {
 }
 
 impl Slot {
+    /// Every connection the worker holds: [`Self::clients`] and lingering closes.
+    pub fn held(&self) -> u32 {
+        self.clients() + self.conns_closing.load(Relaxed)
+    }
+
+    /// The connections the worker holds whose clients are still there: kept alive,
+    /// writing, tunnels (not lingering closes; not the one it serves now).
+    pub fn clients(&self) -> u32 {
+        self.conns_keepalive.load(Relaxed) + self.conns_writing.load(Relaxed) + self.conns_tunnels.load(Relaxed)
+    }
+
+    /// Whether the worker in this slot is one of `generation` that takes new
+    /// connections now: serving or waiting for work (not starting, not leaving),
+    /// not full, not held by a program.
+    pub fn takes_connections(&self, generation: u32) -> bool {
+        matches!(self.state(), State::Ready | State::Reading | State::Writing | State::Logging | State::Closing)
+            && self.generation.load(Relaxed) == generation
+            && self.full.load(Relaxed) == 0
+            && self.program_wait.load(Relaxed) == 0
+    }
+
     pub fn state(&self) -> State {
         State::from_u8(self.state.load(Relaxed))
     }
@@ -337,17 +358,24 @@ impl Scoreboard {
             .any(|s| s.generation.load(Relaxed) == generation && s.program_wait.load(Relaxed) != 0)
     }
 
+    /// The fewest clients ([`Slot::clients`]) an event loop of `generation` other
+    /// than `me` holds, of those that take new connections now
+    /// ([`Slot::takes_connections`]); `None` when none does.
+    pub fn lightest_other_loop(&self, generation: u32, me: usize, loops: usize) -> Option<u32> {
+        self.slots[..loops.min(self.slots.len())]
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i != me && s.takes_connections(generation))
+            .map(|(_, s)| s.clients())
+            .min()
+    }
+
     /// The workers of `generation` in slots below `me`, up to `enough`, that take
     /// new connections now: serving or waiting for work (not starting, not leaving),
     /// not full, not held by a program. The lowest such slots are a generation's
     /// event loops; a worker with enough of them below it may stand by.
     pub fn free_loops_below(&self, generation: u32, me: usize, enough: usize) -> usize {
-        let free = |s: &&Slot| {
-            matches!(s.state(), State::Ready | State::Reading | State::Writing | State::Logging | State::Closing)
-                && s.generation.load(Relaxed) == generation
-                && s.full.load(Relaxed) == 0
-                && s.program_wait.load(Relaxed) == 0
-        };
+        let free = |s: &&Slot| s.takes_connections(generation);
         self.slots[..me.min(self.slots.len())].iter().filter(free).take(enough).count()
     }
 }
@@ -363,6 +391,30 @@ mod tests {
         for slot in sb.slots {
             assert_eq!(std::ptr::from_ref(slot).addr() % 128, 0);
         }
+    }
+
+    #[test]
+    fn the_lightest_other_loop_is_one_that_takes_connections() {
+        let sb = Scoreboard::new(4).unwrap();
+        for (i, held) in [5, 9, 2, 0].into_iter().enumerate() {
+            sb.slots[i].claim(1);
+            sb.slots[i].set_state(State::Ready);
+            sb.slots[i].conns_keepalive.store(held, Relaxed);
+        }
+        sb.slots[1].conns_writing.store(1, Relaxed);
+        sb.slots[1].conns_closing.store(3, Relaxed);
+        // Loops are slots 0-2; slot 3 (a spare holding nothing) is not one.
+        assert_eq!(sb.lightest_other_loop(1, 0, 3), Some(2));
+        assert_eq!(sb.lightest_other_loop(1, 2, 3), Some(5), "itself left out");
+        sb.slots[0].program_wait.store(1, Relaxed);
+        assert_eq!(
+            sb.lightest_other_loop(1, 2, 3),
+            Some(10),
+            "a loop a program holds takes none now; closes not counted"
+        );
+        sb.slots[1].full.store(1, Relaxed);
+        assert_eq!(sb.lightest_other_loop(1, 2, 3), None);
+        assert_eq!(sb.lightest_other_loop(2, 0, 3), None, "another generation's");
     }
 
     #[test]

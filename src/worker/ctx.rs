@@ -95,6 +95,12 @@ pub(super) fn must_retire(ctx: &WorkerCtx<'_>) -> bool {
         && (ctx.scoreboard.generation() != ctx.generation || ctx.scoreboard.header.stopping.load(Relaxed) != 0)
 }
 
+/// Whether a loop holding `held` connections is level with a sibling loop holding
+/// `least`: at most one more, and a 32nd (two at 50 each, four at 100).
+fn level_with(held: u32, least: u32) -> bool {
+    u64::from(held) <= u64::from(least) + 1 + u64::from(least) / 32
+}
+
 /// Reports a connection's progress into the worker's scoreboard slot.
 pub(super) struct SlotObserver<'a> {
     pub(super) slot: &'a Slot,
@@ -171,6 +177,26 @@ impl SlotObserver<'_> {
             && ctx.scoreboard.free_loops_below(ctx.generation, ctx.slot, self.loops) >= self.loops
     }
 
+    /// Whether this worker is an event loop holding more clients than its lightest
+    /// sibling loop by more than [`level_with`] allows (each counted as its slot
+    /// says, `Slot::clients`; `Scoreboard::lightest_other_loop`): such a loop
+    /// takes no new connection until the others have caught up (`events`).
+    /// Kept-alive clients are served a round at a time, so a loop's clients wait
+    /// about as long as it holds connections: with 100 clients split 60 / 40
+    /// (where the loops' accepts left them) the 60 waited 1.5 x as long, and that
+    /// loop's tail was the server's p99 (`docs/scaling.md`, "Level loops, oldest
+    /// first").
+    pub(super) fn ahead_of_loops(&self) -> bool {
+        let ctx = self.ctx;
+        ctx.master.is_some()
+            && self.loops > 1
+            && ctx.slot < self.loops
+            && ctx
+                .scoreboard
+                .lightest_other_loop(ctx.generation, ctx.slot, self.loops)
+                .is_some_and(|least| !level_with(self.slot.clients(), least))
+    }
+
     /// Whether this worker is a spare: above its generation's event loops, under a
     /// master (a foreground single worker is its own loop).
     pub(super) fn spare(&self) -> bool {
@@ -181,5 +207,22 @@ impl SlotObserver<'_> {
     /// program (what makes a spare listen).
     pub(super) fn program_held_below(&self) -> bool {
         self.ctx.scoreboard.program_held_below(self.ctx.generation, self.ctx.slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::level_with;
+
+    #[test]
+    fn a_loop_is_level_with_its_sibling_within_one_and_a_32nd() {
+        assert!(level_with(0, 0));
+        assert!(level_with(1, 0), "one more: level");
+        assert!(!level_with(2, 0));
+        assert!(level_with(51, 49));
+        assert!(!level_with(52, 49), "52 against 49: ahead");
+        assert!(level_with(104, 100), "one and a 32nd of 100");
+        assert!(!level_with(105, 100));
+        assert!(level_with(10, 40), "fewer is always level");
     }
 }

@@ -80,14 +80,29 @@ fn spare_writing_none(ctx: &WorkerCtx<'_>) -> bool {
 /// `loops` or higher) is a spare holding no connection: one a retirement had better
 /// take than an event loop.
 fn spare_above_loops(ctx: &WorkerCtx<'_>, loops: usize) -> bool {
-    let holds_nothing = |s: &crate::scoreboard::Slot| {
-        s.conns_keepalive.load(Relaxed)
-            + s.conns_writing.load(Relaxed)
-            + s.conns_closing.load(Relaxed)
-            + s.conns_tunnels.load(Relaxed)
-            == 0
-    };
-    ctx.spare_siblings(loops, holds_nothing) > 0
+    ctx.spare_siblings(loops, |s| s.held() == 0) > 0
+}
+
+/// Puts a round's events in the order they are served: the listeners, the
+/// handover socket and the stop bell first, then the connections by their last
+/// turn, oldest first (`last_turn` of a connection's table index; a tunnel's
+/// upstream socket goes with its connection).
+///
+/// Why: `epoll` reports a level-triggered set's ready descriptors in the order it
+/// last reported them, and one whose input comes after a wait goes behind those.
+/// The connection a round answers last has its next request come just after the
+/// next wait began (its client had no time to send it); that request is then
+/// served at the end of the round after, two rounds after the answer, where every
+/// other client waits one. At 100 kept-alive clients of hello.php (rounds of ~50
+/// php-fpm requests, ~7 ms) one connection a round did, and those requests were
+/// the p99 (14-16 ms against 7-9); served oldest first, a request that missed a
+/// round is the first of the next, and none waits more than a round
+/// (`docs/scaling.md`, "Level loops, oldest first").
+fn oldest_first(events: &mut [EpollEvent], last_turn: impl Fn(usize) -> u64) {
+    events.sort_unstable_by_key(|ev| {
+        let tag = ev.data();
+        if tag < LISTENER { last_turn((tag & !FAR) as usize) } else { 0 }
+    });
 }
 
 /// Takes a connection from `listener`, its socket non-blocking (`accept4` with
@@ -152,6 +167,14 @@ const LOOK_IN_ROUND: Duration = Duration::from_micros(300);
 /// spare in the next slot looks half as often, and so on (at most once a sweep):
 /// an idle pool of 64 wakes some 250 times a second, not 3,000.
 const STANDBY_LOOK: u64 = 20;
+
+/// How soon an event loop off the listeners for being ahead of its siblings
+/// (`SlotObserver::ahead_of_loops`) looks again whether they have caught up, or
+/// whether the one that takes new connections meanwhile waits on a program (then it
+/// listens again): they take connections without waking it, and one a program
+/// holds is marked so after a glance (`gateway::GLANCE`, 5 ms), so a connection
+/// that comes then waits about this long more at most.
+const AHEAD_LOOK: u64 = 5;
 
 /// Descriptors a worker keeps for other things than connections (listeners, logs,
 /// docroots, cached files), when `workers.max_connections` is capped by the open-file
@@ -283,17 +306,12 @@ impl<'a, 'c> Loop<'a, 'c> {
             if self.obs.slot.state() != resting {
                 self.obs.slot.set_state(resting);
             }
-            let standby = self.stand_by();
+            let look = self.stand_by();
             let wait = if !self.parked.ready.is_empty() {
                 0
-            } else if standby {
-                // The spare right above the loops looks most often; each one above it
-                // less often (it is needed only once those below it listen).
-                let look =
-                    STANDBY_LOOK.saturating_mul((self.ctx.slot + 1).saturating_sub(self.obs.loops).max(1) as u64);
-                self.next_sweep.saturating_sub(now_ms()).min(look).min(SWEEP.as_millis() as u64)
             } else {
-                self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64)
+                let sweep = self.next_sweep.saturating_sub(now_ms()).min(SWEEP.as_millis() as u64);
+                look.map_or(sweep, |look| sweep.min(look))
             };
             let timeout = EpollTimeout::try_from(wait as u32).unwrap_or(EpollTimeout::ZERO);
             let waited = self.parked.epoll.wait(&mut events, timeout);
@@ -308,7 +326,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             if let Some(sig) = sys::stop_asked() {
                 self.stop_at_once(sig);
             }
-            if let Err(code) = self.dispatch(&events[..n]) {
+            if let Err(code) = self.dispatch(&mut events[..n]) {
                 return code;
             }
             // Pipelined requests already buffered: one burst each, in turn.
@@ -366,19 +384,26 @@ impl<'a, 'c> Loop<'a, 'c> {
     }
 
     /// Hands each ready descriptor to its step: a listener's to [`Self::accept`], the
-    /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`].
+    /// handover socket's to [`Self::adopt`], a connection's to [`Self::serve`];
+    /// the connections whose last turn is oldest first ([`oldest_first`]).
     /// A round in which a program kept the loop, once it has lasted
     /// [`LOOK_IN_ROUND`], looks at the listeners between two turns
     /// ([`Self::look_at_listeners`]).
-    fn dispatch(&mut self, events: &[EpollEvent]) -> Result<(), ChildExit> {
+    fn dispatch(&mut self, events: &mut [EpollEvent]) -> Result<(), ChildExit> {
         let mut looked = std::time::Instant::now();
         self.program_since_look = false;
-        for ev in events {
+        let table = &self.parked.table;
+        oldest_first(events, |i| table.last_turn(i));
+        for ev in events.iter() {
             let tag = ev.data();
             if tag < LISTENER && self.program_since_look && self.listening && looked.elapsed() >= LOOK_IN_ROUND {
                 looked = std::time::Instant::now();
                 self.program_since_look = false;
-                self.look_at_listeners()?;
+                // Not a loop ahead of its siblings (a burst of new connections
+                // would otherwise pile up on the loop whose round is long).
+                if !self.obs.ahead_of_loops() {
+                    self.look_at_listeners()?;
+                }
             }
             if tag >= LISTENER {
                 self.accept((tag - LISTENER) as usize)?;
@@ -396,26 +421,39 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(())
     }
 
-    /// Whether the worker stands by: in the slots below its own, as many event loops
-    /// of its generation as there are CPUs take connections
+    /// Whether the worker listens, and how soon it looks again (ms) if it must not
+    /// sleep until the sweep: a worker stands by when, in the slots below its own,
+    /// as many event loops of its generation as there are CPUs take connections
     /// (`SlotObserver::above_free_loops`). Standing by it is off the listeners, so
     /// kept-alive clients stay on about one busy event loop per CPU (fewer workers
     /// taking turns on the cores: a lower tail, `docs/scaling.md`), and it listens
-    /// again as soon as a loop below is held by a program, full, leaving or gone.
-    /// What it holds meanwhile it serves, and the plain connections it was lent go
-    /// back to the loops after their next answer (`Observer::hand_back`). A leaving, full or
-    /// paused worker keeps what that decided.
-    fn stand_by(&mut self) -> bool {
+    /// again as soon as a loop below is held by a program, full, leaving or gone:
+    /// the spare right above the loops looks every [`STANDBY_LOOK`] ms, each one
+    /// above it less often (it is needed only once those below it listen). What
+    /// it holds meanwhile it serves, and the plain connections it was lent go back
+    /// to the loops after their next answer (`Observer::hand_back`). An event loop
+    /// ahead of its siblings (`SlotObserver::ahead_of_loops`) is off the listeners
+    /// too, and looks every [`AHEAD_LOOK`] ms whether it still is. A leaving, full
+    /// or paused worker keeps
+    /// what that decided.
+    fn stand_by(&mut self) -> Option<u64> {
         if self.leaving.is_some() || self.full || self.accept_paused_until != 0 {
-            return false;
+            return None;
         }
         let standby = self.obs.above_free_loops();
         let turned = Turned::at(standby, self.listening, self.for_a_wait, || self.obs.program_held_below());
-        if turned.listen != self.listening {
-            let _ = self.listen(turned.listen);
+        let ahead = turned.listen && self.obs.ahead_of_loops();
+        let listen = turned.listen && !ahead;
+        if listen != self.listening {
+            let _ = self.listen(listen);
         }
         self.for_a_wait = turned.for_a_wait;
-        standby
+        if standby {
+            let above = (self.ctx.slot + 1).saturating_sub(self.obs.loops).max(1) as u64;
+            Some(STANDBY_LOOK.saturating_mul(above))
+        } else {
+            ahead.then_some(AHEAD_LOOK)
+        }
     }
 
     /// Takes one connection from listener `i` and serves what it brought.
@@ -804,7 +842,31 @@ impl Turned {
 
 #[cfg(test)]
 mod tests {
-    use super::Turned;
+    use nix::sys::epoll::{EpollEvent, EpollFlags};
+
+    use super::{FAR, HANDOVER, LISTENER, STOP, Turned, oldest_first};
+
+    #[test]
+    fn a_round_serves_the_connection_whose_last_turn_is_oldest_first() {
+        // Connection 3 was turned last (the end of the last round), 7 long ago,
+        // 5 in between; 9 is new (never turned back in).
+        let turned = |i: usize| match i {
+            3 => 30,
+            5 => 20,
+            7 => 5,
+            _ => 0,
+        };
+        let tags = [3, LISTENER, 5, FAR | 7, 7, HANDOVER, 9, STOP];
+        let mut events: Vec<EpollEvent> = tags.iter().map(|&t| EpollEvent::new(EpollFlags::EPOLLIN, t)).collect();
+        oldest_first(&mut events, turned);
+        let order: Vec<u64> = events.iter().map(|e| e.data()).collect();
+        let (first, rest) = order.split_at(4);
+        let mut first = first.to_vec();
+        first.sort_unstable();
+        assert_eq!(first, [9, STOP, HANDOVER, LISTENER], "the loop's own descriptors and the new connection first");
+        assert!(rest[..2].contains(&7) && rest[..2].contains(&(FAR | 7)), "a tunnel's two sides together: {order:?}");
+        assert_eq!(rest[2..], [5, 3], "then oldest first: {order:?}");
+    }
 
     #[test]
     fn a_spare_lends_what_it_accepts_while_it_listens_for_a_wait() {

@@ -40,6 +40,10 @@ pub(super) struct Table {
     /// What a tunnel's upstream socket is watched for (`Watch::Neither`: none in
     /// the set).
     far: Vec<Watch>,
+    /// When each slot's connection last went back after a turn, in turns of this
+    /// worker (`put_back`): a round serves the oldest first ([`Table::last_turn`]).
+    turned: Vec<u64>,
+    turns: u64,
     free: Vec<usize>,
     pub(super) len: usize,
 }
@@ -53,12 +57,14 @@ impl Table {
                 self.slots[i] = Some(h);
                 self.watch[i] = watch;
                 self.far[i] = Watch::Neither;
+                self.turned[i] = 0;
                 i
             }
             None => {
                 self.slots.push(Some(h));
                 self.watch.push(watch);
                 self.far.push(Watch::Neither);
+                self.turned.push(0);
                 self.slots.len() - 1
             }
         }
@@ -71,6 +77,14 @@ impl Table {
 
     pub(super) fn put_back(&mut self, i: usize, h: Held) {
         self.slots[i] = Some(h);
+        self.turns += 1;
+        self.turned[i] = self.turns;
+    }
+
+    /// When the connection in slot `i` last went back after a turn (0: never, or
+    /// no connection there).
+    pub(super) fn last_turn(&self, i: usize) -> u64 {
+        self.turned.get(i).copied().unwrap_or(0)
     }
 
     /// Frees the slot of a connection taken out (and closed).
