@@ -37,8 +37,9 @@
 //! the lowest scoreboard slots, one per CPU; a spare above them stands by off the
 //! listeners while they are free, listens while one waits on a program, and hands
 //! back through them what it was lent meanwhile; a loop in a long round looks at the
-//! listeners between its turns once programs have kept it 300 µs) →
-//! [`worker`]'s event loop → [`serve::connection::Server::serve_ready`] (input over
+//! listeners between its turns once programs have kept it 300 µs; a loop ahead of
+//! its siblings by more than one client leaves new ones to them) →
+//! [`worker`]'s event loop (each round's ready connections oldest turn first) → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
 //! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**
 //! ([`rules::Gate`], the handler's [`exchange::Methods`]) → **answer**

@@ -14,7 +14,11 @@
 //! with `sched_yield` ([`YIELD_FROM`]): the clients it answered run before the next.
 //! A round that programs make last looks at the listeners between its turns
 //! ([`LOOK_IN_ROUND`]): a new connection's first request waits for the turn being
-//! served, not for the rest of the round.
+//! served, not for the rest of the round. A round serves its connections by their
+//! last turn, oldest first ([`oldest_first`]), and an event loop ahead of its
+//! siblings takes no new connection until they catch up
+//! (`SlotObserver::ahead_of_loops`, [`AHEAD_LOOK`]): a loop's clients wait about
+//! a round, and a round is as long as the loop holds clients.
 //!
 //! Heads are read without waiting: a head that comes in pieces stays in its
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
