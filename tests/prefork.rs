@@ -299,22 +299,24 @@ fn kept_alive_clients_stay_on_one_event_loop_per_cpu() {
     }
 }
 
+/// `n` kept-alive connections to `addr`, each answered once (a GET of `/`).
+fn kept_clients(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut c = connect(addr);
+            c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+            assert_eq!(read_response(&mut c, false).unwrap().status, 200);
+            c
+        })
+        .collect()
+}
+
 /// [`kept_alive_clients_stay_on_one_event_loop_per_cpu`] with these `[workers]` keys.
 fn clients_on_the_loops(keys: &str) {
     let cpus = allowed_cpus().len();
     let site = Site::new();
     hold_script(&site);
     let p = pool_with_status(&site, cpus + 1, cpus + 3, keys, HOLD);
-    let open = |n: usize| -> Vec<TcpStream> {
-        (0..n)
-            .map(|_| {
-                let mut c = connect(p.addr);
-                c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-                assert_eq!(read_response(&mut c, false).unwrap().status, 200);
-                c
-            })
-            .collect()
-    };
     // A worker decides whether it stands by as it wakes: a spare that saw its
     // loops start a moment late may hold a connection or two of a first try. They
     // go with it, and the next try finds each worker where its count of the loops
@@ -323,7 +325,7 @@ fn clients_on_the_loops(keys: &str) {
     let mut tries = 0;
     let (kept, by_slot) = wait_until(DEADLINE, "the kept-alive clients on the loops alone", || {
         tries += 1;
-        let kept = open(clients);
+        let kept = kept_clients(p.addr, clients);
         let by_slot = held_by_slot(p.addr);
         let on_loops: u64 = by_slot.iter().filter(|&(&slot, _)| (slot as usize) < cpus).map(|(_, &n)| n).sum();
         // Each loop holds some, level within one: none is off the listeners for
@@ -430,20 +432,10 @@ fn the_event_loops_keep_their_connections_level() {
     hold_script(&site);
     // The loops alone: no spare to take what comes while one waits.
     let p = pool_with_status(&site, cpus, cpus, &format!("max = {cpus}\n"), HOLD);
-    let open = |n: usize| -> Vec<TcpStream> {
-        (0..n)
-            .map(|_| {
-                let mut c = connect(p.addr);
-                c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-                assert_eq!(read_response(&mut c, false).unwrap().status, 200);
-                c
-            })
-            .collect()
-    };
     // While one loop waits on its script, the others take six clients each.
     let script = slow_client(p.addr);
     let waiting = held_worker(&p);
-    let before = open(6 * (cpus - 1));
+    let before = kept_clients(p.addr, 6 * (cpus - 1));
     drop(script);
     wait_until(DEADLINE, "the loop free of its script and waiting for work", || {
         let sleeping = blocked_in(waiting, libc::SYS_epoll_wait) || blocked_in(waiting, libc::SYS_epoll_pwait);
@@ -451,7 +443,7 @@ fn the_event_loops_keep_their_connections_level() {
     });
     // The next six go to the loop that holds none, but for one each other loop may
     // take as it wakes, before it sees itself ahead.
-    let after = open(6);
+    let after = kept_clients(p.addr, 6);
     let slot = by_slot(p.addr, "pid").into_iter().find(|&(_, pid)| pid as i32 == waiting).expect("its slot").0;
     let held = held_by_slot(p.addr);
     assert!(

@@ -371,9 +371,9 @@ impl Scoreboard {
     }
 
     /// The workers of `generation` in slots below `me`, up to `enough`, that take
-    /// new connections now: serving or waiting for work (not starting, not leaving),
-    /// not full, not held by a program. The lowest such slots are a generation's
-    /// event loops; a worker with enough of them below it may stand by.
+    /// new connections now ([`Slot::takes_connections`]). The lowest such slots are
+    /// a generation's event loops; a worker with enough of them below it may stand
+    /// by.
     pub fn free_loops_below(&self, generation: u32, me: usize, enough: usize) -> usize {
         let free = |s: &&Slot| s.takes_connections(generation);
         self.slots[..me.min(self.slots.len())].iter().filter(free).take(enough).count()
