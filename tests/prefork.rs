@@ -638,6 +638,44 @@ fn a_round_serves_the_connection_served_longest_ago_first() {
     answered(&mut b, "2");
 }
 
+/// A worker takes its share of the connections waiting on a listener at once, not
+/// one a round: one at a time, a burst of 500 kept-alive clients took ~400 ms to
+/// come in, each round serving every client taken so far (`docs/scaling.md`, "A
+/// burst comes in"). One worker (its share is the whole queue): while a script
+/// holds it, a kept-alive client asks for a script behind a shut gate and two new
+/// connections come, the first asking for a page, the second for a script whose
+/// gate is open. The round after the wait takes both before the kept-alive
+/// client's turn, so the second is answered; taking one, the round would turn to
+/// the kept-alive client's script next, and the second would wait in the backlog
+/// behind a gate the test opens only after it.
+#[test]
+fn a_worker_takes_the_connections_waiting_on_a_listener_at_once() {
+    let site = Site::new();
+    let (p, worker) = one_worker_behind_gates(&site);
+    let gate = |n: &str| site.path(&format!("gate-{n}"));
+    let (mut held, mut kept) = (connect(p.addr), connect(p.addr));
+    std::fs::write(gate("open"), "").unwrap();
+    for c in [&mut held, &mut kept] {
+        ask(c, "/hold/gate.sh?open");
+        answered(c, "open");
+    }
+    ask(&mut held, "/hold/gate.sh?0");
+    wait_until(DEADLINE, "the worker waiting on its script", || has_child(worker).then_some(()));
+    ask(&mut kept, "/hold/gate.sh?shut");
+    let mut page = connect(p.addr);
+    ask(&mut page, "/");
+    let mut second = connect(p.addr);
+    ask(&mut second, "/hold/gate.sh?2");
+    std::fs::write(gate("2"), "").unwrap();
+    std::fs::write(gate("0"), "").unwrap();
+    answered(&mut held, "0");
+    assert_eq!(read_response(&mut page, false).expect("the page").status, 200);
+    second.set_read_timeout(Some(DEADLINE)).unwrap();
+    answered(&mut second, "2");
+    std::fs::write(gate("shut"), "").unwrap();
+    answered(&mut kept, "shut");
+}
+
 #[test]
 fn a_killed_worker_is_replaced_and_named() {
     let site = Site::new();

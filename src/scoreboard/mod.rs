@@ -362,12 +362,17 @@ impl Scoreboard {
     /// than `me` holds, of those that take new connections now
     /// ([`Slot::takes_connections`]); `None` when none does.
     pub fn lightest_other_loop(&self, generation: u32, me: usize, loops: usize) -> Option<u32> {
+        self.other_loops_taking(generation, me, loops).map(Slot::clients).min()
+    }
+
+    /// The event loops of `generation` (its lowest `loops` slots) other than `me`
+    /// that take new connections now ([`Slot::takes_connections`]).
+    pub fn other_loops_taking(&self, generation: u32, me: usize, loops: usize) -> impl Iterator<Item = &Slot> {
         self.slots[..loops.min(self.slots.len())]
             .iter()
             .enumerate()
-            .filter(|&(i, s)| i != me && s.takes_connections(generation))
-            .map(|(_, s)| s.clients())
-            .min()
+            .filter(move |&(i, s)| i != me && s.takes_connections(generation))
+            .map(|(_, s)| s)
     }
 
     /// The workers of `generation` in slots below `me`, up to `enough`, that take
@@ -412,6 +417,8 @@ mod tests {
             Some(10),
             "a loop a program holds takes none now; closes not counted"
         );
+        assert_eq!(sb.other_loops_taking(1, 2, 3).count(), 1, "slot 1 only");
+        assert_eq!(sb.other_loops_taking(1, 3, 3).count(), 2, "a spare counts every loop that takes");
         sb.slots[1].full.store(1, Relaxed);
         assert_eq!(sb.lightest_other_loop(1, 2, 3), None);
         assert_eq!(sb.lightest_other_loop(2, 0, 3), None, "another generation's");

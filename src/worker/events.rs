@@ -119,6 +119,23 @@ fn accept_nonblocking(
     Ok((socket.into(), peer))
 }
 
+/// The most connections a worker takes from a listener at one event or look.
+/// A burst of 500 kept-alive clients taken one per round (each round serving
+/// every client taken so far) took ~400 ms to come in, and those first answers
+/// were wrk's p99 (270-590 ms, `docs/scaling.md`, "A burst comes in"); taken in
+/// shares, a few rounds.
+const INTAKE_MAX: usize = 64;
+
+/// How many of the `queued` connections waiting on a listener a worker takes at
+/// once: its share among the `takers` (itself and the generation's other event
+/// loops that take connections now; rounded up, so one waiting is taken), at most
+/// [`INTAKE_MAX`]. Each loop taking its share, a burst is split
+/// level as it comes in (the loop that took first is ahead until its siblings
+/// have taken theirs: `SlotObserver::ahead_of_loops`).
+fn intake_share(queued: u32, takers: usize) -> usize {
+    (queued as usize).div_ceil(takers.max(1)).min(INTAKE_MAX)
+}
+
 /// Event tags above any index into the connection table.
 const LISTENER: u64 = 1 << 62;
 const HANDOVER: u64 = 1 << 61;
@@ -460,9 +477,38 @@ impl<'a, 'c> Loop<'a, 'c> {
         }
     }
 
-    /// Takes one connection from listener `i` and serves what it brought.
+    /// Takes this worker's share of the connections waiting on listener `i`
+    /// ([`intake_share`]) and serves what each brought; stops early when the worker
+    /// stops listening (full, out of descriptors) or the queue is empty.
     fn accept(&mut self, i: usize) -> Result<(), ChildExit> {
         let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(()) };
+        // Not known (not TCP?): the event said one came.
+        let queued = sys::accept_queue_len(l.socket.as_fd()).unwrap_or(1);
+        let mut took = 0;
+        let ctx = self.ctx;
+        let takers = 1 + ctx.scoreboard.other_loops_taking(ctx.generation, ctx.slot, self.obs.loops).count();
+        for _ in 0..intake_share(queued, takers) {
+            if !self.accept_one(i)? {
+                break;
+            }
+            took += 1;
+            if !self.listening {
+                break;
+            }
+        }
+        if took > 0 && self.parked.table.len >= SPREAD_FROM && self.listening {
+            // To the back of the line: re-registering puts this worker's wait entry
+            // last on the listeners' queues.
+            let _ = self.listen(false);
+            let _ = self.listen(true);
+        }
+        Ok(())
+    }
+
+    /// Takes one connection from listener `i` and serves what it brought; `false`
+    /// when none was taken.
+    fn accept_one(&mut self, i: usize) -> Result<bool, ChildExit> {
+        let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(false) };
         let (stream, peer) = match accept_nonblocking(&l.socket) {
             Ok(c) => c,
             Err(e) => {
@@ -473,14 +519,16 @@ impl<'a, 'c> Loop<'a, 'c> {
                         crate::log::shortage::report(crate::log::shortage::Op::Accept, &e);
                         let _ = self.listen(false);
                         self.accept_paused_until = now_ms() + ACCEPT_BACKOFF;
-                        Ok(())
+                        Ok(false)
                     }
                     Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                         log::error!("accept: {e}; the worker exits to be replaced");
                         Err(ChildExit::Sick)
                     }
-                    // EAGAIN: another worker was first; ECONNABORTED: the client gave up.
-                    _ => Ok(()),
+                    // The client gave up: the next one may be there.
+                    Some(libc::ECONNABORTED) => Ok(true),
+                    // EAGAIN: another worker was first.
+                    _ => Ok(false),
                 };
             }
         };
@@ -499,29 +547,23 @@ impl<'a, 'c> Loop<'a, 'c> {
                 Ok(h) => h,
                 Err(e) => {
                     log::warn!("cannot start a TLS session: {e}");
-                    return Ok(());
+                    return Ok(true);
                 }
             },
             // A TLS listener and no certificate: the config refuses that, so this
             // is not reached; the connection is closed rather than spoken to in
             // plain text.
-            (None, true) => return Ok(()),
+            (None, true) => return Ok(true),
         };
         if self.obs.spare() && Turned::lends(self.for_a_wait, || self.obs.program_held_below()) {
             held.lend();
         }
         self.take(held);
-        if self.parked.table.len >= SPREAD_FROM && self.listening {
-            // To the back of the line: re-registering puts this worker's wait entry
-            // last on the listeners' queues.
-            let _ = self.listen(false);
-            let _ = self.listen(true);
-        }
-        Ok(())
+        Ok(true)
     }
 
-    /// Accepts what waits on the listeners without being told (one `accept` per
-    /// listener, `EAGAIN` when nothing waits). Between the turns of a long round
+    /// Accepts what waits on the listeners without being told (this worker's share
+    /// of each listener's queue, nothing when it is empty). Between the turns of a long round
     /// ([`LOOK_IN_ROUND`]), and once a sweep: `EPOLLEXCLUSIVE` wakes one waiter per
     /// new connection, and a worker killed by a signal is still a waiter until it has
     /// run to its end: a connection that comes in then wakes only that worker, and
@@ -848,7 +890,7 @@ impl Turned {
 mod tests {
     use nix::sys::epoll::{EpollEvent, EpollFlags};
 
-    use super::{FAR, HANDOVER, LISTENER, STOP, Turned, oldest_first};
+    use super::{FAR, HANDOVER, INTAKE_MAX, LISTENER, STOP, Turned, intake_share, oldest_first};
 
     #[test]
     fn a_round_serves_the_connection_whose_last_turn_is_oldest_first() {
@@ -870,6 +912,17 @@ mod tests {
         assert_eq!(first, [9, STOP, HANDOVER, LISTENER], "the loop's own descriptors and the new connection first");
         assert!(rest[..2].contains(&7) && rest[..2].contains(&(FAR | 7)), "a tunnel's two sides together: {order:?}");
         assert_eq!(rest[2..], [5, 3], "then oldest first: {order:?}");
+    }
+
+    #[test]
+    fn a_worker_takes_its_share_of_a_listener_queue() {
+        assert_eq!(intake_share(0, 2), 0, "nothing waits: no accept");
+        assert_eq!(intake_share(1, 2), 1, "one waiting is taken, whoever's share");
+        assert_eq!(intake_share(3, 2), 2);
+        assert_eq!(intake_share(5, 1), 5, "alone it takes them all");
+        assert_eq!(intake_share(500, 2), INTAKE_MAX);
+        assert_eq!(intake_share(500, 64), 8);
+        assert_eq!(intake_share(3, 0), 3, "no takers counted: itself");
     }
 
     #[test]
