@@ -48,7 +48,12 @@ pub struct Counts {
     pub idle: u32,
     /// Slots in use by any worker, of any generation.
     pub used_slots: u32,
-    /// Connections waiting in the listen queues.
+    /// Connections waiting in the listen queues with no worker to take them: none
+    /// of the generation takes connections now (each waits on a program, is full
+    /// or starting). While an event loop takes them, a queue is a burst coming in
+    /// (500 kept-alive clients at once), which the loops take in a few rounds: a
+    /// worker forked per waiting connection then (28-59 forks at that burst) only
+    /// took CPU from them.
     pub queued: u32,
 }
 

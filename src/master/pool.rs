@@ -36,7 +36,7 @@ impl Master {
                 .filter(|c| c.generation == self.generation && self.scoreboard.slots[c.slot].is_spare())
                 .count() as u32,
             used_slots: self.children.len() as u32,
-            queued: self.listeners.queued(),
+            queued: if self.scoreboard.takes_connections(self.generation) { 0 } else { self.listeners.queued() },
         }
     }
 

@@ -383,6 +383,12 @@ impl Scoreboard {
         let free = |s: &&Slot| s.takes_connections(generation);
         self.slots[..me.min(self.slots.len())].iter().filter(free).take(enough).count()
     }
+
+    /// Whether any worker of `generation` takes new connections now
+    /// ([`Slot::takes_connections`]): what waits in the listen queue has a taker.
+    pub fn takes_connections(&self, generation: u32) -> bool {
+        self.slots.iter().any(|s| s.takes_connections(generation))
+    }
 }
 
 #[cfg(test)]
@@ -441,6 +447,12 @@ mod tests {
         assert_eq!(sb.free_loops_below(1, 5, 8), 1, "a worker held by a program is no loop");
         sb.slots[0].full.store(1, Relaxed);
         assert_eq!(sb.free_loops_below(1, 6, 8), 1, "nor is a full one; slot 5 is");
+        assert!(sb.takes_connections(1), "slots 5 and 6");
+        for i in [5, 6] {
+            sb.slots[i].program_wait.store(1, Relaxed);
+        }
+        assert!(!sb.takes_connections(1), "every worker of the generation held, full, starting or leaving");
+        assert!(sb.takes_connections(2), "slot 4");
     }
 
     #[test]
