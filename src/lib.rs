@@ -38,7 +38,8 @@
 //! listeners while they are free, listens while one waits on a program, and hands
 //! back through them what it was lent meanwhile; a loop in a long round looks at the
 //! listeners between its turns once programs have kept it 300 µs; a loop ahead of
-//! its siblings by more than one client leaves new ones to them) →
+//! its siblings by more than one client leaves new ones to them; a listener's event
+//! takes the worker's share of the accept queue at once) →
 //! [`worker`]'s event loop (each round's ready connections oldest turn first) → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
 //! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**

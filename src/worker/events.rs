@@ -18,7 +18,9 @@
 //! last turn, oldest first ([`oldest_first`]), and an event loop ahead of its
 //! siblings takes no new connection until they catch up
 //! (`SlotObserver::ahead_of_loops`, [`AHEAD_LOOK`]): a loop's clients wait about
-//! a round, and a round is as long as the loop holds clients.
+//! a round, and a round is as long as the loop holds clients. A listener's event
+//! takes the worker's share of its accept queue at once ([`intake_share`]), so a
+//! burst of new connections comes in within a few rounds.
 //!
 //! Heads are read without waiting: a head that comes in pieces stays in its
 //! connection's buffer until the rest arrives or `header_timeout` passes, so a
