@@ -14,7 +14,9 @@ use std::ffi::CStr;
 use std::io;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Release};
+use std::sync::atomic::{
+    AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::unistd::Pid;
@@ -34,10 +36,29 @@ pub fn fork() -> io::Result<Forked> {
     // held by another thread; the child only runs the worker loop and ends in `_exit`.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent(child)),
-        Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
+        Ok(nix::unistd::ForkResult::Child) => {
+            OWN_PID.store(0, Relaxed);
+            Ok(Forked::Child)
+        }
         Err(e) => Err(io::Error::from(e)),
     }
 }
+
+/// This process's id, asked of the kernel once (and again after each [`fork`]):
+/// the access log's `%P` wrote it per request, a `getpid` each (glibc keeps no
+/// copy).
+pub fn own_pid() -> u32 {
+    match OWN_PID.load(Relaxed) {
+        0 => {
+            let pid = std::process::id();
+            OWN_PID.store(pid, Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
+static OWN_PID: AtomicU32 = AtomicU32::new(0);
 
 /// `_exit(2)`: leave the process now, running no destructor and no atexit handler.
 ///

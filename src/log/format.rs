@@ -281,7 +281,7 @@ impl LogFormat {
                 },
                 Token::LocalPort => text::push_int(out, r.local_port),
                 Token::RemotePort => text::push_int(out, r.peer.port()),
-                Token::Pid => text::push_int(out, std::process::id()),
+                Token::Pid => text::push_int(out, crate::base::sys::own_pid()),
                 Token::BytesIn => text::push_int(out, r.bytes_in),
                 Token::BytesOut => text::push_int(out, r.bytes_out),
                 Token::HeaderIn(name) => match (r.headers_in)(name) {
