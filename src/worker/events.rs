@@ -481,7 +481,9 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Takes this worker's share of the connections waiting on listener `i`
     /// ([`intake_share`]) and serves what each brought; stops early when the worker
-    /// stops listening (full, out of descriptors) or the queue is empty.
+    /// stops listening (full, out of descriptors), the queue is empty, or a program
+    /// kept it waiting (what waits meanwhile is for the spares that listen then,
+    /// and this worker's own clients have waited that long already).
     fn accept(&mut self, i: usize) -> Result<(), ChildExit> {
         let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(()) };
         // Not known (not TCP?): the event said one came.
@@ -489,15 +491,17 @@ impl<'a, 'c> Loop<'a, 'c> {
         let mut took = 0;
         let ctx = self.ctx;
         let takers = 1 + ctx.scoreboard.other_loops_taking(ctx.generation, ctx.slot, self.obs.loops).count();
+        let stalled_before = std::mem::replace(&mut self.program_since_look, false);
         for _ in 0..intake_share(queued, takers) {
             if !self.accept_one(i)? {
                 break;
             }
             took += 1;
-            if !self.listening {
+            if !self.listening || self.program_since_look {
                 break;
             }
         }
+        self.program_since_look |= stalled_before;
         if took > 0 && self.parked.table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
             // last on the listeners' queues.
