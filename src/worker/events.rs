@@ -71,6 +71,7 @@ use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
 use super::parked::{FAR, Handing, Parked, handover_open, interest, publish_counts};
 use crate::base::sys;
+use crate::fork::listen::Listener;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
 use crate::serve::held::{Conn, Held, Next, Watch, thaw_body};
@@ -485,24 +486,24 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// kept it waiting (what waits meanwhile is for the spares that listen then,
     /// and this worker's own clients have waited that long already).
     fn accept(&mut self, i: usize) -> Result<(), ChildExit> {
-        let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(()) };
-        // Not known (not TCP?): the event said one came.
-        let queued = sys::accept_queue_len(l.socket.as_fd()).unwrap_or(1);
-        let mut took = 0;
         let ctx = self.ctx;
+        let Some(l) = ctx.listeners.list.get(i) else { return Ok(()) };
+        // The count unread: the event said one came.
+        let queued = sys::accept_queue_len(l.socket.as_fd()).unwrap_or(1);
         let takers = 1 + ctx.scoreboard.other_loops_taking(ctx.generation, ctx.slot, self.obs.loops).count();
         let stalled_before = std::mem::replace(&mut self.program_since_look, false);
+        let mut took_any = false;
         for _ in 0..intake_share(queued, takers) {
-            if !self.accept_one(i)? {
+            if !self.accept_one(l)? {
                 break;
             }
-            took += 1;
+            took_any = true;
             if !self.listening || self.program_since_look {
                 break;
             }
         }
         self.program_since_look |= stalled_before;
-        if took > 0 && self.parked.table.len >= SPREAD_FROM && self.listening {
+        if took_any && self.parked.table.len >= SPREAD_FROM && self.listening {
             // To the back of the line: re-registering puts this worker's wait entry
             // last on the listeners' queues.
             let _ = self.listen(false);
@@ -511,10 +512,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(())
     }
 
-    /// Takes one connection from listener `i` and serves what it brought; `false`
-    /// when none was taken.
-    fn accept_one(&mut self, i: usize) -> Result<bool, ChildExit> {
-        let Some(l) = self.ctx.listeners.list.get(i) else { return Ok(false) };
+    /// Takes one connection from listener `l` and serves what it brought; `false`
+    /// when none was there to take (or accepting must pause).
+    fn accept_one(&mut self, l: &Listener) -> Result<bool, ChildExit> {
         let (stream, peer) = match accept_nonblocking(&l.socket) {
             Ok(c) => c,
             Err(e) => {
@@ -568,9 +568,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(true)
     }
 
-    /// Accepts what waits on the listeners without being told (this worker's share
-    /// of each listener's queue, nothing when it is empty). Between the turns of a long round
-    /// ([`LOOK_IN_ROUND`]), and once a sweep: `EPOLLEXCLUSIVE` wakes one waiter per
+    /// Accepts what waits on the listeners without being told (this worker's
+    /// share of each listener's queue, nothing when it is empty). Between the
+    /// turns of a long round ([`LOOK_IN_ROUND`]), and once a sweep: `EPOLLEXCLUSIVE` wakes one waiter per
     /// new connection, and a worker killed by a signal is still a waiter until it has
     /// run to its end: a connection that comes in then wakes only that worker, and
     /// sits in the backlog with every other worker asleep until the next connection
