@@ -1408,3 +1408,51 @@ fn an_unbuffered_answer_waiting_for_its_client_is_cut_at_script_timeout() {
     });
     assert_eq!(get(p.addr, "/cgi-bin/hello.sh").text(), "hello from sh\n");
 }
+
+/// The CPUs process `pid` may run on, as `/proc` lists them ("0-1", "3").
+fn cpus_of(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("").trim().to_string()
+}
+
+/// A worker bound to a CPU (`cpu_affinity`) has the php-fpm child that serves its
+/// kept connection bound to the same CPU, and the child gets its CPUs back when
+/// the worker ends.
+#[test]
+fn a_bound_worker_has_its_php_fpm_child_on_its_cpu() {
+    let Some(php_fpm) = need_tool("php-fpm8.2") else { return };
+    let allowed: Vec<usize> = {
+        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
+    };
+    if allowed.len() < 2 {
+        eprintln!("skipped: one CPU, every process is bound to it");
+        return;
+    }
+    let cpu = allowed[allowed.len() - 1];
+    let fpm = Fpm::start(&php_fpm, None);
+    let site = Site::new();
+    site.write("htdocs/pid.php", "<?php echo getmypid();\n");
+    site.config(
+        "",
+        &format!(
+            "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\ncpu_affinity = [{cpu}]\n\
+             [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
+             [[vhost.location]]\nregex = \"\\\\.php$\"\nfastcgi = \"unix:{}\"\n",
+            fpm.socket().display()
+        ),
+    );
+    let p = Pika::start(&site, "-F");
+    let r = get(p.addr, "/pid.php");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let child = r.text().trim().to_string();
+    let before = cpus_of(&child);
+    assert_ne!(before, cpu.to_string(), "the child starts unbound");
+    wait_until(DEADLINE, "the php-fpm child bound to the worker's CPU", || {
+        (cpus_of(&child) == cpu.to_string()).then_some(())
+    });
+    // The same child serves the worker's next request, on its CPU.
+    assert_eq!(get(p.addr, "/pid.php").text().trim(), child);
+    drop(p);
+    wait_until(DEADLINE, "the php-fpm child's CPUs given back", || (cpus_of(&child) == before).then_some(()));
+}

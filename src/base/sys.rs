@@ -174,6 +174,105 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
 }
 
+/// Binds process `pid` to one CPU; returns the CPUs it could use before, to give
+/// them back ([`set_cpus_of`]). The kernel allows it to root (`CAP_SYS_NICE`) and
+/// to a process of the same user.
+pub fn bind_process(pid: i32, cpu: usize) -> io::Result<nix::sched::CpuSet> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let before = sched_getaffinity(pid)?;
+    let mut set = CpuSet::new();
+    set.set(cpu)?;
+    sched_setaffinity(pid, &set)?;
+    Ok(before)
+}
+
+/// Gives process `pid` the CPUs `set` (what [`bind_process`] returned).
+pub fn set_cpus_of(pid: i32, set: &nix::sched::CpuSet) -> io::Result<()> {
+    Ok(nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), set)?)
+}
+
+/// Whether process `pid` may run on exactly one CPU, `cpu`.
+pub fn bound_to(pid: i32, cpu: usize) -> bool {
+    let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(pid)) else { return false };
+    (0..nix::sched::CpuSet::count()).all(|c| set.is_set(c).unwrap_or(false) == (c == cpu))
+}
+
+/// The inode of a socket (what `/proc/PID/fd/N` names as `socket:[INODE]`), and the
+/// pid of the process that made its peer's listening socket (`SO_PEERCRED`: for a
+/// connection to a pre-forking application, its master).
+pub fn unix_socket_ids(fd: BorrowedFd<'_>) -> io::Result<(u64, i32)> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let inode = nix::sys::stat::fstat(fd)?.st_ino;
+    let pid = getsockopt(&fd, PeerCredentials)?.pid();
+    Ok((inode, pid))
+}
+
+/// The inode of the other end of the unix socket `inode` (the kernel's socket
+/// diagnostics, `NETLINK_SOCK_DIAG`: `ss -x` reads the same); 0 when it has none.
+pub fn unix_peer_inode(inode: u64) -> io::Result<u64> {
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const UDIAG_SHOW_PEER: u32 = 4;
+    const UNIX_DIAG_PEER: u16 = 2;
+    let inode = u32::try_from(inode).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: socket() takes plain integers; the descriptor is owned right after.
+    let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let sock = own_fd(raw);
+    // nlmsghdr (16 bytes), then unix_diag_req (24): family, protocol, pad, states,
+    // inode, what to show, and the cookie "none" (all ones).
+    let mut req = Vec::with_capacity(40);
+    req.extend_from_slice(&40u32.to_ne_bytes());
+    req.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    req.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req.extend_from_slice(&[0; 8]); // sequence, port
+    req.extend_from_slice(&[libc::AF_UNIX as u8, 0, 0, 0]);
+    req.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    req.extend_from_slice(&inode.to_ne_bytes());
+    req.extend_from_slice(&UDIAG_SHOW_PEER.to_ne_bytes());
+    req.extend_from_slice(&[0xff; 8]);
+    // SAFETY: send reads `req.len()` bytes of `req`, a live buffer.
+    if unsafe { libc::send(sock.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 512];
+    // SAFETY: recv writes at most `buf.len()` bytes into `buf`, a live local.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    peer_of_reply(&buf[..n as usize], UNIX_DIAG_PEER)
+}
+
+/// The peer inode in a reply to [`unix_peer_inode`]'s request: an error message
+/// (the socket is gone), or the socket's description and its attributes.
+fn peer_of_reply(reply: &[u8], peer_attr: u16) -> io::Result<u64> {
+    let u16_at = |i: usize| reply.get(i..i + 2).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+    let u32_at = |i: usize| reply.get(i..i + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "a socket diagnostics reply that does not read");
+    let len = u32_at(0).ok_or_else(bad)? as usize;
+    let kind = u16_at(4).ok_or_else(bad)?;
+    if kind == libc::NLMSG_ERROR as u16 {
+        let code = u32_at(16).ok_or_else(bad)? as i32;
+        return Err(io::Error::from_raw_os_error(-code));
+    }
+    // Attributes after the 16-byte header and the 16-byte description.
+    let mut at = 32;
+    while at + 4 <= len.min(reply.len()) {
+        let (alen, atype) = (u16_at(at).ok_or_else(bad)? as usize, u16_at(at + 2).ok_or_else(bad)?);
+        if alen < 4 {
+            return Err(bad());
+        }
+        if atype == peer_attr {
+            return Ok(u64::from(u32_at(at + 4).ok_or_else(bad)?));
+        }
+        at += (alen + 3) & !3;
+    }
+    Ok(0)
+}
+
 /// Asks the kernel to send `sig` to this process when its parent dies.
 pub fn die_with_parent(sig: Signal) -> io::Result<()> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a plain integer and touches no memory.
@@ -897,4 +996,33 @@ pub fn pidfd_open(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
     }
     // SAFETY: as above.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn the_socket_diagnostics_name_a_unix_sockets_peer() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (ia, _) = unix_socket_ids(a.as_fd()).unwrap();
+        let (ib, pid) = unix_socket_ids(b.as_fd()).unwrap();
+        assert_eq!(pid, std::process::id() as i32, "a pair's peer is this process");
+        assert_eq!(unix_peer_inode(ia).unwrap(), ib);
+        assert_eq!(unix_peer_inode(ib).unwrap(), ia);
+        drop(b);
+        // Closed: the kernel forgets it, or no longer names a peer.
+        assert!(unix_peer_inode(ib).is_err() || unix_peer_inode(ib).unwrap() == 0);
+    }
+
+    #[test]
+    fn a_diagnostics_error_reads_as_its_errno() {
+        let mut reply = vec![0u8; 36];
+        reply[..4].copy_from_slice(&36u32.to_ne_bytes());
+        reply[4..6].copy_from_slice(&(libc::NLMSG_ERROR as u16).to_ne_bytes());
+        reply[16..20].copy_from_slice(&(-libc::ENOENT).to_ne_bytes());
+        assert_eq!(peer_of_reply(&reply, 2).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        assert!(peer_of_reply(&reply[..3], 2).is_err());
+    }
 }

@@ -12,6 +12,28 @@ use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, poll};
 
+thread_local! {
+    /// Whether connections to unix sockets are noted ([`note_local_apps`]).
+    static NOTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The last unix-socket connection opened and not yet taken
+    /// ([`new_local_app`]): its inode and the pid of the application's master.
+    static NEW_LOCAL_APP: std::cell::Cell<Option<(u64, i32)>> = const { std::cell::Cell::new(None) };
+}
+
+/// A worker bound to a CPU notes each connection it opens to an application on a
+/// unix socket, so that the master binds the process that serves it to the same
+/// CPU ([`new_local_app`]).
+pub fn note_local_apps() {
+    NOTING.set(true);
+}
+
+/// The unix-socket connection to an application opened since the last call, if any
+/// (while [`note_local_apps`] is on): its socket's inode, and the pid of the
+/// process that listens for the application.
+pub fn new_local_app() -> Option<(u64, i32)> {
+    NEW_LOCAL_APP.take()
+}
+
 /// Where a backend listens.
 #[derive(Clone, Copy)]
 pub enum Dial<'a> {
@@ -30,7 +52,13 @@ impl Backend {
     /// Connects (within `timeout` for each TCP address), then turns non-blocking.
     pub fn open(to: Dial<'_>, timeout: Duration) -> io::Result<Backend> {
         let conn = match to {
-            Dial::Unix(p) => Backend::Unix(UnixStream::connect(p)?),
+            Dial::Unix(p) => {
+                let s = UnixStream::connect(p)?;
+                if NOTING.get() {
+                    NEW_LOCAL_APP.set(crate::base::sys::unix_socket_ids(s.as_fd()).ok());
+                }
+                Backend::Unix(s)
+            }
             Dial::Tcp(a) => {
                 let mut last = io::Error::from(io::ErrorKind::NotFound);
                 let mut found = None;

@@ -29,6 +29,7 @@ mod fleet_sync;
 mod life;
 pub mod maintenance;
 pub mod notify;
+mod pairs;
 pub mod pidfile;
 mod pool;
 pub mod ready;
@@ -136,6 +137,7 @@ impl Master {
             life: Life::Serving,
             acme: Acme::default(),
             fleet: None,
+            pairs: Default::default(),
             config,
             listeners,
             scoreboard,
@@ -206,9 +208,12 @@ impl Master {
             self.acme_read();
             if self.doorbell.take() {
                 // A worker found too few idle workers: look now (or a quick look
-                // after the last one).
+                // after the last one). Or a bound worker opened a connection to a
+                // local application: its process is bound beside it.
                 self.pool.short = true;
             }
+            let live = self.children.values().map(|c| c.slot);
+            self.pairs.look(self.scoreboard.slots, live, &self.config.workers.cpu_affinity);
             for control in self.signals.take() {
                 self.handle(control);
             }
@@ -367,6 +372,7 @@ impl Master {
                 continue;
             };
             self.write_leftovers(pid, &child);
+            self.pairs.release(child.slot);
             let slot = &self.scoreboard.slots[child.slot];
             slot.pid.store(0, Relaxed);
             slot.body_spool.store(0, Relaxed);

@@ -88,6 +88,8 @@ pub struct Master {
     pub(super) acme: Acme,
     /// The fleet this node is one of (`[cluster]`, `fleet.rs`); `None`: alone.
     pub(super) fleet: Option<super::fleet::Fleet>,
+    /// Bound workers' application processes, bound beside them (`pairs.rs`).
+    pub(super) pairs: super::pairs::Pairs,
 }
 
 /// The pool's own state between looks.

@@ -183,6 +183,12 @@ pub struct Slot {
     /// Bytes of answers it keeps in temporary files for their clients, likewise
     /// (`answer_spool_max`).
     pub answer_spool: AtomicU64,
+    /// The inode of the last unix-socket connection to an application the worker
+    /// opened while bound to a CPU, and the pid of the application's listening
+    /// process (`SO_PEERCRED`); 0 when none: the master binds the process at its
+    /// other end to the worker's CPU (`master::pairs`).
+    pub app_socket: AtomicU64,
+    pub app_pid: AtomicI32,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
     /// Monotonic milliseconds of the last sign of progress (a state change).
@@ -306,6 +312,8 @@ impl Slot {
         self.program_wait.store(0, Relaxed);
         self.body_spool.store(0, Relaxed);
         self.answer_spool.store(0, Relaxed);
+        self.app_socket.store(0, Relaxed);
+        self.app_pid.store(0, Relaxed);
         store_text(&self.request, b"");
         store_text(&self.client, b"");
         self.set_state(State::Starting);

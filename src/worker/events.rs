@@ -701,6 +701,18 @@ impl<'a, 'c> Loop<'a, 'c> {
         if held_by_program {
             slot.program_wait.store(0, Relaxed);
         }
+        if let Some((inode, app)) = crate::gateway::backend::new_local_app() {
+            // A bound worker opened a connection to an application on a unix
+            // socket: the master binds the process serving it to this CPU, at once
+            // for the worker's first (later ones at its next tick: an application
+            // that closes its connections must not wake it at every request).
+            slot.app_pid.store(app, Relaxed);
+            if slot.app_socket.swap(inode, Relaxed) == 0
+                && let Some(bell) = ctx.doorbell
+            {
+                bell.ring(ctx.scoreboard.header);
+            }
+        }
         next
     }
 

@@ -154,10 +154,13 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         }
     }
     // Bound by its slot, so a replacement takes the CPU of the worker it replaces.
-    if let Some(cpu) = ctx.config.workers.cpu_affinity.cpu_for(ctx.slot, &sys::allowed_cpus())
-        && let Err(e) = sys::pin_to_cpu(cpu)
-    {
-        log::warn!("cannot bind the worker to CPU {cpu}: {e}");
+    if let Some(cpu) = ctx.config.workers.cpu_affinity.cpu_for(ctx.slot, &sys::allowed_cpus()) {
+        match sys::pin_to_cpu(cpu) {
+            // The application process at the other end of a unix socket it keeps
+            // is bound to this CPU too (`master::pairs`).
+            Ok(()) => crate::gateway::backend::note_local_apps(),
+            Err(e) => log::warn!("cannot bind the worker to CPU {cpu}: {e}"),
+        }
     }
     Ok(())
 }
