@@ -28,7 +28,7 @@
 //! | [`site`] | a vhost as a worker serves it: each location's gate, handler and decor, and the route to them | 6 |
 //! | [`serve`] | the request cycle: a connection between requests, its transport (plain or [`serve::tls`]), one request's stages, delivery, the log record, and the tunnel a switched 101 becomes (`serve::relay`) | 6 |
 //! | [`worker`] | a worker process: its start, its event loop, what it holds | 7 |
-//! | [`master`] | the master process: its life, the pool, signals, reloads, upgrades, reports, the pid and status files | 7 |
+//! | [`master`] | the master process: its life, the pool, signals, reloads, upgrades, reports, the pid and status files, bound workers' application processes bound beside them (`pairs`) | 7 |
 //! | [`command`] | the `pika` command: its line, `-k` control, the start (foreground, daemon, `-X`), `-T` | 8 |
 //!
 //! # How a request travels

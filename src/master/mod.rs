@@ -20,8 +20,9 @@
 //! `retire` (the pipe of death, waking the workers that must go, the stuck-worker
 //! watchdog), `reload` (HUP, USR1), `upgrade` (USR2), `report` (all the master
 //! tells systemd, the status file and the launching command), [`ready`] (the
-//! launching command's pipe), `acme` (certificates: the ACME child and its reports)
-//! and `fleet` (a fleet's shared state through Redis, `[cluster]`).
+//! launching command's pipe), `acme` (certificates: the ACME child and its reports),
+//! `fleet` (a fleet's shared state through Redis, `[cluster]`) and `pairs` (a
+//! bound worker's application process bound to its CPU).
 
 mod acme;
 mod fleet;
