@@ -1430,11 +1430,24 @@ fn a_bound_worker_has_its_php_fpm_child_on_its_cpu() {
         return;
     }
     let cpu = allowed[allowed.len() - 1];
-    let fpm = Fpm::start(&php_fpm, None);
+    // As in production: pika's workers and php-fpm's children under a user of
+    // their own (the master binds no process of root's), when the test may.
+    let root = nix::unistd::geteuid().is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("fpm.sock").display().to_string();
+    let (pool_user, pika_user) = match root {
+        true => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            ("user = nobody\ngroup = nogroup\nlisten.mode = 0666\n", "user = \"nobody\"\ngroup = \"nogroup\"")
+        }
+        false => ("", ""),
+    };
+    let fpm = Fpm::start_with(&php_fpm, dir, &sock, pool_user);
     let site = Site::new();
     site.write("htdocs/pid.php", "<?php echo getmypid();\n");
     site.config(
-        "",
+        pika_user,
         &format!(
             "[workers]\nstart = 1\nmin_spare = 1\nmax_spare = 1\ncpu_affinity = [{cpu}]\n\
              [[vhost]]\nserver_names = [\"localhost\"]\nroot = \"htdocs\"\n\
@@ -1442,6 +1455,7 @@ fn a_bound_worker_has_its_php_fpm_child_on_its_cpu() {
             fpm.socket().display()
         ),
     );
+    open_up(&site);
     let p = Pika::start(&site, "-F");
     let r = get(p.addr, "/pid.php");
     assert_eq!(r.status, 200, "{}", r.text());

@@ -213,7 +213,7 @@ impl Master {
                 // local application: its process is bound beside it.
                 self.pool.short = true;
             }
-            let live = self.children.values().map(|c| c.slot);
+            let live = self.children.iter().map(|(pid, c)| (c.slot, pid.as_raw()));
             self.pairs.look(self.scoreboard.slots, live, &self.config.workers.cpu_affinity);
             for control in self.signals.take() {
                 self.handle(control);

@@ -55,14 +55,15 @@ pub(super) struct Pairs(HashMap<usize, Pair>);
 
 impl Pairs {
     /// Binds the application process at the other end of each bound worker's new
-    /// unix-socket connection to the worker's CPU (`slots`: those of the live
-    /// workers). Cheap when nothing is new: a load per worker.
-    pub(super) fn look(&mut self, board: &[Slot], slots: impl Iterator<Item = usize>, affinity: &Affinity) {
+    /// unix-socket connection to the worker's CPU (`workers`: the slot and pid of
+    /// each live worker, from the master's own table). Cheap when nothing is new: a
+    /// load per worker.
+    pub(super) fn look(&mut self, board: &[Slot], workers: impl Iterator<Item = (usize, i32)>, affinity: &Affinity) {
         if *affinity == Affinity::Off {
             return;
         }
         let allowed = sys::allowed_cpus();
-        for slot in slots {
+        for (slot, worker) in workers {
             let s = &board[slot];
             let inode = s.app_socket.load(Relaxed);
             let seen = self.0.get(&slot);
@@ -72,7 +73,7 @@ impl Pairs {
             let listener = s.app_pid.load(Relaxed);
             self.release(slot);
             let Some(cpu) = affinity.cpu_for(slot, &allowed) else { continue };
-            let bound = match serving(inode, listener) {
+            let bound = match serving(worker, inode, listener) {
                 Ok(Some(pid)) => self.bind(pid, cpu),
                 Ok(None) => None,
                 Err(e) => {
@@ -111,20 +112,35 @@ impl Pairs {
     }
 }
 
-/// Which process holds the other end of socket `inode`: the application's
-/// listening process `listener` or one of its children. `None`: not found (the
-/// connection closed meanwhile, or the application lives elsewhere).
-fn serving(inode: u64, listener: i32) -> std::io::Result<Option<i32>> {
-    let peer = sys::unix_peer_inode(inode)?;
-    if peer == 0 || listener <= 0 {
+/// Which process holds the other end of socket `inode`, which worker `worker`
+/// holds: the application's listening process `listener` or one of its children,
+/// never one of root's. `None`: not found (the connection closed meanwhile, the
+/// application lives elsewhere, or the slot names what its worker does not hold:
+/// the slot is the worker's to write, so nothing in it is taken on trust).
+fn serving(worker: i32, inode: u64, listener: i32) -> std::io::Result<Option<i32>> {
+    if listener <= 0 || !holds(worker, inode) {
         return Ok(None);
     }
-    let name = format!("socket:[{peer}]");
-    let holds = |pid: i32| {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-        fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == name.as_str()))
-    };
-    Ok(std::iter::once(listener).chain(children(listener)).find(|&pid| holds(pid)))
+    let peer = sys::unix_peer_inode(inode)?;
+    if peer == 0 {
+        return Ok(None);
+    }
+    let serves = |&pid: &i32| holds(pid, peer) && !runs_as_root(pid);
+    Ok(std::iter::once(listener).chain(children(listener)).find(serves))
+}
+
+/// Whether process `pid` has socket `inode` among its descriptors.
+fn holds(pid: i32, inode: u64) -> bool {
+    let name = format!("socket:[{inode}]");
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == name.as_str()))
+}
+
+/// Whether process `pid` runs as root (its effective uid), or cannot be read.
+fn runs_as_root(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let euid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1));
+    euid.is_none_or(|u| u == "0")
 }
 
 /// The children of process `pid` (`/proc/PID/task/TID/children`).
