@@ -6,8 +6,8 @@
 //! the two take turns, each waiting while the other runs. On the same CPU a turn
 //! is a switch between them; on two CPUs each turn wakes the other CPU, which may
 //! be running another pair's half, and the pairs settle apart and stay apart
-//! (hello.php at 100 kept-alive clients on two cores: p99 12-14 ms unbound,
-//! 8-12 ms with the pairs bound, docs/scaling.md).
+//! (hello.php at 100 kept-alive clients on two cores: p99 13.6-15.0 ms unbound,
+//! 9.2-10.2 ms with the workers and their children bound; docs/scaling.md).
 //!
 //! The worker writes its connection's socket inode and the application's
 //! listening pid (`SO_PEERCRED`) in its slot and rings the doorbell; the master,
@@ -62,7 +62,7 @@ impl Pairs {
         if *affinity == Affinity::Off {
             return;
         }
-        let allowed = sys::allowed_cpus();
+        let mut allowed = None;
         for (slot, worker) in workers {
             let s = &board[slot];
             let inode = s.app_socket.load(Relaxed);
@@ -72,7 +72,8 @@ impl Pairs {
             }
             let listener = s.app_pid.load(Relaxed);
             self.release(slot);
-            let Some(cpu) = affinity.cpu_for(slot, &allowed) else { continue };
+            let allowed = allowed.get_or_insert_with(sys::allowed_cpus);
+            let Some(cpu) = affinity.cpu_for(slot, allowed) else { continue };
             let bound = match serving(worker, inode, listener) {
                 Ok(Some(pid)) => self.bind(pid, cpu),
                 Ok(None) => None,
@@ -97,6 +98,9 @@ impl Pairs {
             }
             Err(e) => {
                 log::debug!("cannot bind application process {pid} to CPU {cpu}: {e}");
+                if let Some(e) = earlier {
+                    let _ = sys::set_cpus_of(pid, &e.before);
+                }
                 None
             }
         }
