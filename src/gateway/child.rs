@@ -497,9 +497,25 @@ mod tests {
         }
     }
 
-    /// Runs a script to the end of its output, as the handler's reader does.
+    /// Runs a script to the end of its output, as the handler's reader does. A
+    /// script just written can be busy for a moment (`ETXTBSY`: another test's
+    /// fork holds the descriptor it was written through until that child's exec),
+    /// so that one error is tried again, within a deadline.
     fn run(spec: &Spawn<'_>, body: Stdin, client: BorrowedFd<'_>) -> Result<Vec<u8>, Fault> {
-        let mut running = spawn(spec, body).map_err(|e| Fault::Broken { why: e.to_string(), retry: false })?;
+        let copy = |b: &Stdin| match b {
+            Stdin::Empty => Stdin::Empty,
+            Stdin::Bytes(v) => Stdin::Bytes(v.clone()),
+            Stdin::File(f, len) => Stdin::File(f.try_clone().unwrap(), *len),
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut running = loop {
+            match spawn(spec, copy(&body)) {
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32) && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                r => break r.map_err(|e| Fault::Broken { why: e.to_string(), retry: false })?,
+            }
+        };
         let mut out = Vec::new();
         while !running.step(&mut out, Duration::from_secs(1), client)? {}
         Ok(out)
