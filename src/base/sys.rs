@@ -168,23 +168,23 @@ pub fn allowed_cpus() -> Vec<usize> {
 
 /// Binds this process to one CPU.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    use nix::sched::{CpuSet, sched_setaffinity};
-    let mut set = CpuSet::new();
-    set.set(cpu).map_err(io::Error::from)?;
-    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
+    set_cpus_of(0, &one_cpu(cpu)?)
 }
 
 /// Binds process `pid` to one CPU; returns the CPUs it could use before, to give
 /// them back ([`set_cpus_of`]). The kernel allows it to root (`CAP_SYS_NICE`) and
 /// to a process of the same user.
 pub fn bind_process(pid: i32, cpu: usize) -> io::Result<nix::sched::CpuSet> {
-    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
-    let pid = nix::unistd::Pid::from_raw(pid);
-    let before = sched_getaffinity(pid)?;
-    let mut set = CpuSet::new();
-    set.set(cpu)?;
-    sched_setaffinity(pid, &set)?;
+    let before = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(pid))?;
+    set_cpus_of(pid, &one_cpu(cpu)?)?;
     Ok(before)
+}
+
+/// The set of CPU `cpu` alone.
+fn one_cpu(cpu: usize) -> io::Result<nix::sched::CpuSet> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)?;
+    Ok(set)
 }
 
 /// Gives process `pid` the CPUs `set` (what [`bind_process`] returned).
