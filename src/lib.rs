@@ -27,7 +27,7 @@
 //! | [`fork`] | what crosses the fork: listeners (bound or inherited), the pipe of death and doorbell, the hand-over socket | 5 |
 //! | [`site`] | a vhost as a worker serves it: each location's gate, handler and decor, and the route to them | 6 |
 //! | [`serve`] | the request cycle: a connection between requests, its transport (plain or [`serve::tls`]), one request's stages, delivery, the log record, and the tunnel a switched 101 becomes (`serve::relay`) | 6 |
-//! | [`worker`] | a worker process: its start, its event loop, what it holds | 7 |
+//! | [`worker`] | a worker process: its start, its event loop, what it holds, which loop a client's connections belong to (`home`) | 7 |
 //! | [`master`] | the master process: its life, the pool, signals, reloads, upgrades, reports, the pid and status files, bound workers' application processes bound beside them (`pairs`) | 7 |
 //! | [`command`] | the `pika` command: its line, `-k` control, the start (foreground, daemon, `-X`), `-T` | 8 |
 //!
@@ -40,7 +40,9 @@
 //! listeners between its turns once programs have kept it 300 µs; a loop ahead of
 //! its siblings by more than one client leaves new ones to them; a listener's event
 //! takes the worker's share of the accept queue at once) →
-//! [`worker`]'s event loop (each round's ready connections oldest turn first) → [`serve::connection::Server::serve_ready`] (input over
+//! [`worker`]'s event loop (each round's ready connections oldest turn first; after
+//! its first answer a kept-alive connection goes to the loop of the CPU its packets
+//! come in on, `worker::home`) → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
 //! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**
 //! ([`rules::Gate`], the handler's [`exchange::Methods`]) → **answer**

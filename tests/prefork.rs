@@ -454,6 +454,73 @@ fn the_event_loops_keep_their_connections_level() {
     drop((before, after));
 }
 
+/// A client thread's kept-alive connections end on one event loop, the one of the
+/// CPU they come in on (`worker::home`): two client threads, each bound to a CPU,
+/// each with four connections that whichever loop woke took, and after a few
+/// answers every request of a thread is served by the loop bound to its CPU. Each
+/// loop answered both threads before, and every answer woke a task on the other
+/// CPU (`docs/scaling.md`, "A client's connections on one loop").
+#[test]
+fn a_client_threads_connections_go_to_the_loop_of_its_cpu() {
+    let allowed = allowed_cpus();
+    if allowed.len() < 2 {
+        eprintln!("one CPU: one event loop");
+        return;
+    }
+    let (a, b) = (allowed[0], allowed[1]);
+    let site = Site::new();
+    let log = "[[access_log]]\npath = \"logs/access.log\"\nformat = \"%P %{remote}p\"\nbuffer = 0\n";
+    let p = pool_with_status(&site, 2, 2, &format!("max = 2\ncpu_affinity = [{a}, {b}]\n"), log);
+    let loop_on = |cpu: usize| {
+        let pids = workers(&p).into_iter().filter(|&w| cpus_allowed(w) == cpu.to_string()).collect::<Vec<_>>();
+        assert_eq!(pids.len(), 1, "one worker bound to CPU {cpu}");
+        pids[0]
+    };
+    let log_path = site.path("logs/access.log");
+    let addr = p.addr;
+    let both = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = [(a, loop_on(a)), (b, loop_on(b))]
+        .into_iter()
+        .map(|(cpu, home)| {
+            let (log_path, both) = (log_path.clone(), Arc::clone(&both));
+            std::thread::spawn(move || {
+                let mut set = nix::sched::CpuSet::new();
+                set.set(cpu).unwrap();
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+                let mut clients = kept_clients(addr, 4);
+                let ports: Vec<String> = clients.iter().map(|c| c.local_addr().unwrap().port().to_string()).collect();
+                // Each thread keeps its clients until both are home: a loop that
+                // holds fewer than the other keeps what is not its own (level), so a
+                // thread that closed its clients early would leave the other's last
+                // one where it is.
+                let mut home_here = false;
+                let what = format!("the connections of the client on CPU {cpu} served by the loop bound to it");
+                wait_until(DEADLINE, &what, || {
+                    for c in &mut clients {
+                        c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                        assert_eq!(read_response(c, false).unwrap().status, 200);
+                    }
+                    let text = std::fs::read_to_string(&log_path).unwrap();
+                    let last = |port: &String| {
+                        text.lines().rev().find_map(|l| {
+                            let (pid, p) = l.split_once(' ')?;
+                            (p == port).then(|| pid.parse::<i32>().unwrap())
+                        })
+                    };
+                    if !home_here && ports.iter().all(|port| last(port) == Some(home)) {
+                        home_here = true;
+                        both.fetch_add(1, Ordering::SeqCst);
+                    }
+                    (both.load(Ordering::SeqCst) == 2).then_some(())
+                });
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 /// A pool shrinking back retires the spares above the event loops, not the loops:
 /// the master's dummy connection wakes a loop (the spares standing by are off the
 /// listeners), and the loop leaves the pipe of death to a spare holding nothing.
@@ -942,14 +1009,16 @@ fn send_signal(pid: i32, sig: nix::sys::signal::Signal) {
 }
 
 /// A site whose workers hold access-log records for an hour, with a script that
-/// sleeps.
+/// sleeps. One event loop (the workers bound to one CPU): a kept-alive connection
+/// has no other loop to go home to, so one worker holds all its records.
 fn holding_site(http: &str) -> (Site, Pika) {
     let site = Site::new();
     hold_script(&site);
+    let cpu = allowed_cpus()[0];
     site.config(
         "",
         &format!(
-            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\n[http]\nheader_timeout = \"60s\"\n{http}\n\
+            "[workers]\nstart = 2\nmin_spare = 1\nmax_spare = 3\ncpu_affinity = [{cpu}]\n[http]\nheader_timeout = \"60s\"\n{http}\n\
              [[access_log]]\npath = \"logs/access.log\"\nflush = \"1h\"\n{HOLD}"
         ),
     );

@@ -166,6 +166,13 @@ pub fn allowed_cpus() -> Vec<usize> {
     (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
 }
 
+/// The CPU on which the kernel last took in a packet of socket `fd`
+/// (`SO_INCOMING_CPU`): over a network card, the CPU its receive queue interrupts;
+/// over loopback, the CPU the client sent from.
+pub fn incoming_cpu(fd: BorrowedFd<'_>) -> Option<usize> {
+    socket2::SockRef::from(&fd).cpu_affinity().ok()
+}
+
 /// Binds this process to one CPU.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     set_cpus_of(0, &one_cpu(cpu)?)

@@ -76,6 +76,7 @@ pub fn run_single(config: Config) -> ExitCode {
         pod: None,
         doorbell: None,
         handover: None,
+        homes: &[],
         token: &token,
         tickets: &tickets,
         logs,

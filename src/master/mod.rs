@@ -109,6 +109,11 @@ impl Master {
             None => Handover::new().map_err(|e| format!("handover socket: {e}"))?,
         };
         scoreboard.header.handover_open.store(1, Relaxed);
+        let loops = config.workers.cpu_affinity.loops(&sys::allowed_cpus()).min(config.workers.max as usize);
+        let homes = (0..loops)
+            .map(|_| Handover::new())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("event loops' socket pairs: {e}"))?;
         let token = match inherited.token.take() {
             Some(t) => t,
             None => pod::make_token().map_err(|e| format!("token: {e}"))?,
@@ -145,6 +150,7 @@ impl Master {
             pod,
             doorbell,
             handover,
+            homes,
             token,
             tickets,
             next_cert_check: 0,
@@ -333,6 +339,7 @@ impl Master {
                     pod: Some(&mut self.pod),
                     doorbell: Some(&self.doorbell),
                     handover: Some(&self.handover),
+                    homes: &self.homes,
                     token: &self.token,
                     tickets: &self.tickets,
                     logs,

@@ -61,6 +61,10 @@ pub struct Master {
     pub(super) pod: Pod,
     pub(super) doorbell: Doorbell,
     pub(super) handover: Handover,
+    /// One socket pair per event loop of a generation, by slot: where a loop sends
+    /// the connections whose packets come in on another loop's CPU
+    /// (`worker::home`).
+    pub(super) homes: Vec<Handover>,
     pub(super) token: String,
     /// The session-ticket key chain, made before the first fork and stepped on the
     /// tick; every worker copies it and steps its copy itself ([`crate::tls::tickets`]).

@@ -189,6 +189,10 @@ pub struct Slot {
     /// other end to the worker's CPU (`master::pairs`).
     pub app_socket: AtomicU64,
     pub app_pid: AtomicI32,
+    /// The event loops this one holds connections of (bit `k`: loop `k`) that
+    /// they could not take yet: a loop may send one of its own there even when
+    /// that is the heavier, as it will get one back (`worker::home`).
+    pub owes: AtomicU64,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
     /// Monotonic milliseconds of the last sign of progress (a state change).
@@ -314,6 +318,7 @@ impl Slot {
         self.answer_spool.store(0, Relaxed);
         self.app_socket.store(0, Relaxed);
         self.app_pid.store(0, Relaxed);
+        self.owes.store(0, Relaxed);
         store_text(&self.request, b"");
         store_text(&self.client, b"");
         self.set_state(State::Starting);

@@ -59,6 +59,8 @@ pub struct WorkerCtx<'a> {
     pub doorbell: Option<&'a Doorbell>,
     /// Where a leaving worker sends its idle connections and others adopt them.
     pub handover: Option<&'a Handover>,
+    /// The event loops' socket pairs, by slot (`super::home`).
+    pub homes: &'a [Handover],
     pub token: &'a str,
     /// The session-ticket keys every worker shares ([`crate::tls::tickets`]).
     pub tickets: &'a TicketKeys,
@@ -109,6 +111,8 @@ pub(super) struct SlotObserver<'a> {
     /// over, `Affinity::loops`): the workers in its lowest slots; those above them
     /// are spares.
     pub(super) loops: usize,
+    /// The CPUs the workers may use (before this one bound itself to one).
+    pub(super) allowed: Vec<usize>,
     /// The client of the current request.
     pub(super) client: Option<SocketAddr>,
     /// Reused to format the client for the slot.

@@ -69,8 +69,10 @@ use std::time::Duration;
 use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::{ChildExit, SlotObserver, WorkerCtx, must_retire};
+use super::home;
 use super::parked::{FAR, Handing, Parked, handover_open, interest, publish_counts};
 use crate::base::sys;
+use crate::fork::handover::Handover;
 use crate::fork::listen::Listener;
 use crate::scoreboard::{State, now_ms};
 use crate::serve::connection::Server;
@@ -144,6 +146,9 @@ const LISTENER: u64 = 1 << 62;
 const HANDOVER: u64 = 1 << 61;
 /// The stop bell (`sys::catch_stop`): rung by `TERM`, looked at after every wait.
 const STOP: u64 = 1 << 60;
+/// This loop's own socket pair: connections sent home to it (`super::home`). Below
+/// `FAR` (`1 << 59`, a tunnel's upstream socket, a bit beside a table index).
+const HOME: u64 = 1 << 58;
 /// Events taken per `epoll_wait`.
 const EVENTS: usize = 64;
 /// How often deadlines are looked at (keep-alive, header, linger timeouts are
@@ -201,7 +206,7 @@ const STANDBY_LOOK: u64 = 20;
 const AHEAD_LOOK: u64 = 5;
 
 /// Descriptors a worker keeps for other things than connections (listeners, logs,
-/// docroots, cached files), when `workers.max_connections` is capped by the open-file
+/// docroots, cached files; the loops' socket pairs come on top), when `workers.max_connections` is capped by the open-file
 /// limit.
 const FD_RESERVE: u64 = 64;
 
@@ -256,7 +261,8 @@ impl<'a, 'c> Loop<'a, 'c> {
         obs: &'a mut SlotObserver<'a>,
     ) -> std::io::Result<Self> {
         let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(1024, |l| l.0);
-        let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(FD_RESERVE).max(1)) as usize;
+        let reserve = FD_RESERVE + 2 * ctx.homes.len() as u64;
+        let cap = u64::from(ctx.config.workers.max_connections).min(nofile.saturating_sub(reserve).max(1)) as usize;
         let parked = Parked::new()?;
         let mut l = Loop {
             ctx,
@@ -279,6 +285,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         let bell = sys::catch_stop()?;
         l.parked.epoll.add(bell, EpollEvent::new(EpollFlags::EPOLLIN, STOP))?;
         l.listen(true)?;
+        if let Some(home) = l.own_home() {
+            l.parked.epoll.add(home.fd(), EpollEvent::new(EpollFlags::EPOLLIN, HOME))?;
+        }
         if let Some(h) = ctx.handover {
             let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE, HANDOVER);
             l.parked.epoll.add(h.fd(), ev)?;
@@ -432,7 +441,19 @@ impl<'a, 'c> Loop<'a, 'c> {
             if tag >= LISTENER {
                 self.accept((tag - LISTENER) as usize)?;
             } else if tag == HANDOVER {
-                self.adopt();
+                if let Some(h) = self.ctx.handover {
+                    let _ = self.adopt(h);
+                }
+            } else if tag == HOME {
+                // All that came, at most a burst's intake: siblings send a new
+                // burst's clients home together.
+                if let Some(h) = self.own_home() {
+                    for _ in 0..INTAKE_MAX {
+                        if !self.adopt(h) {
+                            break;
+                        }
+                    }
+                }
             } else if tag == STOP {
                 // Rung by TERM: seen after the wait, before these events.
             } else if tag & FAR != 0 {
@@ -586,42 +607,106 @@ impl<'a, 'c> Loop<'a, 'c> {
         Ok(())
     }
 
-    /// Adopts one connection a retiring worker handed over.
-    fn adopt(&mut self) {
-        let Some(h) = self.ctx.handover else { return };
+    /// This worker's socket pair if it is an event loop of a master's generation:
+    /// where its siblings send the connections whose home it is (`super::home`).
+    fn own_home(&self) -> Option<&'a Handover> {
+        let ctx = self.ctx;
+        (ctx.slot < self.obs.loops).then(|| ctx.homes.get(ctx.slot)).flatten()
+    }
+
+    /// After an answer, while connection `i` waits for its next request: sends it
+    /// to its home loop if that is another (`super::home`). Looked at after its
+    /// first answer and once more a second later; when its home could not take it,
+    /// again later ([`home::retry_in`]).
+    fn go_home(&mut self, i: usize) {
+        let ctx = self.ctx;
+        let me = ctx.slot;
+        let loops = self.obs.loops.min(ctx.homes.len());
+        if loops < 2 || me >= loops || ctx.master.is_none() || self.leaving.is_some() {
+            return;
+        }
+        let p = &mut self.parked;
+        let Some(&at) = p.table.home_at.get(i) else { return };
+        if at == home::SETTLED || at != 0 && at > now_ms() {
+            return;
+        }
+        // Home, it is looked at once more a second later: a client thread the
+        // scheduler moved just after it connected sends from another CPU then.
+        let looks = &mut p.table.home_looks[i];
+        *looks = looks.saturating_add(1);
+        p.table.home_at[i] = if *looks == 1 { now_ms() + home::AGAIN_MS } else { home::SETTLED };
+        let Some(h) = p.table.slots[i].as_ref() else { return };
+        if !h.idle() || h.conn().lent || !h.can_hand_over(crate::fork::handover::MAX_PENDING) {
+            return;
+        }
+        let Some(incoming) = sys::incoming_cpu(h.stream().as_fd()) else { return };
+        let affinity = &ctx.config.workers.cpu_affinity;
+        let to = home::home(incoming, loops, |k| affinity.cpu_for(k, &self.obs.allowed), &self.obs.allowed);
+        if to == me {
+            if p.table.set_away(i, None) {
+                self.obs.slot.owes.store(p.table.owes(), Relaxed);
+            }
+            return;
+        }
+        let there = &ctx.scoreboard.slots[to];
+        let swap = me < 64 && there.owes.load(Relaxed) & 1 << me != 0;
+        let went = there.takes_connections(ctx.generation)
+            && (swap || home::may_take(self.obs.slot.clients(), there.clients()))
+            && p.send_home(i, &ctx.homes[to]);
+        if went {
+            self.publish();
+        } else {
+            p.table.home_at[i] = now_ms() + home::retry_in(p.table.home_looks[i]);
+            if p.table.set_away(i, Some(to)) {
+                self.obs.slot.owes.store(p.table.owes(), Relaxed);
+            }
+        }
+    }
+
+    /// Adopts one connection a retiring worker handed over, or a sibling sent home;
+    /// false when none was there (another worker was first).
+    fn adopt(&mut self, h: &Handover) -> bool {
         match h.receive(&mut self.scratch) {
             Ok(Some(got)) => {
-                let meta = got.meta;
-                let conn = Conn {
-                    peer: meta.peer,
-                    balancer: meta.balancer,
-                    local_port: meta.local_port,
-                    requests: meta.requests,
-                    lent: meta.lent,
-                };
-                if let Some(far) = got.far {
-                    // A tunnel: it relays here from now on.
-                    let stream = std::net::TcpStream::from(got.conn);
-                    match self.server.adopt_tunnel((stream, conn), &meta.tunnel, far, meta.waited_ms) {
-                        Some(held) => self.take(held),
-                        None => log::warn!("handover: a tunnel's state that does not read"),
-                    }
-                    return;
-                }
-                // In the middle of a request body: its reader goes on here.
-                let body = match got.body_file {
-                    None => None,
-                    Some(file) => match thaw_body(&meta.body, file.into(), &self.ctx.config.http, self.spool()) {
-                        Some(incoming) => Some(incoming),
-                        None => return log::warn!("handover: a request body's state that does not read"),
-                    },
-                };
-                let stream = std::net::TcpStream::from(got.conn);
-                self.take(Held::resume(stream, conn, meta.pending, body, meta.waited_ms));
+                self.adopt_received(got);
+                true
             }
-            Ok(None) => {} // another worker was first
-            Err(e) => log::warn!("handover: {e}"),
+            Ok(None) => false,
+            Err(e) => {
+                log::warn!("handover: {e}");
+                false
+            }
         }
+    }
+
+    fn adopt_received(&mut self, got: crate::fork::handover::Received) {
+        let meta = got.meta;
+        let conn = Conn {
+            peer: meta.peer,
+            balancer: meta.balancer,
+            local_port: meta.local_port,
+            requests: meta.requests,
+            lent: meta.lent,
+        };
+        if let Some(far) = got.far {
+            // A tunnel: it relays here from now on.
+            let stream = std::net::TcpStream::from(got.conn);
+            match self.server.adopt_tunnel((stream, conn), &meta.tunnel, far, meta.waited_ms) {
+                Some(held) => self.take(held),
+                None => log::warn!("handover: a tunnel's state that does not read"),
+            }
+            return;
+        }
+        // In the middle of a request body: its reader goes on here.
+        let body = match got.body_file {
+            None => None,
+            Some(file) => match thaw_body(&meta.body, file.into(), &self.ctx.config.http, self.spool()) {
+                Some(incoming) => Some(incoming),
+                None => return log::warn!("handover: a request body's state that does not read"),
+            },
+        };
+        let stream = std::net::TcpStream::from(got.conn);
+        self.take(Held::resume(stream, conn, meta.pending, body, meta.waited_ms));
     }
 
     /// Serves what a new or adopted connection has, then keeps it if it stays.
@@ -720,7 +805,11 @@ impl<'a, 'c> Loop<'a, 'c> {
     fn settle(&mut self, i: usize, h: Held, next: Next) {
         let p = &mut self.parked;
         match next {
-            Next::Park | Next::Write | Next::Linger => p.put_back(i, h),
+            Next::Park => {
+                p.put_back(i, h);
+                self.go_home(i);
+            }
+            Next::Write | Next::Linger => p.put_back(i, h),
             Next::Again => {
                 p.put_back(i, h);
                 if !p.ready.contains(&i) {
@@ -850,6 +939,10 @@ impl<'a, 'c> Loop<'a, 'c> {
 
     /// Stops taking connections and hands over the idle ones it holds.
     fn leave(&mut self, why: Leaving) {
+        // What siblings sent home here goes on with the rest.
+        if let Some(home) = self.own_home() {
+            while self.adopt(home) {}
+        }
         self.leaving = Some(why);
         self.obs.retiring = true;
         self.obs.slot.set_state(State::Graceful);
@@ -908,7 +1001,19 @@ impl Turned {
 mod tests {
     use nix::sys::epoll::{EpollEvent, EpollFlags};
 
-    use super::{FAR, HANDOVER, INTAKE_MAX, LISTENER, STOP, Turned, intake_share, oldest_first};
+    use super::{FAR, HANDOVER, HOME, INTAKE_MAX, LISTENER, STOP, Turned, intake_share, oldest_first};
+
+    #[test]
+    fn the_loops_event_tags_share_no_bit() {
+        // A tunnel's upstream is `FAR | index`: a tag with that bit would be taken
+        // for the tunnel of connection 0.
+        let tags = [LISTENER, HANDOVER, STOP, HOME, FAR];
+        for (n, a) in tags.iter().enumerate() {
+            for b in &tags[n + 1..] {
+                assert_eq!(a & b, 0, "{a:#x} and {b:#x}");
+            }
+        }
+    }
 
     #[test]
     fn a_round_serves_the_connection_whose_last_turn_is_oldest_first() {

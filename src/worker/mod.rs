@@ -1,6 +1,9 @@
 //! A worker process: after the fork, set itself up (signals, privileges), then serve
 //! from its event loop (`events`): new connections, and requests on the kept-alive
-//! connections it holds, one request at a time, until it must retire.
+//! connections it holds (`parked`), one request at a time, until it must retire.
+//! A kept-alive connection goes, after its first answer, to the event loop of the
+//! CPU its packets come in on (`home`), so a client thread's connections share
+//! one loop.
 //!
 //! A worker leaves only through [`ChildExit`] codes and `_exit`: the master reads the
 //! code to tell a normal retirement from a worker that could not even start (which
@@ -9,6 +12,7 @@
 
 mod ctx;
 mod events;
+mod home;
 mod parked;
 
 use ctx::SlotObserver;
@@ -20,6 +24,7 @@ use nix::sys::signal::Signal;
 
 use crate::base::sys;
 use crate::config::RunAs;
+use crate::fork::handover::Handover;
 use crate::gateway::spool::Disk;
 use crate::kinds::status::page::{StatusPage, View};
 use crate::log::access::AccessLogs;
@@ -50,7 +55,8 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
         }
     }
     // Counted before `set_limits` binds the worker to one CPU.
-    let loops = ctx.config.workers.cpu_affinity.loops(&sys::allowed_cpus());
+    let allowed = sys::allowed_cpus();
+    let loops = ctx.config.workers.cpu_affinity.loops(&allowed);
     if let Err(code) = set_limits(&ctx) {
         return code;
     }
@@ -120,8 +126,15 @@ pub fn run(mut ctx: WorkerCtx<'_>) -> ChildExit {
     let https_port = ctx.listeners.list.iter().find(|l| l.tls).map(|l| l.bound.port());
     let disks = (Disk::bodies(slot, ctx.scoreboard.slots), Disk::answers(slot, ctx.scoreboard.slots));
     let mut server = Server::new(ctx.config, sites, logs, ctx.token.to_string(), https_port, disks);
-    let mut obs =
-        SlotObserver { slot, ctx: &ctx, loops, client: None, scratch: Vec::with_capacity(64), retiring: false };
+    let mut obs = SlotObserver {
+        slot,
+        ctx: &ctx,
+        loops,
+        allowed,
+        client: None,
+        scratch: Vec::with_capacity(64),
+        retiring: false,
+    };
     match events::Loop::new(&ctx, tls, &mut server, &mut obs) {
         Ok(l) => l.run(),
         Err(e) => {
@@ -219,6 +232,7 @@ fn kept_descriptors(ctx: &WorkerCtx<'_>) -> Vec<i32> {
     keep.extend(ctx.pod.as_deref().map(|p| p.read_fd().as_raw_fd()));
     keep.extend(ctx.doorbell.map(|d| d.fd().as_raw_fd()));
     keep.extend(ctx.handover.map(|h| h.fds()).into_iter().flatten());
+    keep.extend(ctx.homes.iter().flat_map(Handover::fds));
     keep
 }
 

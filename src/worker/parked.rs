@@ -14,6 +14,9 @@ use crate::fork::handover::{self, Handover};
 use crate::serve::held::{Held, Watch};
 use crate::serve::observer::Relief;
 
+/// `Table::away_to` of a connection at home.
+const NO_LOOP: u32 = u32::MAX;
+
 /// What a worker holds between requests: its `epoll` set and the connections in it.
 pub(crate) struct Parked {
     pub(super) epoll: Epoll,
@@ -44,6 +47,16 @@ pub(super) struct Table {
     /// worker (`put_back`): a round serves the oldest first ([`Table::last_turn`]).
     turned: Vec<u64>,
     turns: u64,
+    /// When each slot's connection is next looked at for its home loop, in
+    /// milliseconds (0: after its next answer; `home::SETTLED`: never again;
+    /// `super::home`), and how many times it was looked at.
+    pub(super) home_at: Vec<u64>,
+    pub(super) home_looks: Vec<u8>,
+    /// The loop each slot's connection belongs to when that is another that
+    /// could not take it yet ([`NO_LOOP`]: none), and how many such each loop has
+    /// here ([`Table::owes`]).
+    away_to: Vec<u32>,
+    away: Vec<u32>,
     free: Vec<usize>,
     pub(super) len: usize,
 }
@@ -58,6 +71,9 @@ impl Table {
                 self.watch[i] = watch;
                 self.far[i] = Watch::Neither;
                 self.turned[i] = 0;
+                self.home_at[i] = 0;
+                self.home_looks[i] = 0;
+                self.away_to[i] = NO_LOOP;
                 i
             }
             None => {
@@ -65,6 +81,9 @@ impl Table {
                 self.watch.push(watch);
                 self.far.push(Watch::Neither);
                 self.turned.push(0);
+                self.home_at.push(0);
+                self.home_looks.push(0);
+                self.away_to.push(NO_LOOP);
                 self.slots.len() - 1
             }
         }
@@ -89,8 +108,32 @@ impl Table {
 
     /// Frees the slot of a connection taken out (and closed).
     pub(super) fn release(&mut self, i: usize) {
+        let _ = self.set_away(i, None);
         self.free.push(i);
         self.len -= 1;
+    }
+
+    /// Notes that slot `i`'s connection belongs to loop `to` (`None`: here);
+    /// true if that changed.
+    pub(super) fn set_away(&mut self, i: usize, to: Option<usize>) -> bool {
+        let now = to.map_or(NO_LOOP, |k| k as u32);
+        let was = std::mem::replace(&mut self.away_to[i], now);
+        if was != NO_LOOP {
+            self.away[was as usize] -= 1;
+        }
+        if let Some(k) = to {
+            if self.away.len() <= k {
+                self.away.resize(k + 1, 0);
+            }
+            self.away[k] += 1;
+        }
+        was != now
+    }
+
+    /// The loops this one holds connections of that could not go to them yet, a
+    /// bit each (loop `k`: bit `k`, for the first 64).
+    pub(super) fn owes(&self) -> u64 {
+        self.away.iter().take(64).enumerate().filter(|&(_, &n)| n > 0).fold(0, |m, (k, _)| m | 1 << k)
     }
 
     pub(super) fn remove(&mut self, i: usize) -> Option<Held> {
@@ -311,6 +354,37 @@ impl Parked {
         (sent, kept)
     }
 
+    /// Sends connection `i`, idle between requests, to the event loop whose socket
+    /// pair `to` is (`super::home`); false if it stays (the pair is full).
+    pub(super) fn send_home(&mut self, i: usize, to: &Handover) -> bool {
+        let Some(h) = self.table.slots.get(i).and_then(Option::as_ref) else { return false };
+        let conn = *h.conn();
+        let meta = handover::Meta {
+            peer: conn.peer,
+            balancer: conn.balancer,
+            local_port: conn.local_port,
+            requests: conn.requests,
+            waited_ms: h.waited_ms(),
+            pending: h.pending().to_vec(),
+            body: Vec::new(),
+            tunnel: Vec::new(),
+            lent: false,
+        };
+        if !meta.fits() {
+            return false;
+        }
+        let socket = h.stream().as_fd();
+        let _ = self.epoll.delete(socket);
+        if to.send(socket, None, &meta, &mut self.scratch).is_ok() {
+            self.table.remove(i);
+            self.ready.retain(|&r| r != i);
+            return true;
+        }
+        let ev = EpollEvent::new(interest(self.table.watch[i]), i as u64);
+        let _ = self.epoll.add(socket, ev);
+        false
+    }
+
     /// Closes the connections that wait between requests (a clean close at a request
     /// boundary). Returns how many.
     pub(super) fn close_idle(&mut self) -> usize {
@@ -379,6 +453,7 @@ pub(crate) fn handover_open<'a>(ctx: &WorkerCtx<'a>) -> Option<&'a Handover> {
 /// Writes what a worker holds into its scoreboard slot (the status page's async
 /// connections).
 pub(crate) fn publish_counts(slot: &crate::scoreboard::Slot, parked: &Parked) {
+    slot.owes.store(parked.table.owes(), Relaxed);
     let (keepalive, writing, closing, tunnels) = parked.counts();
     slot.conns_keepalive.store(keepalive, Relaxed);
     slot.conns_writing.store(writing, Relaxed);
