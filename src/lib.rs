@@ -42,7 +42,7 @@
 //! takes the worker's share of the accept queue at once) →
 //! [`worker`]'s event loop (each round's ready connections oldest turn first; after
 //! its first answer a kept-alive connection goes to the loop of the CPU its packets
-//! come in on, `worker::home`) → [`serve::connection::Server::serve_ready`] (input over
+//! come in on, `worker::home`, and the loop runs on that CPU while it holds one) → [`serve::connection::Server::serve_ready`] (input over
 //! a [`serve::transport::Transport`]) → `serve::cycle`: **read** ([`http::request`]) →
 //! **route** ([`site::Site::pick`]: the vhost, the location, once) → **gate**
 //! ([`rules::Gate`], the handler's [`exchange::Methods`]) → **answer**

@@ -246,7 +246,8 @@ fn cpus_allowed(pid: i32) -> String {
 }
 
 /// `cpu_affinity = "auto"` binds each worker to one of the CPUs the master may use,
-/// by its slot in turn; a list binds them to those; the master stays unbound.
+/// by its slot in turn; a list binds them to those; the master stays unbound. By
+/// default ("home") and with "off", a worker holding no client is unbound.
 #[test]
 fn workers_are_bound_to_cpus_when_asked() {
     let master_cpus = cpus_allowed(std::process::id() as i32);
@@ -256,6 +257,7 @@ fn workers_are_bound_to_cpus_when_asked() {
         ("cpu_affinity = \"auto\"\n", allowed.iter().take(2).map(|c| c.to_string()).collect::<Vec<_>>()),
         (&format!("cpu_affinity = [{last}]\n")[..], vec![last.to_string()]),
         ("", vec![master_cpus.clone()]),
+        ("cpu_affinity = \"off\"\n", vec![master_cpus.clone()]),
     ] {
         let (_site, p) = two_workers_answering(extra);
         assert_eq!(cpus_allowed(p.pid), master_cpus, "the master is not bound");
@@ -266,6 +268,26 @@ fn workers_are_bound_to_cpus_when_asked() {
         want.sort();
         assert_eq!(got, want, "the workers' CPUs with [workers] {extra:?}");
     }
+}
+
+/// The CPUs this test may run on, if more than one (one CPU: one event loop, and
+/// the tests of where clients go say so and pass).
+fn several_cpus() -> Option<Vec<usize>> {
+    let allowed = allowed_cpus();
+    if allowed.len() < 2 {
+        eprintln!("one CPU: one event loop");
+        return None;
+    }
+    Some(allowed)
+}
+
+/// The worker that answered the last request from client port `port`, in an access
+/// log written with `format = "%P %{remote}p"`.
+fn last_served_by(log: &str, port: &str) -> Option<i32> {
+    log.lines().rev().find_map(|l| {
+        let (pid, p) = l.split_once(' ')?;
+        (p == port).then(|| pid.parse::<i32>().unwrap())
+    })
 }
 
 /// The CPUs this test (and the pika it starts) may run on.
@@ -462,11 +484,7 @@ fn the_event_loops_keep_their_connections_level() {
 /// CPU (`docs/scaling.md`, "A client's connections on one loop").
 #[test]
 fn a_client_threads_connections_go_to_the_loop_of_its_cpu() {
-    let allowed = allowed_cpus();
-    if allowed.len() < 2 {
-        eprintln!("one CPU: one event loop");
-        return;
-    }
+    let Some(allowed) = several_cpus() else { return };
     let (a, b) = (allowed[0], allowed[1]);
     let site = Site::new();
     let log = "[[access_log]]\npath = \"logs/access.log\"\nformat = \"%P %{remote}p\"\nbuffer = 0\n";
@@ -501,12 +519,7 @@ fn a_client_threads_connections_go_to_the_loop_of_its_cpu() {
                         assert_eq!(read_response(c, false).unwrap().status, 200);
                     }
                     let text = std::fs::read_to_string(&log_path).unwrap();
-                    let last = |port: &String| {
-                        text.lines().rev().find_map(|l| {
-                            let (pid, p) = l.split_once(' ')?;
-                            (p == port).then(|| pid.parse::<i32>().unwrap())
-                        })
-                    };
+                    let last = |port: &String| last_served_by(&text, port);
                     if !home_here && ports.iter().all(|port| last(port) == Some(home)) {
                         home_here = true;
                         both.fetch_add(1, Ordering::SeqCst);
@@ -518,6 +531,78 @@ fn a_client_threads_connections_go_to_the_loop_of_its_cpu() {
         .collect();
     for t in threads {
         t.join().unwrap();
+    }
+}
+
+/// Under the default `cpu_affinity = "home"` an event loop runs on the CPU its
+/// clients' packets come in on while it holds them, and anywhere again once they
+/// are gone: two client threads bound to two CPUs, each thread's connections on
+/// one loop, leave that loop bound to the thread's CPU, and their closing gives the
+/// loops back every CPU. With "off" the loops serving the same clients stay unbound.
+#[test]
+fn an_event_loop_runs_on_its_clients_cpu_while_it_holds_them() {
+    let Some(allowed) = several_cpus() else { return };
+    let everywhere = cpus_allowed(std::process::id() as i32);
+    let log = "[[access_log]]\npath = \"logs/access.log\"\nformat = \"%P %{remote}p\"\nbuffer = 0\n";
+    for keys in ["", "cpu_affinity = \"off\"\n"] {
+        let site = Site::new();
+        let p = pool_with_status(&site, allowed.len(), 1, keys, log);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ports = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let threads: Vec<_> = allowed[..2]
+            .iter()
+            .map(|&cpu| {
+                let (addr, stop, ports) = (p.addr, Arc::clone(&stop), Arc::clone(&ports));
+                std::thread::spawn(move || {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(cpu).unwrap();
+                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+                    let mut clients = kept_clients(addr, 4);
+                    let mine: Vec<String> =
+                        clients.iter().map(|c| c.local_addr().unwrap().port().to_string()).collect();
+                    ports.lock().unwrap().push((cpu, mine));
+                    while !stop.load(Ordering::SeqCst) {
+                        for c in &mut clients {
+                            c.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+                            assert_eq!(read_response(c, false).unwrap().status, 200);
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                })
+            })
+            .collect();
+        // The worker serving each thread's connections, once one serves them all
+        // (and, under "home", once it is bound to that thread's CPU: before a swap
+        // two loops may each hold the other's client).
+        let log_path = site.path("logs/access.log");
+        let home = keys.is_empty();
+        let loops = wait_until(DEADLINE, "each client thread's connections on one loop, bound under home", || {
+            let text = std::fs::read_to_string(&log_path).unwrap();
+            let last = |port: &String| last_served_by(&text, port);
+            let ports = ports.lock().unwrap();
+            let mut loops = Vec::new();
+            for (cpu, mine) in ports.iter() {
+                let pids: Vec<Option<i32>> = mine.iter().map(last).collect();
+                let one = pids[0]?;
+                if pids.iter().any(|&p| p != Some(one)) || home && cpus_allowed(one) != cpu.to_string() {
+                    return None;
+                }
+                loops.push(one);
+            }
+            (loops.len() == 2).then_some(loops)
+        });
+        if !home {
+            for pid in loops {
+                assert_eq!(cpus_allowed(pid), everywhere, "a loop serving a client thread under \"off\"");
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        for t in threads {
+            t.join().unwrap();
+        }
+        wait_until(DEADLINE, "every worker on every CPU once the clients are gone", || {
+            workers(&p).into_iter().all(|w| cpus_allowed(w) == everywhere).then_some(())
+        });
     }
 }
 

@@ -178,6 +178,15 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     set_cpus_of(0, &one_cpu(cpu)?)
 }
 
+/// Lets this process run on the CPUs `cpus` (its mask back after [`pin_to_cpu`]).
+pub fn set_cpus(cpus: &[usize]) -> io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cpus {
+        set.set(c)?;
+    }
+    set_cpus_of(0, &set)
+}
+
 /// Binds process `pid` to one CPU; returns the CPUs it could use before, to give
 /// them back ([`set_cpus_of`]). The kernel allows it to root (`CAP_SYS_NICE`) and
 /// to a process of the same user.

@@ -60,6 +60,7 @@ fn workers(t: &mut Toml, c: &Config) {
     }
     t.key("sched_batch", Value::Boolean(w.sched_batch));
     match &w.cpu_affinity {
+        crate::config::Affinity::Home => t.key("cpu_affinity", string("home")),
         crate::config::Affinity::Off => t.key("cpu_affinity", string("off")),
         crate::config::Affinity::Auto => t.key("cpu_affinity", string("auto")),
         crate::config::Affinity::Cpus(cpus) => {

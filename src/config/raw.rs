@@ -165,7 +165,8 @@ pub(crate) struct RawWorkers {
     pub(crate) cpu_affinity: RawAffinity,
 }
 
-/// `workers.cpu_affinity`: `"off"`, `"auto"`, or the CPUs the workers take in turn.
+/// `workers.cpu_affinity`: `"home"`, `"off"`, `"auto"`, or the CPUs the workers take
+/// in turn.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum RawAffinity {
@@ -199,7 +200,7 @@ impl Default for RawWorkers {
             sched_batch: true,
             // Off as in nginx and Apache: a machine shared with other services (a
             // database, php-fpm) is better left to the scheduler.
-            cpu_affinity: RawAffinity::Word("off".into()),
+            cpu_affinity: RawAffinity::Word("home".into()),
         }
     }
 }

@@ -153,9 +153,11 @@ impl Ctx<'_> {
         match raw {
             RawAffinity::Word(w) if w == "off" => Ok(Affinity::Off),
             RawAffinity::Word(w) if w == "auto" => Ok(Affinity::Auto),
-            RawAffinity::Word(w) => {
-                Err(self.error(at, format!("workers.cpu_affinity is \"off\", \"auto\" or a list of CPUs, not {w:?}")))
-            }
+            RawAffinity::Word(w) if w == "home" => Ok(Affinity::Home),
+            RawAffinity::Word(w) => Err(self.error(
+                at,
+                format!("workers.cpu_affinity is \"home\", \"off\", \"auto\" or a list of CPUs, not {w:?}"),
+            )),
             RawAffinity::Cpus(list) if list.is_empty() => {
                 Err(self.error(at, "workers.cpu_affinity: an empty list of CPUs (\"off\" leaves them unbound)"))
             }
@@ -296,11 +298,16 @@ pub struct Workers {
     pub cpu_affinity: Affinity,
 }
 
-/// `workers.cpu_affinity` (nginx's `worker_cpu_affinity`): workers bound one to a
-/// CPU, by their scoreboard slot, so that as many event loops as CPUs each keep
-/// their own core's caches.
+/// `workers.cpu_affinity`: where the workers run. By default each event loop on its
+/// own CPU while it serves clients that come in there (`Home`); or every worker
+/// bound for its life to a CPU by its scoreboard slot (`Auto`, `Cpus`: nginx's
+/// `worker_cpu_affinity`), so that as many event loops as CPUs each keep their own
+/// core's caches; or none (`Off`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Affinity {
+    /// Each event loop bound to its CPU while it holds a connection whose packets
+    /// come in there (`worker::home`), unbound otherwise; the spares unbound.
+    Home,
     /// Unbound: the scheduler places them.
     Off,
     /// The CPUs the master may use, one to a slot in turn.
@@ -314,7 +321,7 @@ impl Affinity {
     /// may use (`allowed`); `None`: unbound.
     pub fn cpu_for(&self, slot: usize, allowed: &[usize]) -> Option<usize> {
         let list = match self {
-            Affinity::Off => return None,
+            Affinity::Off | Affinity::Home => return None,
             Affinity::Auto => allowed,
             Affinity::Cpus(cpus) => cpus,
         };
@@ -326,7 +333,7 @@ impl Affinity {
     /// before a worker binds itself: bound, it may use one.
     pub fn loops(&self, allowed: &[usize]) -> usize {
         let n = match self {
-            Affinity::Off | Affinity::Auto => allowed.len(),
+            Affinity::Off | Affinity::Auto | Affinity::Home => allowed.len(),
             Affinity::Cpus(cpus) => {
                 let mut distinct = cpus.clone();
                 distinct.sort_unstable();

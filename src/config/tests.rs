@@ -36,7 +36,7 @@ fn minimal_config_gets_defaults() {
             max_connections: 1024,
             max_memory: None,
             sched_batch: true,
-            cpu_affinity: crate::config::Affinity::Off,
+            cpu_affinity: crate::config::Affinity::Home,
         }
     );
     assert_eq!(c.pid_file, dir.path().join("logs/pika.pid"));
@@ -169,11 +169,12 @@ fn include_errors_name_the_included_file() {
 }
 
 #[test]
-fn cpu_affinity_is_off_auto_or_cpus_pika_may_use() {
+fn cpu_affinity_is_home_off_auto_or_cpus_pika_may_use() {
     use crate::config::Affinity;
     let dir = setup();
     let read = |v: &str| try_parse(&dir, &format!("{MINIMAL}[workers]\ncpu_affinity = {v}\n"));
-    assert_eq!(try_parse(&dir, MINIMAL).unwrap().workers.cpu_affinity, Affinity::Off);
+    assert_eq!(try_parse(&dir, MINIMAL).unwrap().workers.cpu_affinity, Affinity::Home);
+    assert_eq!(read("\"home\"").unwrap().workers.cpu_affinity, Affinity::Home);
     assert_eq!(read("\"auto\"").unwrap().workers.cpu_affinity, Affinity::Auto);
     assert_eq!(read("\"off\"").unwrap().workers.cpu_affinity, Affinity::Off);
     let first = crate::base::sys::allowed_cpus()[0];
@@ -188,6 +189,8 @@ fn cpu_affinity_is_off_auto_or_cpus_pika_may_use() {
     assert_eq!(Affinity::Auto.cpu_for(3, &[0, 1]), Some(1));
     assert_eq!(Affinity::Cpus(vec![2, 5, 7]).cpu_for(4, &[0, 1]), Some(5));
     assert_eq!(Affinity::Off.cpu_for(0, &[0, 1]), None);
+    assert_eq!(Affinity::Home.cpu_for(0, &[0, 1]), None, "a loop binds itself while it serves");
+    assert_eq!(Affinity::Home.loops(&[0, 1, 2]), 3);
     assert_eq!(Affinity::Auto.cpu_for(0, &[]), None);
     assert_eq!(Affinity::Auto.loops(&[0, 1, 2]), 3);
     assert_eq!(Affinity::Off.loops(&[0, 1]), 2);

@@ -59,7 +59,7 @@ impl Pairs {
     /// each live worker, from the master's own table). Cheap when nothing is new: a
     /// load per worker.
     pub(super) fn look(&mut self, board: &[Slot], workers: impl Iterator<Item = (usize, i32)>, affinity: &Affinity) {
-        if *affinity == Affinity::Off {
+        if matches!(affinity, Affinity::Off | Affinity::Home) {
             return;
         }
         let mut allowed = None;

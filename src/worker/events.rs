@@ -250,6 +250,8 @@ pub(super) struct Loop<'a, 'c> {
     close_idle_at: u64,
     accept_paused_until: u64,
     next_sweep: u64,
+    /// The CPU it bound itself to under `cpu_affinity = "home"` ([`Loop::keep_place`]).
+    placed: Option<usize>,
     scratch: Vec<u8>,
 }
 
@@ -280,6 +282,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             close_idle_at: 0,
             accept_paused_until: 0,
             next_sweep: now_ms() + SWEEP.as_millis() as u64,
+            placed: None,
             scratch: Vec::new(),
         };
         let bell = sys::catch_stop()?;
@@ -643,11 +646,14 @@ impl<'a, 'c> Loop<'a, 'c> {
         let affinity = &ctx.config.workers.cpu_affinity;
         let to = home::home(incoming, loops, |k| affinity.cpu_for(k, &self.obs.allowed), &self.obs.allowed);
         if to == me {
+            p.table.set_here(i, true);
             if p.table.set_away(i, None) {
                 self.obs.slot.owes.store(p.table.owes(), Relaxed);
             }
+            self.keep_place();
             return;
         }
+        p.table.set_here(i, false);
         let there = &ctx.scoreboard.slots[to];
         let swap = me < 64 && there.owes.load(Relaxed) & 1 << me != 0;
         let went = there.takes_connections(ctx.generation)
@@ -660,6 +666,34 @@ impl<'a, 'c> Loop<'a, 'c> {
             if p.table.set_away(i, Some(to)) {
                 self.obs.slot.owes.store(p.table.owes(), Relaxed);
             }
+        }
+    }
+
+    /// Under `cpu_affinity = "home"`, an event loop runs on its CPU (the one whose
+    /// packets make a connection its own, `super::home`) while it holds a connection
+    /// found at home there, and anywhere when it holds none. The wake-up rule moves
+    /// an unbound loop to whichever CPU is idle at the moment a request comes, so two
+    /// loops and their clients' threads traded CPUs all the time (`docs/scaling.md`,
+    /// "A loop on its clients' CPU"). A loop whose connections came in on another
+    /// CPU (one its home could not take: the loops stay level) stays unbound.
+    fn keep_place(&mut self) {
+        if self.ctx.config.workers.cpu_affinity != crate::config::Affinity::Home {
+            return;
+        }
+        let allowed = &self.obs.allowed;
+        let mine = (self.parked.table.at_home() > 0 && self.obs.loops == allowed.len())
+            .then(|| allowed.get(self.ctx.slot).copied())
+            .flatten();
+        if mine == self.placed {
+            return;
+        }
+        let done = match mine {
+            Some(cpu) => sys::pin_to_cpu(cpu),
+            None => sys::set_cpus(allowed),
+        };
+        match done {
+            Ok(()) => self.placed = mine,
+            Err(e) => log::warn!("cannot set the event loop's CPUs: {e}"),
         }
     }
 
@@ -856,6 +890,7 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// Tells the scoreboard what this worker holds (the status page's async
     /// connections), and stops or resumes taking connections at its cap.
     fn publish(&mut self) {
+        self.keep_place();
         let len = self.parked.table.len;
         if self.leaving.is_none() {
             let full = len >= self.cap;

@@ -3,7 +3,8 @@
 //! connections it holds (`parked`), one request at a time, until it must retire.
 //! A kept-alive connection goes, after its first answer, to the event loop of the
 //! CPU its packets come in on (`home`), so a client thread's connections share
-//! one loop.
+//! one loop; under `cpu_affinity = "home"` (the default) the loop runs on that CPU
+//! while it holds such a connection (`events::Loop::keep_place`).
 //!
 //! A worker leaves only through [`ChildExit`] codes and `_exit`: the master reads the
 //! code to tell a normal retirement from a worker that could not even start (which

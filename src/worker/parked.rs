@@ -57,6 +57,10 @@ pub(super) struct Table {
     /// here ([`Table::owes`]).
     away_to: Vec<u32>,
     away: Vec<u32>,
+    /// Whether each slot's connection was found at home here (its packets come in
+    /// on this loop's CPU), and how many are ([`Table::at_home`]).
+    here: Vec<bool>,
+    at_home: u32,
     free: Vec<usize>,
     pub(super) len: usize,
 }
@@ -74,6 +78,7 @@ impl Table {
                 self.home_at[i] = 0;
                 self.home_looks[i] = 0;
                 self.away_to[i] = NO_LOOP;
+                self.here[i] = false;
                 i
             }
             None => {
@@ -84,6 +89,7 @@ impl Table {
                 self.home_at.push(0);
                 self.home_looks.push(0);
                 self.away_to.push(NO_LOOP);
+                self.here.push(false);
                 self.slots.len() - 1
             }
         }
@@ -109,6 +115,7 @@ impl Table {
     /// Frees the slot of a connection taken out (and closed).
     pub(super) fn release(&mut self, i: usize) {
         let _ = self.set_away(i, None);
+        self.set_here(i, false);
         self.free.push(i);
         self.len -= 1;
     }
@@ -128,6 +135,22 @@ impl Table {
             self.away[k] += 1;
         }
         was != now
+    }
+
+    /// Notes whether slot `i`'s connection was found at home on this loop.
+    pub(super) fn set_here(&mut self, i: usize, here: bool) {
+        if std::mem::replace(&mut self.here[i], here) != here {
+            if here {
+                self.at_home += 1;
+            } else {
+                self.at_home -= 1;
+            }
+        }
+    }
+
+    /// How many of its connections were found at home on this loop.
+    pub(super) fn at_home(&self) -> u32 {
+        self.at_home
     }
 
     /// The loops this one holds connections of that could not go to them yet, a
@@ -510,6 +533,25 @@ mod tests {
         let got = handover.receive(&mut buf).unwrap().expect("it went to the others");
         assert_eq!(got.meta.requests, 0);
         assert!(got.meta.lent);
+    }
+
+    /// The connections found at home are counted once each, and a slot freed (or
+    /// found to belong elsewhere) no longer counts: the count an event loop under
+    /// `cpu_affinity = "home"` stays bound by (`Loop::keep_place`).
+    #[test]
+    fn the_connections_found_at_home_are_counted_until_they_go() {
+        let mut p = Parked::new().unwrap();
+        let _clients = hold(&mut p, 3, false);
+        p.table.set_here(0, true);
+        p.table.set_here(0, true);
+        p.table.set_here(2, true);
+        assert_eq!(p.table.at_home(), 2);
+        p.table.set_here(2, false);
+        assert_eq!(p.table.at_home(), 1);
+        drop(p.table.remove(0));
+        assert_eq!(p.table.at_home(), 0);
+        let _more = hold(&mut p, 1, false);
+        assert_eq!(p.table.at_home(), 0, "a reused slot starts away from home");
     }
 
     /// Connections with their request here go one to each idle spare (`most`):
