@@ -46,6 +46,8 @@ pub struct Row {
     pub conns_closing: u32,
     /// Tunnels it relays (connections that switched protocols: WebSockets).
     pub conns_tunnels: u32,
+    /// The CPU it is bound to, if it is (`workers.cpu_affinity`).
+    pub cpu: Option<usize>,
 }
 
 /// The scoreboard at one moment.
@@ -94,6 +96,7 @@ impl Snapshot {
                 conns_writing: s.conns_writing.load(Relaxed),
                 conns_closing: s.conns_closing.load(Relaxed),
                 conns_tunnels: s.conns_tunnels.load(Relaxed),
+                cpu: s.cpu(),
             });
         }
         // Trailing open slots say nothing; Apache prints the whole board, which for
@@ -266,7 +269,7 @@ impl Snapshot {
             }
             let _ = write!(
                 s,
-                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"conns_tunnels\":{}}}",
+                "{{\"slot\":{},\"pid\":{},\"generation\":{},\"state\":\"{}\",\"requests\":{},\"worker_requests\":{},\"bytes\":{},\"request\":{},\"client\":{},\"seconds\":{:.3},\"conns_keepalive\":{},\"conns_writing\":{},\"conns_closing\":{},\"conns_tunnels\":{},\"cpu\":{}}}",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -280,7 +283,8 @@ impl Snapshot {
                 r.conns_keepalive,
                 r.conns_writing,
                 r.conns_closing,
-                r.conns_tunnels
+                r.conns_tunnels,
+                r.cpu.map_or("null".to_string(), |c| c.to_string())
             );
         }
         s.push_str("],\"certificates\":[");
@@ -362,11 +366,11 @@ impl Snapshot {
             "<p>_ ready, S starting, R reading, W writing, L logging, C closing, G finishing, . open slot</p>\n",
         );
         s.push_str("<div class=\"scroll\">");
-        s.push_str("<table id=\"workers\" border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Keepalive</th><th>Closing</th><th>Client</th><th>Request</th></tr>\n");
+        s.push_str("<table id=\"workers\" border=\"1\"><tr><th>Slot</th><th>PID</th><th>Gen</th><th>State</th><th>Requests (slot)</th><th>Requests (worker)</th><th>Bytes</th><th>Seconds in state</th><th>Keepalive</th><th>Closing</th><th>CPU</th><th>Client</th><th>Request</th></tr>\n");
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 r.slot,
                 r.pid,
                 r.generation,
@@ -377,6 +381,7 @@ impl Snapshot {
                 r.seconds_in_state,
                 r.conns_keepalive,
                 r.conns_closing,
+                r.cpu.map_or(String::new(), |c| c.to_string()),
                 html_escape(&r.client),
                 html_escape(&r.request)
             );

@@ -587,13 +587,21 @@ fn an_event_loop_runs_on_its_clients_cpu_while_it_holds_them() {
                 if pids.iter().any(|&p| p != Some(one)) || home && cpus_allowed(one) != cpu.to_string() {
                     return None;
                 }
-                loops.push(one);
+                loops.push((*cpu, one));
             }
             (loops.len() == 2).then_some(loops)
         });
-        if !home {
-            for pid in loops {
+        let shown = |pid: i32| {
+            let json: serde_json::Value = serde_json::from_str(&get(p.addr, "/server-status?json").text()).unwrap();
+            let row = json["workers"].as_array().unwrap().iter().find(|w| w["pid"] == pid).cloned();
+            row.expect("a row for the worker")["cpu"].as_u64()
+        };
+        for &(cpu, pid) in &loops {
+            if home {
+                assert_eq!(shown(pid), Some(cpu as u64), "the status page shows the loop's CPU");
+            } else {
                 assert_eq!(cpus_allowed(pid), everywhere, "a loop serving a client thread under \"off\"");
+                assert_eq!(shown(pid), None);
             }
         }
         stop.store(true, Ordering::SeqCst);
@@ -603,6 +611,9 @@ fn an_event_loop_runs_on_its_clients_cpu_while_it_holds_them() {
         wait_until(DEADLINE, "every worker on every CPU once the clients are gone", || {
             workers(&p).into_iter().all(|w| cpus_allowed(w) == everywhere).then_some(())
         });
+        for (_, pid) in loops {
+            assert_eq!(shown(pid), None, "the status page shows no CPU for an unbound loop");
+        }
     }
 }
 

@@ -193,6 +193,10 @@ pub struct Slot {
     /// they could not take yet: a loop may send one of its own there even when
     /// that is the heavier, as it will get one back (`worker::home`).
     pub owes: AtomicU64,
+    /// The CPU the worker is bound to, plus one (0: unbound): `cpu_affinity`'s
+    /// binding for its life, or an event loop's while it holds clients that come in
+    /// on its CPU (`"home"`).
+    cpu: AtomicU32,
     /// Monotonic milliseconds of the last state change.
     pub since_ms: AtomicU64,
     /// Monotonic milliseconds of the last sign of progress (a state change).
@@ -298,6 +302,16 @@ impl Slot {
         load_text(&self.client)
     }
 
+    /// Notes the CPU the worker is bound to (`None`: unbound).
+    pub fn set_cpu(&self, cpu: Option<usize>) {
+        self.cpu.store(cpu.map_or(0, |c| c as u32 + 1), Relaxed);
+    }
+
+    /// The CPU the worker is bound to, if it is.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu.load(Relaxed).checked_sub(1).map(|c| c as usize)
+    }
+
     /// Idle and able to take a new connection: what the spare-worker count counts.
     pub fn is_spare(&self) -> bool {
         self.state().is_idle() && self.full.load(Relaxed) == 0
@@ -318,6 +332,7 @@ impl Slot {
         self.answer_spool.store(0, Relaxed);
         self.app_socket.store(0, Relaxed);
         self.app_pid.store(0, Relaxed);
+        self.cpu.store(0, Relaxed);
         self.owes.store(0, Relaxed);
         store_text(&self.request, b"");
         store_text(&self.client, b"");

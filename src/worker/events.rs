@@ -250,8 +250,11 @@ pub(super) struct Loop<'a, 'c> {
     close_idle_at: u64,
     accept_paused_until: u64,
     next_sweep: u64,
-    /// The CPU it bound itself to under `cpu_affinity = "home"` ([`Loop::keep_place`]).
+    /// The CPU it bound itself to under `cpu_affinity = "home"` ([`Loop::keep_place`]),
+    /// and whether it stopped trying (the kernel refused once: a cpuset changed
+    /// under it, say).
     placed: Option<usize>,
+    place_refused: bool,
     scratch: Vec<u8>,
 }
 
@@ -283,6 +286,7 @@ impl<'a, 'c> Loop<'a, 'c> {
             accept_paused_until: 0,
             next_sweep: now_ms() + SWEEP.as_millis() as u64,
             placed: None,
+            place_refused: false,
             scratch: Vec::new(),
         };
         let bell = sys::catch_stop()?;
@@ -646,14 +650,10 @@ impl<'a, 'c> Loop<'a, 'c> {
         let affinity = &ctx.config.workers.cpu_affinity;
         let to = home::home(incoming, loops, |k| affinity.cpu_for(k, &self.obs.allowed), &self.obs.allowed);
         if to == me {
-            p.table.set_here(i, true);
-            if p.table.set_away(i, None) {
-                self.obs.slot.owes.store(p.table.owes(), Relaxed);
-            }
+            self.belongs(i, None);
             self.keep_place();
             return;
         }
-        p.table.set_here(i, false);
         let there = &ctx.scoreboard.slots[to];
         let swap = me < 64 && there.owes.load(Relaxed) & 1 << me != 0;
         let went = there.takes_connections(ctx.generation)
@@ -663,9 +663,17 @@ impl<'a, 'c> Loop<'a, 'c> {
             self.publish();
         } else {
             p.table.home_at[i] = now_ms() + home::retry_in(p.table.home_looks[i]);
-            if p.table.set_away(i, Some(to)) {
-                self.obs.slot.owes.store(p.table.owes(), Relaxed);
-            }
+            self.belongs(i, Some(to));
+        }
+    }
+
+    /// Notes where connection `i` belongs: here (`None`), or loop `to`, which could
+    /// not take it yet; publishes what this loop owes if that changed (`Slot::owes`).
+    fn belongs(&mut self, i: usize, to: Option<usize>) {
+        let table = &mut self.parked.table;
+        table.set_here(i, to.is_none());
+        if table.set_away(i, to) {
+            self.obs.slot.owes.store(table.owes(), Relaxed);
         }
     }
 
@@ -677,7 +685,7 @@ impl<'a, 'c> Loop<'a, 'c> {
     /// "A loop on its clients' CPU"). A loop whose connections came in on another
     /// CPU (one its home could not take: the loops stay level) stays unbound.
     fn keep_place(&mut self) {
-        if self.ctx.config.workers.cpu_affinity != crate::config::Affinity::Home {
+        if self.ctx.config.workers.cpu_affinity != crate::config::Affinity::Home || self.place_refused {
             return;
         }
         let allowed = &self.obs.allowed;
@@ -692,8 +700,14 @@ impl<'a, 'c> Loop<'a, 'c> {
             None => sys::set_cpus(allowed),
         };
         match done {
-            Ok(()) => self.placed = mine,
-            Err(e) => log::warn!("cannot set the event loop's CPUs: {e}"),
+            Ok(()) => {
+                self.placed = mine;
+                self.obs.slot.set_cpu(mine);
+            }
+            Err(e) => {
+                log::warn!("cannot set the event loop's CPUs ({e}): it runs where it is from now on");
+                self.place_refused = true;
+            }
         }
     }
 

@@ -172,7 +172,10 @@ fn set_limits(ctx: &WorkerCtx<'_>) -> Result<(), ChildExit> {
         match sys::pin_to_cpu(cpu) {
             // The application process at the other end of a unix socket it keeps
             // is bound to this CPU too (`master::pairs`).
-            Ok(()) => crate::gateway::backend::note_local_apps(),
+            Ok(()) => {
+                ctx.scoreboard.slots[ctx.slot].set_cpu(Some(cpu));
+                crate::gateway::backend::note_local_apps();
+            }
             Err(e) => log::warn!("cannot bind the worker to CPU {cpu}: {e}"),
         }
     }

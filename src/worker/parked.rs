@@ -11,7 +11,7 @@ use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::ctx::WorkerCtx;
 use crate::fork::handover::{self, Handover};
-use crate::serve::held::{Held, Watch};
+use crate::serve::held::{Conn, Held, Watch};
 use crate::serve::observer::Relief;
 
 /// `Table::away_to` of a connection at home.
@@ -167,6 +167,22 @@ impl Table {
 
     pub(super) fn get(&mut self, i: usize) -> Option<&mut Held> {
         self.slots.get_mut(i)?.as_mut()
+    }
+}
+
+/// What travels with a connection handed to another worker between its requests
+/// (who it is, how long it waited, what it sent ahead): no body, no tunnel, not lent.
+fn meta_of(conn: &Conn, waited_ms: u64, pending: Vec<u8>) -> handover::Meta {
+    handover::Meta {
+        peer: conn.peer,
+        balancer: conn.balancer,
+        local_port: conn.local_port,
+        requests: conn.requests,
+        waited_ms,
+        pending,
+        body: Vec::new(),
+        tunnel: Vec::new(),
+        lent: false,
     }
 }
 
@@ -327,15 +343,10 @@ impl Parked {
             };
             let is_tunnel = !tunnel.is_empty();
             let meta = handover::Meta {
-                peer: conn.peer,
-                balancer: conn.balancer,
-                local_port: conn.local_port,
-                requests: conn.requests,
-                waited_ms,
-                pending,
                 body: if in_body { std::mem::take(&mut state) } else { Vec::new() },
                 tunnel: std::mem::take(&mut tunnel),
                 lent,
+                ..meta_of(&conn, waited_ms, pending)
             };
             if !meta.fits() {
                 kept += 1;
@@ -381,18 +392,7 @@ impl Parked {
     /// pair `to` is (`super::home`); false if it stays (the pair is full).
     pub(super) fn send_home(&mut self, i: usize, to: &Handover) -> bool {
         let Some(h) = self.table.slots.get(i).and_then(Option::as_ref) else { return false };
-        let conn = *h.conn();
-        let meta = handover::Meta {
-            peer: conn.peer,
-            balancer: conn.balancer,
-            local_port: conn.local_port,
-            requests: conn.requests,
-            waited_ms: h.waited_ms(),
-            pending: h.pending().to_vec(),
-            body: Vec::new(),
-            tunnel: Vec::new(),
-            lent: false,
-        };
+        let meta = meta_of(h.conn(), h.waited_ms(), h.pending().to_vec());
         if !meta.fits() {
             return false;
         }

@@ -79,6 +79,7 @@
       cell(r, w.seconds.toFixed(1));
       cell(r, w.conns_keepalive);
       cell(r, w.conns_closing);
+      cell(r, w.cpu === null ? "" : w.cpu);
       cell(r, w.client);
       cell(r, w.request);
     }
