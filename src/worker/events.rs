@@ -688,10 +688,9 @@ impl<'a, 'c> Loop<'a, 'c> {
         if self.ctx.config.workers.cpu_affinity != crate::config::Affinity::Home || self.place_refused {
             return;
         }
+        // Loop k's CPU: the k-th allowed (under "home" the loops are as many).
         let allowed = &self.obs.allowed;
-        let mine = (self.parked.table.at_home() > 0 && self.obs.loops == allowed.len())
-            .then(|| allowed.get(self.ctx.slot).copied())
-            .flatten();
+        let mine = (self.parked.table.at_home() > 0).then(|| allowed.get(self.ctx.slot).copied()).flatten();
         if mine == self.placed {
             return;
         }
